@@ -1,0 +1,25 @@
+// The one exception type of the comm library: a message with its context already in it.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace comm {
+
+class Error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Throws comm::Error with a fmt-formatted message.
+template <class... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+    throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Throws comm::Error naming the MPI call and MPI's own description of `code` when it is not MPI_SUCCESS.
+void check_mpi(int code, const char* what);
+
+}  // namespace comm

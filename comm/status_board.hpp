@@ -1,0 +1,99 @@
+// A table in shared memory where every rank on this machine writes what it is doing.
+//
+// It is how the watchdog can say, when a collective times out, which ranks never arrived
+// and what each of them was doing instead — without asking them (they may be dead or
+// stuck). One board per node: slot r belongs to world rank r; a rank writes only its own
+// slot and reads the others. Ranks on other nodes leave their slots empty (pid 0).
+//
+//   node memory:  [ header | slot 0 | slot 1 | ... | slot world_size-1 ]
+//
+// Fields are atomics so that readers never see torn values; they are reports, not locks.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "comm/types.hpp"
+
+namespace comm {
+
+// Monotonic nanoseconds, comparable between processes on one machine.
+std::int64_t now_ns();
+
+// One collective call as the watchdog describes it.
+struct OpRecord {
+    std::atomic<std::int64_t> kind{0};     // OpKind
+    std::atomic<std::int64_t> comm_id{0};  // identifies the communicator on every member
+    std::atomic<std::int64_t> seq{0};      // n-th collective on that communicator, from 0
+    std::atomic<std::int64_t> count{0};    // elements per rank
+    std::atomic<std::int64_t> type{0};     // DataType
+    std::atomic<std::int64_t> op{-1};      // ReduceOp, or -1
+    std::atomic<std::int64_t> root{-1};    // root or peer rank, or -1
+    std::atomic<std::int64_t> start_ns{0}; // when it was entered
+    std::atomic<std::int64_t> end_ns{0};   // when it returned, 0 while in it
+    std::array<std::atomic<std::uint64_t>, 6> comm_name{};  // up to 47 chars, packed
+
+    void set_name(std::string_view name);
+    std::string name() const;
+};
+
+enum class RankState : std::int64_t { absent, running, in_collective, finalizing, reported };
+
+// How many collectives this rank has entered on one communicator.
+struct CommProgress {
+    std::atomic<std::int64_t> comm_id{0};
+    std::atomic<std::int64_t> entered{0};
+};
+
+struct RankSlot {
+    static constexpr int kTrackedComms = 32;
+
+    std::atomic<std::int64_t> pid{0};
+    std::atomic<std::int64_t> state{0};  // RankState
+    OpRecord current;                    // valid while state == in_collective
+    OpRecord last;                       // the latest collective entered
+    std::array<CommProgress, kTrackedComms> progress;
+};
+
+struct BoardHeader {
+    std::atomic<std::int64_t> world_size{0};
+    std::atomic<std::int64_t> aborting_rank{-1};  // first rank whose watchdog fired, or -1
+};
+
+// Owns this process's mapping of the node's board. Created collectively by Runtime.
+class StatusBoard {
+public:
+    explicit StatusBoard(MPI_Comm world);
+    ~StatusBoard();
+    StatusBoard(const StatusBoard&) = delete;
+    StatusBoard& operator=(const StatusBoard&) = delete;
+
+    BoardHeader& header() { return *header_; }
+    RankSlot& slot(int world_rank) { return slots_[world_rank]; }
+    RankSlot& mine() { return slots_[world_rank_]; }
+    int world_rank() const { return world_rank_; }
+    int world_size() const { return world_size_; }
+
+    // How many collectives `world_rank` has entered on communicator `comm_id`; -1 if unknown.
+    std::int64_t entered(int world_rank, std::int64_t comm_id);
+    // Records that this rank entered one more collective on `comm_id`.
+    void count_entry(std::int64_t comm_id);
+
+private:
+    void* memory_ = nullptr;
+    std::size_t bytes_ = 0;
+    BoardHeader* header_ = nullptr;
+    RankSlot* slots_ = nullptr;
+    int world_rank_ = 0;
+    int world_size_ = 0;
+};
+
+// Is the process with this pid (on this machine) still running? Zombies count as dead.
+bool process_alive(std::int64_t pid);
+
+}  // namespace comm

@@ -1,0 +1,95 @@
+// Deadlines for every collective, and the report that says who is missing when one passes.
+//
+// A collective must be entered by every rank of its communicator; a rank that does not
+// leaves the others waiting forever. Here no wait is blocking: every MPI request is polled
+// (wait_all) against the deadline of the collective in progress (OpScope). When it passes,
+// the rank prints which ranks never arrived and what each of them was doing instead (read
+// from the StatusBoard, so a dead or stuck rank need not answer), then ends the whole job.
+//
+// Check mode (optional) exchanges a short description of the call before any data moves
+// and ends the job, naming the ranks, when they disagree on collective, count, type, op
+// or root.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/status_board.hpp"
+#include "comm/types.hpp"
+
+namespace comm {
+
+// Exit status of a job ended by the watchdog (timeout, mismatch, lost rank).
+inline constexpr int kWatchdogExitCode = 3;
+
+// A collective (or point-to-point) call as the caller made it.
+struct OpCall {
+    OpKind kind = OpKind::none;
+    std::int64_t comm_id = 0;
+    std::string_view comm_name;
+    const std::vector<int>* members = nullptr;  // world rank of each communicator rank
+    int comm_rank = 0;
+    std::int64_t seq = 0;    // per communicator: collectives count up together on all ranks
+    std::int64_t count = 0;  // elements per rank
+    DataType type = DataType::f32;
+    int op = -1;    // ReduceOp or -1
+    int root = -1;  // root (collectives) or peer (send/recv), or -1
+};
+
+class Watchdog {
+public:
+    Watchdog(StatusBoard& board, double timeout_s, bool check_mode);
+
+    double timeout_s() const { return timeout_ns_ * 1e-9; }
+    bool check_mode() const { return check_mode_; }
+
+    // Marks this rank as inside `call` from `start_ns` on (its deadline counts from there).
+    void enter(const OpCall& call, std::int64_t start_ns);
+    // Marks this rank as out of it again.
+    void leave();
+    // Polls until every request completes; past the deadline, reports and ends the job.
+    void wait_all(int n, MPI_Request* requests);
+    // Check mode: all ranks of `call`'s communicator compare their calls over `check_comm`.
+    void verify_same_call(MPI_Comm check_comm);
+    // Records on the status board that this rank entered one more collective on `comm_id`.
+    void count_entry(std::int64_t comm_id) { board_.count_entry(comm_id); }
+    // Called before MPI_Finalize so peers can tell "finished" from "stuck".
+    void mark_finalizing();
+
+private:
+    std::string describe_missing(std::int64_t now);
+    [[noreturn]] void end_job(const std::string& report, bool first);
+
+    StatusBoard& board_;
+    std::int64_t timeout_ns_;
+    bool check_mode_;
+    OpCall call_;              // the call in progress
+    std::int64_t start_ns_ = 0;
+    bool inside_ = false;
+};
+
+// The process's watchdog, set up by Runtime.
+Watchdog& watchdog();
+void set_watchdog(Watchdog* w);
+
+// RAII form of enter/leave.
+class OpScope {
+public:
+    OpScope(const OpCall& call, std::int64_t start_ns = now_ns()) { watchdog().enter(call, start_ns); }
+    ~OpScope() { watchdog().leave(); }
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+};
+
+// "allreduce #3 on 'world' (count 4 int32, op sum)"
+std::string describe(const OpRecord& record);
+
+// Installs the SIGTERM handler that lets a rank waiting in a collective report before it
+// goes when the launcher tears the job down (because another rank crashed or was killed).
+void install_termination_report();
+
+}  // namespace comm
