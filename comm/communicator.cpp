@@ -195,6 +195,15 @@ void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count
 
 Communicator Communicator::split(int color, int key) {
     if (color < 0) fail("rank {}: split on '{}': color {} is negative", rank_, name_, color);
+    return derive(color, key, backend_);
+}
+
+Communicator Communicator::with_backend(std::string_view backend) {
+    // Color 0 for everyone: the same group, its own lanes, another backend.
+    return derive(0, rank_, make_backend(backend));
+}
+
+Communicator Communicator::derive(int color, int key, std::shared_ptr<Backend> backend) {
     // First make sure every rank is here (watched), so the blocking MPI calls below cannot hang.
     collective(OpKind::split, 0, DataType::i32, -1, -1, [](const Transport& t, const OpCall&) {
         MPI_Request arrived;
@@ -205,7 +214,7 @@ Communicator Communicator::split(int color, int key) {
     check_mpi(MPI_Comm_split(group_.get(), color, key, &part), "MPI_Comm_split");
     const std::int64_t number = splits_++;
     return Communicator(part, fmt::format("{}/split{}:{}", name_, number, color), derive_id(id_, number, color),
-                        backend_);
+                        std::move(backend));
 }
 
 Work::~Work() {

@@ -105,6 +105,8 @@ public:
 
     // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
     Communicator split(int color, int key);
+    // The same ranks, running another backend ("mpi", "ring", "naive"): to compare them.
+    Communicator with_backend(std::string_view backend);
 
 private:
     // The type-erased core every template above forwards to.
@@ -120,6 +122,8 @@ private:
     void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
     Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
 
+    // A new communicator over the ranks of this one with the same color (split's core).
+    Communicator derive(int color, int key, std::shared_ptr<Backend> backend);
     // Describes a call made on this communicator.
     OpCall begin(OpKind kind, std::size_t count, DataType type, int op, int root);
     // Runs body(transport, call) as the next collective on this communicator.

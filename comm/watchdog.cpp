@@ -114,9 +114,9 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
             const char* why = nullptr;
             bool first = false;
             if (g_terminated) {
-                why = "interrupted: the launcher is ending the job (a process failed)";
+                why = "interrupted (the launcher is ending the job: a process failed)";
             } else if (aborting >= 0 && aborting != board_.world_rank()) {
-                why = "stopping: another rank's watchdog fired";
+                why = "stopped (another rank's watchdog fired)";
             } else if (now > deadline) {
                 std::int64_t none = -1;
                 first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
@@ -124,7 +124,7 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
             }
             if (why) {
                 std::string text = fmt::format(
-                    "[watchdog] rank {}: {} {} after {} (deadline {}); {}", call_.comm_rank,
+                    "[watchdog] rank {}: {} {} after waiting {} (deadline {}); {}", call_.comm_rank,
                     describe(board_.mine().current), why, seconds(now - start_ns_),
                     seconds(timeout_ns_), describe_missing(now));
                 if (g_terminated) {  // the launcher sends SIGKILL soon: say it and go
@@ -150,7 +150,14 @@ std::string Watchdog::describe_missing(std::int64_t now) {
         if (point_to_point && r != call_.root) continue;
         const int w = (*call_.members)[r];
         RankSlot& slot = board_.slot(w);
-        if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq) continue;
+        // Its latest call, when it is this very call (same communicator and number), must
+        // also be the same collective with the same arguments.
+        const bool same_number = slot.last.comm_id.load() == call_.comm_id && slot.last.seq.load() == call_.seq;
+        const bool same_call = slot.last.kind.load() == static_cast<std::int64_t>(call_.kind) &&
+                               slot.last.count.load() == call_.count &&
+                               slot.last.type.load() == static_cast<std::int64_t>(call_.type) &&
+                               slot.last.op.load() == call_.op && slot.last.root.load() == call_.root;
+        if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq && (!same_number || same_call)) continue;
         missing.push_back(r);
         std::string who = w == r ? fmt::format("rank {}", r) : fmt::format("rank {} (world rank {})", r, w);
         std::string doing;
@@ -165,6 +172,8 @@ std::string Watchdog::describe_missing(std::int64_t now) {
         } else if (state == RankState::in_collective || state == RankState::reported) {
             doing = fmt::format("is waiting in a different call, {}, for {}", describe(slot.current),
                                 seconds(now - slot.current.start_ns));
+            lines += fmt::format("\n[watchdog]   {} {}", who, doing);
+            continue;
         } else {
             doing = "is not in any collective (computing, or stuck outside comm)";
         }
