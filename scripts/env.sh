@@ -1,0 +1,7 @@
+# Sourced by the scripts: the environment every mpiexec run here needs.
+# OpenMPI refuses to run as root unless told it is fine (containers, CI machines).
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# More ranks than cores is fine for learning (they take turns).
+export OMPI_MCA_rmaps_base_oversubscribe=1
