@@ -60,7 +60,8 @@ Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, st
 MPI_Comm Communicator::lane(OpKind kind) const {
     switch (kind) {
     case OpKind::send:
-    case OpKind::recv: return lanes_[kPointToPointLane].get();
+    case OpKind::recv:
+    case OpKind::sendrecv: return lanes_[kPointToPointLane].get();
     case OpKind::split: return lanes_[kSplitLane].get();
     default: return lanes_[static_cast<std::size_t>(kind)].get();
     }
@@ -191,6 +192,16 @@ void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count
     const Transport transport(lane(kind), rank_, size_);
     if (kind == OpKind::send) transport.send(data, count, type, peer);
     else transport.recv(data, count, type, peer);
+}
+
+void Communicator::run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count,
+                                 int source, DataType type) {
+    require_root(OpKind::send, dest);
+    require_root(OpKind::recv, source);
+    OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
+    call.seq = next_p2p_seq_++;
+    OpScope scope(call);
+    Transport(lane(OpKind::sendrecv), rank_, size_).send_recv(out, out_count, dest, in, in_count, source, type);
 }
 
 Communicator Communicator::split(int color, int key) {

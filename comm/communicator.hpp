@@ -99,6 +99,8 @@ public:
 
     template <class T> void send(std::span<const T> data, int dest);
     template <class T> void recv(std::span<T> data, int source);
+    // Sends to `dest` and receives from `source` at once (a ring step): cannot deadlock.
+    template <class T> void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
 
     // In-place allreduce that runs while the caller works; finish it with Work::wait().
     template <class T> Work allreduce_async(std::span<T> data, ReduceOp op = ReduceOp::sum);
@@ -120,6 +122,8 @@ private:
     void run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                             ReduceOp op);
     void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
+    void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
+                       DataType type);
     Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
 
     // A new communicator over the ranks of this one with the same color (split's core).
@@ -191,6 +195,9 @@ template <class T> void Communicator::send(std::span<const T> data, int dest) {
 }
 template <class T> void Communicator::recv(std::span<T> data, int source) {
     run_point_to_point(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source);
+}
+template <class T> void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {
+    run_send_recv(out.data(), out.size(), dest, in.data(), in.size(), source, datatype_of<T>());
 }
 template <class T> Work Communicator::allreduce_async(std::span<T> data, ReduceOp op) {
     return run_allreduce_async(data.data(), data.size(), datatype_of<T>(), op);

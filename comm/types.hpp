@@ -23,6 +23,7 @@ enum class OpKind : int {
     barrier,
     send,
     recv,
+    sendrecv,
     split,
     finalize,
 };
@@ -71,6 +72,7 @@ constexpr std::string_view name_of(OpKind k) {
     case OpKind::barrier: return "barrier";
     case OpKind::send: return "send";
     case OpKind::recv: return "recv";
+    case OpKind::sendrecv: return "sendrecv";
     case OpKind::split: return "split";
     case OpKind::finalize: return "finalize";
     }

@@ -47,7 +47,7 @@ std::string arguments(OpKind kind, std::int64_t count, DataType type, int op, in
     std::string text = fmt::format("count {} {}", count, name_of(type));
     if (has_reduce_op(kind) && op >= 0) text += fmt::format(", op {}", name_of(static_cast<ReduceOp>(op)));
     if (has_root(kind)) text += fmt::format(", root {}", root);
-    if ((kind == OpKind::send || kind == OpKind::recv) && root >= 0)
+    if ((kind == OpKind::send || kind == OpKind::recv || kind == OpKind::sendrecv) && root >= 0)
         text += fmt::format(", {} rank {}", kind == OpKind::send ? "to" : "from", root);
     return text;
 }
@@ -144,7 +144,7 @@ std::string Watchdog::describe_missing(std::int64_t now) {
     // A rank has arrived once it has entered this collective (seq) on this communicator.
     std::string lines;
     std::vector<int> missing;
-    const bool point_to_point = call_.kind == OpKind::send || call_.kind == OpKind::recv;
+    const bool point_to_point = call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
     for (int r = 0; r < static_cast<int>(call_.members->size()); ++r) {
         if (r == call_.comm_rank) continue;
         if (point_to_point && r != call_.root) continue;
