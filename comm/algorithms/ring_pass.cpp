@@ -30,9 +30,10 @@ void RingPass::post_segment() {
     const int n = t_.size();
     const int out = block_sent_at(step_);
     const int in = (out + n - 1) % n;
-    auto part = [&](int block) {  // [first element, count) of this segment of `block`, if it has one
-        const std::size_t first = std::min(segment_ * segment_elements_, layout_.size(block));
-        return std::pair{layout_.begin(block) + first, std::min(segment_elements_, layout_.size(block) - first)};
+    const std::size_t segment_size = segment_elements_;
+    auto part = [&](int block) {  // [first element, count) of this segment of `block`
+        const std::size_t first = std::min(segment_ * segment_size, layout_.size(block));
+        return std::pair{layout_.begin(block) + first, std::min(segment_size, layout_.size(block) - first)};
     };
     if (segment_ < segments(in)) {
         auto [first, count] = part(in);

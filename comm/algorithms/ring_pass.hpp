@@ -24,7 +24,8 @@
 // Chunking: a step moves its block in segments of at most kSegmentBytes, one after the
 // other. In reduce mode each segment lands in a small scratch buffer and is added in while
 // it is still in the CPU cache — instead of a block-sized scratch buffer that is written
-// to memory and read back.
+// to memory and read back. Copy mode receives in place,
+// also in segments: measured, that interleaves better when ranks share cores.
 #pragma once
 
 #include <cstddef>

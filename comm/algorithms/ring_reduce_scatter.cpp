@@ -15,9 +15,12 @@ namespace comm::algorithms {
 void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                          ReduceOp op) {
     const int n = t.size();
-    // The pass accumulates in place, and `send` is read-only: work on a copy.
-    std::vector<char> work(count * static_cast<std::size_t>(n) * size_of(type) + 1);
-    std::memcpy(work.data(), send, work.size() - 1);
+    // The pass accumulates in place, and `send` is read-only: work on a copy. The copy's
+    // buffer is kept between calls — allocating hundreds of MB each time costs page faults.
+    thread_local std::vector<char> work;
+    const std::size_t bytes = count * static_cast<std::size_t>(n) * size_of(type);
+    if (work.size() < bytes + 1) work.resize(bytes + 1);
+    if (bytes > 0) std::memcpy(work.data(), send, bytes);
     RingPass pass(t, work.data(), BlockLayout{count * static_cast<std::size_t>(n), n}, type,
                   RingPass::Mode::reduce, op);
     complete(pass);
