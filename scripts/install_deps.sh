@@ -5,6 +5,9 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libeigen3-dev libopenblas-dev
           catch2 libfmt-dev libcli11-dev nlohmann-json3-dev)
 
+# --plots: also what the plotting scripts need.
+if [ "${1:-}" = "--plots" ]; then packages+=(python3-matplotlib); fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
