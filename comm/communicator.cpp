@@ -57,6 +57,11 @@ Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, st
     }
 }
 
+Communicator::~Communicator() {
+    // Its row in the status board's table of communicators can go to the next one.
+    if (group_.get() != MPI_COMM_NULL && has_watchdog()) watchdog().forget(id_);
+}
+
 MPI_Comm Communicator::lane(OpKind kind) const {
     switch (kind) {
     case OpKind::send:

@@ -69,6 +69,7 @@ public:
     // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
     Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend);
     Communicator(Communicator&&) = default;
+    ~Communicator();
 
     int rank() const { return rank_; }
     int size() const { return size_; }

@@ -113,6 +113,15 @@ void StatusBoard::count_entry(std::int64_t comm_id) {
     // More communicators than the table holds: the watchdog will call their progress unknown.
 }
 
+void StatusBoard::forget(std::int64_t comm_id) {
+    for (auto& p : mine().progress) {
+        if (p.comm_id.load() == comm_id) {
+            p.comm_id = 0;
+            p.entered = 0;
+        }
+    }
+}
+
 bool process_alive(std::int64_t pid) {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string text;

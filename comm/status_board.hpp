@@ -83,6 +83,8 @@ public:
     std::int64_t entered(int world_rank, std::int64_t comm_id);
     // Records that this rank entered one more collective on `comm_id`.
     void count_entry(std::int64_t comm_id);
+    // Frees this rank's table entry of a communicator that no longer exists.
+    void forget(std::int64_t comm_id);
 
 private:
     void* memory_ = nullptr;

@@ -69,6 +69,7 @@ Watchdog& watchdog() {
     return *g_watchdog;
 }
 void set_watchdog(Watchdog* w) { g_watchdog = w; }
+bool has_watchdog() { return g_watchdog != nullptr; }
 
 void install_termination_report() { std::signal(SIGTERM, on_sigterm); }
 

@@ -57,6 +57,7 @@ public:
     void verify_same_call(MPI_Comm check_comm);
     // Records on the status board that this rank entered one more collective on `comm_id`.
     void count_entry(std::int64_t comm_id) { board_.count_entry(comm_id); }
+    void forget(std::int64_t comm_id) { board_.forget(comm_id); }
     // Called before MPI_Finalize so peers can tell "finished" from "stuck".
     void mark_finalizing();
 
@@ -74,6 +75,7 @@ private:
 
 // The process's watchdog, set up by Runtime.
 Watchdog& watchdog();
+bool has_watchdog();
 void set_watchdog(Watchdog* w);
 
 // RAII form of enter/leave.

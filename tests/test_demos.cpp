@@ -123,6 +123,13 @@ TEST_CASE("timeout demo: the watchdog reports the rank that skipped, and the job
     }
 }
 
+TEST_CASE("--all-ranks prefixes what is printed with the rank") {
+    auto r = demo("allreduce", 2, "--all-ranks");
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("[rank 0] after allreduce(sum) every rank holds [1 1 1]"));
+}
+
 TEST_CASE("bad flags are one clear line and a non-zero exit") {
     auto r = demo("broadcast", 2, "--root 5");
     INFO(r.output);
