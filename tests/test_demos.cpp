@@ -123,7 +123,7 @@ TEST_CASE("timeout demo: the watchdog reports the rank that skipped, and the job
     }
 }
 
-TEST_CASE("--all-ranks prefixes what is printed with the rank") {
+TEST_CASE("the all-ranks flag prefixes what is printed with the rank") {
     auto r = demo("allreduce", 2, "--all-ranks");
     INFO(r.output);
     CHECK(r.status == 0);
