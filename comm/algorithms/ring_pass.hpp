@@ -48,7 +48,7 @@ struct BlockLayout {
 class RingPass : public PendingOp {
 public:
     enum class Mode { reduce, copy };
-    static constexpr std::size_t kSegmentBytes = 256 * 1024;
+    static constexpr std::size_t kSegmentBytes = 1 << 20;  // 1 MiB: measured best of 64 KiB … 4 MiB here
 
     RingPass(const Transport& t, void* data, BlockLayout layout, DataType type, Mode mode, ReduceOp op);
     bool progress() override;
