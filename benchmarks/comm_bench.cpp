@@ -41,7 +41,7 @@ struct Result {
 
 // Runs one collective of `c` on the given buffers (sizes from bench::Shape).
 template <class T>
-void run_once(Communicator& comm, const bench::Case& c, const bench::Shape& s, std::vector<T>& send, std::vector<T>& recv) {
+void run_once(Communicator& comm, const bench::Case& c, std::vector<T>& send, std::vector<T>& recv) {
     const std::string& op = c.operation;
     const int n = comm.size();
     if (op == "allreduce") {
@@ -64,7 +64,6 @@ void run_once(Communicator& comm, const bench::Case& c, const bench::Shape& s, s
     } else if (op == "sendrecv") {
         comm.send_recv(std::span<const T>(send), (comm.rank() + 1) % n, std::span(recv), (comm.rank() + n - 1) % n);
     }
-    (void)s;
 }
 
 // Buffers as the collective expects them, holding this rank's inputs.
@@ -90,14 +89,14 @@ Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, st
 
     // Correctness first: one run on known inputs, every element checked.
     prepare(comm, c, s, send, recv);
-    run_once(comm, c, s, send, recv);
+    run_once(comm, c, send, recv);
     std::int64_t wrong = static_cast<std::int64_t>(bench::count_wrong<T>(c, comm.rank(), comm.size(), s.per_rank, recv));
     prepare(comm, c, s, send, recv);
 
-    for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, s, send, recv);
+    for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, send, recv);
     clock.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, s, send, recv);
+    for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, send, recv);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
                       std::max(1, settings.iterations);
 
