@@ -1,0 +1,46 @@
+// AdamW exactly as torch.optim.AdamW (PyTorch 1.13, the default single-tensor path):
+//
+//   p ← p · (1 − lr·wd)                                  decoupled weight decay
+//   m ← β1·m + (1−β1)·g          v ← β2·v + (1−β2)·g²   (in this order of operations)
+//   p ← p − (lr / (1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + ε)      bias-corrected step
+//
+// Weight decay applies only to tensors with ≥ 2 dimensions (matrices and embeddings), as
+// nanoGPT configures it: biases and LayerNorm weights are not decayed.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "nn/gpt.hpp"
+
+namespace nn {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;  // PyTorch's default; nanoGPT uses 0.1
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<NamedTensor> parameters, AdamWConfig config = {});
+
+  void step(float lr);  // one update from the parameters' current gradients
+  void zero_grad();
+
+  int64_t steps() const { return steps_; }
+  const AdamWConfig& config() const { return config_; }
+  const std::vector<NamedTensor>& parameters() const { return parameters_; }
+  // Moments, one tensor per parameter, in the same order (for checkpoints).
+  std::vector<Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+ private:
+  std::vector<NamedTensor> parameters_;
+  AdamWConfig config_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace nn

@@ -1,0 +1,137 @@
+#include "nn/checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include "nn/atomic_file.hpp"
+#include "nn/error.hpp"
+#include "nn/safetensors.hpp"
+
+namespace nn {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kFormat = "nanodist-checkpoint-1";
+
+nlohmann::json describe_file(const fs::path& path) {
+  std::vector<char> bytes = read_whole_file(path);
+  return {{"bytes", bytes.size()}, {"fnv1a64", fmt::format("{:016x}", fnv1a64(bytes))}};
+}
+
+// Reads a file listed in state.json and checks its size and checksum.
+std::vector<char> read_checked(const CheckpointInfo& info, const nlohmann::json& state, const std::string& file) {
+  const fs::path path = info.dir / file;
+  if (!fs::exists(path)) fail("{}: missing (the checkpoint is incomplete)", path.string());
+  std::vector<char> bytes = read_whole_file(path);
+  const auto& expected = state["files"][file];
+  if (bytes.size() != expected.at("bytes").get<std::size_t>())
+    fail("{}: truncated or overwritten: {} bytes, state.json says {}", path.string(), bytes.size(),
+         expected.at("bytes").get<std::size_t>());
+  if (fmt::format("{:016x}", fnv1a64(bytes)) != expected.at("fnv1a64").get<std::string>())
+    fail("{}: corrupt: checksum does not match state.json", path.string());
+  return bytes;
+}
+
+nlohmann::json read_state(const fs::path& dir) {
+  const fs::path path = dir / "state.json";
+  std::vector<char> bytes = read_whole_file(path);
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(bytes.begin(), bytes.end());
+  } catch (const nlohmann::json::exception&) {
+    fail("{}: corrupt: not valid JSON", path.string());
+  }
+  if (!state.is_object() || state.value("format", "") != kFormat)
+    fail("{}: not a nanodist checkpoint (format '{}' expected)", path.string(), kFormat);
+  for (const char* key : {"config", "optimizer", "train_state", "files"})
+    if (!state.contains(key)) fail("{}: corrupt: '{}' is missing", path.string(), key);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    if (!state["files"].contains(file)) fail("{}: corrupt: no entry for {}", path.string(), file);
+  return state;
+}
+
+}  // namespace
+
+void save_checkpoint(const fs::path& dir, const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state) {
+  const fs::path tmp = dir.string() + ".tmp", prev = dir.string() + ".prev";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  std::vector<TensorRef> model_tensors;
+  for (const auto& [name, t] : model.state_dict()) model_tensors.push_back({name, t.shape(), t.data()});
+  write_safetensors(tmp / "model.safetensors", model_tensors, {{"format", "pt"}});
+
+  std::vector<TensorRef> moments;
+  const auto& params = optimizer.parameters();
+  auto& opt = const_cast<AdamW&>(optimizer);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    moments.push_back({"exp_avg." + params[i].name, params[i].tensor.shape(), opt.exp_avg()[i].data()});
+    moments.push_back({"exp_avg_sq." + params[i].name, params[i].tensor.shape(), opt.exp_avg_sq()[i].data()});
+  }
+  write_safetensors(tmp / "optimizer.safetensors", moments);
+
+  const AdamWConfig& c = optimizer.config();
+  nlohmann::json state = {
+      {"format", kFormat},
+      {"config", model.config().to_json()},
+      {"optimizer",
+       {{"steps", optimizer.steps()}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}},
+      {"train_state", train_state},
+      {"files",
+       {{"model.safetensors", describe_file(tmp / "model.safetensors")},
+        {"optimizer.safetensors", describe_file(tmp / "optimizer.safetensors")}}}};
+  write_file_atomically(tmp / "state.json", state.dump(2));
+
+  // Swap the complete new directory in; the old one exists until the new one is in place.
+  fs::remove_all(prev);
+  if (fs::exists(dir)) fs::rename(dir, prev);
+  fs::rename(tmp, dir);
+  fs::remove_all(prev);
+}
+
+CheckpointInfo read_checkpoint_info(const fs::path& requested) {
+  CheckpointInfo info;
+  info.dir = requested;
+  const fs::path prev = requested.string() + ".prev";
+  if (!fs::exists(requested / "state.json") && fs::exists(prev / "state.json")) info.dir = prev;  // crash window
+  if (!fs::is_directory(info.dir)) fail("{}: no checkpoint directory there", requested.string());
+  nlohmann::json state = read_state(info.dir);
+  const std::string where = (info.dir / "state.json").string();
+  try {
+    info.config = GPTConfig::from_json(state["config"]);
+    const auto& o = state["optimizer"];
+    info.optimizer_steps = o.at("steps").get<int64_t>();
+    info.optimizer_config = {o.at("beta1").get<float>(), o.at("beta2").get<float>(), o.at("eps").get<float>(),
+                             o.at("weight_decay").get<float>()};
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: corrupt optimizer entry ({})", where, e.what());
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  info.train_state = state["train_state"];
+  return info;
+}
+
+CheckpointInfo load_checkpoint(const fs::path& dir, GPT& model, AdamW* optimizer) {
+  CheckpointInfo info = read_checkpoint_info(dir);
+  const nlohmann::json state = read_state(info.dir);
+  const nlohmann::json mine = model.config().to_json(), theirs = info.config.to_json();
+  for (auto& [key, value] : mine.items())
+    if (theirs[key] != value)
+      fail("{}: the checkpoint has {} = {}, but the model was configured with {}", (info.dir / "state.json").string(),
+           key, theirs[key].dump(), value.dump());
+
+  SafetensorsReader weights(info.dir / "model.safetensors", read_checked(info, state, "model.safetensors"));
+  for (auto& [name, t] : model.parameters()) weights.read_into(name, t);
+  if (optimizer) {
+    SafetensorsReader moments(info.dir / "optimizer.safetensors", read_checked(info, state, "optimizer.safetensors"));
+    const auto& params = optimizer->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      moments.read_into("exp_avg." + params[i].name, optimizer->exp_avg()[i]);
+      moments.read_into("exp_avg_sq." + params[i].name, optimizer->exp_avg_sq()[i]);
+    }
+    optimizer->set_steps(info.optimizer_steps);
+  }
+  return info;
+}
+
+}  // namespace nn

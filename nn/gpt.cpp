@@ -1,0 +1,208 @@
+#include "nn/gpt.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "nn/autograd.hpp"
+#include "nn/error.hpp"
+#include "nn/gemm.hpp"
+#include "nn/ops.hpp"
+
+namespace nn {
+
+void GPTConfig::validate() const {
+  auto positive = [](const char* name, int value) {
+    if (value <= 0) fail("GPT config: {} must be positive, got {}", name, value);
+  };
+  positive("n_layer", n_layer);
+  positive("n_head", n_head);
+  positive("n_embd", n_embd);
+  positive("block_size", block_size);
+  positive("vocab_size", vocab_size);
+  if (n_embd % n_head != 0) fail("GPT config: n_embd {} is not divisible by n_head {}", n_embd, n_head);
+  if (!(dropout >= 0.0f && dropout < 1.0f)) fail("GPT config: dropout must be in [0, 1), got {}", dropout);
+}
+
+nlohmann::json GPTConfig::to_json() const {
+  return {{"n_layer", n_layer},       {"n_head", n_head},   {"n_embd", n_embd}, {"block_size", block_size},
+          {"vocab_size", vocab_size}, {"dropout", dropout}, {"bias", bias}};
+}
+
+GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
+  GPTConfig c;
+  auto read = [&j](const char* name, auto& field) {
+    if (!j.contains(name)) fail("GPT config: field '{}' is missing", name);
+    try {
+      j.at(name).get_to(field);
+    } catch (const nlohmann::json::exception&) {
+      fail("GPT config: field '{}' has the wrong type ({})", name, j.at(name).dump());
+    }
+  };
+  read("n_layer", c.n_layer);
+  read("n_head", c.n_head);
+  read("n_embd", c.n_embd);
+  read("block_size", c.block_size);
+  read("vocab_size", c.vocab_size);
+  read("dropout", c.dropout);
+  read("bias", c.bias);
+  c.validate();
+  return c;
+}
+
+Tensor GPT::add_parameter(const std::string& name, Shape shape) {
+  Tensor t = Tensor::zeros(std::move(shape), /*requires_grad=*/true);
+  parameters_.push_back({name, t});
+  return t;
+}
+
+GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
+  config_.validate();
+  const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte).
+  wte_ = add_parameter("transformer.wte.weight", {V, C});
+  wpe_ = add_parameter("transformer.wpe.weight", {config_.block_size, C});
+  auto optional_bias = [&](const std::string& name, int64_t n) {
+    return config_.bias ? add_parameter(name, {n}) : Tensor{};
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    Block b;
+    b.ln_1_weight = add_parameter(p + "ln_1.weight", {C});
+    b.ln_1_bias = optional_bias(p + "ln_1.bias", C);
+    b.c_attn_weight = add_parameter(p + "attn.c_attn.weight", {3 * C, C});
+    b.c_attn_bias = optional_bias(p + "attn.c_attn.bias", 3 * C);
+    b.attn_proj_weight = add_parameter(p + "attn.c_proj.weight", {C, C});
+    b.attn_proj_bias = optional_bias(p + "attn.c_proj.bias", C);
+    b.ln_2_weight = add_parameter(p + "ln_2.weight", {C});
+    b.ln_2_bias = optional_bias(p + "ln_2.bias", C);
+    b.c_fc_weight = add_parameter(p + "mlp.c_fc.weight", {4 * C, C});
+    b.c_fc_bias = optional_bias(p + "mlp.c_fc.bias", 4 * C);
+    b.mlp_proj_weight = add_parameter(p + "mlp.c_proj.weight", {C, 4 * C});
+    b.mlp_proj_bias = optional_bias(p + "mlp.c_proj.bias", C);
+    blocks_.push_back(b);
+  }
+  ln_f_weight_ = add_parameter("transformer.ln_f.weight", {C});
+  ln_f_bias_ = optional_bias("transformer.ln_f.bias", C);
+
+  // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
+  // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
+  Rng rng(seed);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
+  for (auto& [name, t] : parameters_) {
+    bool is_layernorm = name.find(".ln_") != std::string::npos;
+    bool is_bias = name.ends_with(".bias");
+    if (is_layernorm && !is_bias) {
+      std::fill_n(t.data(), t.numel(), 1.0f);
+    } else if (!is_bias) {
+      float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
+      for (float& v : t.values()) v = rng.normal(0.0f, stddev);
+    }
+  }
+  positions_.resize(config_.block_size);
+  std::iota(positions_.begin(), positions_.end(), 0);
+}
+
+std::vector<NamedTensor> GPT::state_dict() const {
+  std::vector<NamedTensor> all = parameters_;
+  all.push_back({"lm_head.weight", wte_});
+  return all;
+}
+
+Tensor& GPT::parameter(const std::string& name) {
+  for (auto& p : parameters_)
+    if (p.name == name) return p.tensor;
+  if (name == "lm_head.weight") return wte_;
+  fail("GPT has no parameter named '{}'", name);
+}
+
+int64_t GPT::num_params(bool non_embedding) const {
+  int64_t n = 0;
+  for (const auto& p : parameters_) n += p.tensor.numel();
+  return non_embedding ? n - wpe_.numel() : n;
+}
+
+double GPT::flops_per_token(int64_t T) const {
+  // 6 FLOPs per parameter per token (2 forward, 4 backward) plus attention's q·k and p·v.
+  const double N = static_cast<double>(num_params(true));
+  return 6.0 * N + 12.0 * config_.n_layer * config_.n_embd * static_cast<double>(T);
+}
+
+void GPT::zero_grad() {
+  for (auto& p : parameters_) p.tensor.zero_grad();
+}
+
+Tensor GPT::maybe_dropout(const Tensor& x) {
+  return training_ && config_.dropout > 0.0f ? dropout(x, config_.dropout, dropout_rng_) : x;
+}
+
+Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
+    fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
+  if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
+  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  Tensor tok = embedding(wte_, ids, {B, T});                                          // [B,T,C]
+  Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
+  Tensor x = maybe_dropout(add(tok, pos));
+  for (Block& b : blocks_) {
+    Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
+    h = linear(h, b.c_attn_weight, b.c_attn_bias);                      // [B,T,3C]
+    h = causal_self_attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
+    h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias));
+    x = add(x, h);
+    h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
+    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                    // [B,T,4C]
+    h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));   // [B,T,C]
+    x = add(x, h);
+  }
+  return layernorm(x, ln_f_weight_, ln_f_bias_);
+}
+
+Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  return linear(hidden_states(ids, B, T), wte_);  // lm_head tied to wte: [B,T,V]
+}
+
+Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
+  return cross_entropy(forward(ids, B, T), targets);
+}
+
+std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature, int top_k,
+                                   Rng& rng) {
+  if (tokens.empty()) fail("generate: the prompt is empty");
+  if (!(temperature > 0.0f)) fail("generate: temperature must be positive, got {}", temperature);
+  autograd::NoGrad no_grad;
+  const bool was_training = training_;
+  training_ = false;
+  const int64_t V = config_.vocab_size, C = config_.n_embd;
+  std::vector<float> logits(V), sorted(V);
+  for (int step = 0; step < max_new_tokens; ++step) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
+    std::span<const int32_t> context(tokens.data() + tokens.size() - T, T);
+    Tensor h = hidden_states(context, 1, T);
+    // Logits of the last position only: h[T-1] · wteᵀ.
+    gemm(false, true, 1, V, C, 1.0f / temperature, h.data() + (T - 1) * C, C, wte_.data(), C, 0.0f, logits.data(), V);
+    if (top_k > 0 && top_k < V) {
+      sorted = logits;
+      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+      const float kth = sorted[top_k - 1];
+      for (float& z : logits)
+        if (z < kth) z = -INFINITY;
+    }
+    const float max = *std::max_element(logits.begin(), logits.end());
+    double total = 0.0;
+    for (float& z : logits) total += z = std::exp(z - max);
+    // Inverse-CDF sampling from the softmax.
+    double u = rng.uniform() * total, running = 0.0;
+    int32_t next = -1;
+    for (int64_t j = 0; j < V && (next < 0 || running <= u); ++j) {
+      if (logits[j] == 0.0f) continue;  // excluded by top-k
+      running += logits[j];
+      next = static_cast<int32_t>(j);  // the last candidate so far; kept once running > u
+    }
+    tokens.push_back(next);
+  }
+  training_ = was_training;
+  return tokens;
+}
+
+}  // namespace nn

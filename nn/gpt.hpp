@@ -1,0 +1,95 @@
+// GPT, the nanoGPT architecture:
+//
+//   ids [B,T] ─ wte ─┐
+//   positions  ─ wpe ─┴─ + ─ dropout ─ n_layer × Block ─ ln_f ─ lm_head (= wteᵀ, tied) ─ logits [B,T,V]
+//
+//   Block:  x = x + dropout(c_proj(attention(c_attn(ln_1(x)))))
+//           x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))        (MLP 4× wide)
+//
+// Parameters carry nanoGPT's state_dict names (transformer.h.0.attn.c_attn.weight, ...) and
+// nn.Linear's [out, in] layout, so checkpoints load into PyTorch unchanged.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/rng.hpp"
+#include "nn/tensor.hpp"
+
+namespace nn {
+
+struct GPTConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int block_size = 64;
+  int vocab_size = 65;
+  float dropout = 0.0f;
+  bool bias = false;
+
+  void validate() const;  // throws nn::Error naming the bad field
+  nlohmann::json to_json() const;
+  static GPTConfig from_json(const nlohmann::json& j);  // throws nn::Error naming a missing/bad field
+  bool operator==(const GPTConfig&) const = default;
+};
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+class GPT {
+ public:
+  GPT(const GPTConfig& config, uint64_t seed);  // nanoGPT's initialisation, from `seed`
+
+  const GPTConfig& config() const { return config_; }
+
+  // ids and targets are [B,T] row-major, T ≤ block_size. forward → logits [B,T,V];
+  // loss → mean cross-entropy (targets equal to -1 are ignored).
+  Tensor forward(std::span<const int32_t> ids, int64_t B, int64_t T);
+  Tensor loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T);
+
+  // Appends max_new_tokens sampled tokens to prompt: the context is cropped to the last
+  // block_size tokens, logits divided by temperature, only the top_k kept (0 = all).
+  std::vector<int32_t> generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k,
+                                Rng& rng);
+
+  // The distinct parameter tensors in state_dict order (lm_head.weight is wte, not listed).
+  std::vector<NamedTensor>& parameters() { return parameters_; }
+  const std::vector<NamedTensor>& parameters() const { return parameters_; }
+  // nanoGPT's state_dict: the parameters plus lm_head.weight (the same tensor as wte).
+  std::vector<NamedTensor> state_dict() const;
+  Tensor& parameter(const std::string& name);
+
+  // nanoGPT's get_num_params(): by default without the position embedding.
+  int64_t num_params(bool non_embedding = true) const;
+  // Model FLOPs per token for a forward+backward pass at context T (nanoGPT's estimate_mfu).
+  double flops_per_token(int64_t T) const;
+
+  void set_training(bool on) { training_ = on; }  // dropout only while training
+  bool training() const { return training_; }
+  Rng& dropout_rng() { return dropout_rng_; }
+  void zero_grad();
+
+ private:
+  struct Block {
+    Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
+    Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
+  };
+  Tensor add_parameter(const std::string& name, Shape shape);
+  Tensor hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T);  // after ln_f: [B,T,C]
+  Tensor maybe_dropout(const Tensor& x);
+
+  GPTConfig config_;
+  std::vector<NamedTensor> parameters_;
+  Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
+  std::vector<Block> blocks_;
+  std::vector<int32_t> positions_;  // 0, 1, …, block_size−1
+  bool training_ = true;
+  Rng dropout_rng_;
+};
+
+}  // namespace nn

@@ -1,0 +1,31 @@
+#include "nn/grad_clip.hpp"
+
+#include <cmath>
+
+namespace nn {
+
+float grad_norm(std::vector<NamedTensor>& parameters) {
+  double total = 0.0;
+  for (auto& p : parameters) {
+    const float* g = p.tensor.grad();
+    const int64_t n = p.tensor.numel();
+    double sq = 0.0;
+#pragma omp parallel for reduction(+ : sq) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
+    total += sq;
+  }
+  return static_cast<float>(std::sqrt(total));
+}
+
+float clip_grad_norm(std::vector<NamedTensor>& parameters, float max_norm) {
+  const float norm = grad_norm(parameters);
+  if (max_norm <= 0.0f) return norm;
+  const float coef = max_norm / (norm + 1e-6f);
+  if (coef < 1.0f) {
+    for (auto& p : parameters)
+      for (float& g : p.tensor.grad_values()) g *= coef;
+  }
+  return norm;
+}
+
+}  // namespace nn

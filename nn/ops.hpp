@@ -1,0 +1,53 @@
+// Every differentiable operation. Each lives in nn/ops/<name>.cpp with its forward and its
+// backward side by side; shapes are in the comments there. All take and return float32
+// contiguous tensors; integer inputs (token ids, targets) are spans of int32.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "nn/rng.hpp"
+#include "nn/tensor.hpp"
+
+namespace nn {
+
+// matmul.cpp — a [M,K] · b [K,N] → [M,N]; linear: x [...,in] · weightᵀ [in,out] + bias [out]
+// → [...,out], with weight laid out [out,in] like PyTorch's nn.Linear. bias may be empty.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// elementwise.cpp — a + b where b's shape equals a's trailing dimensions (a bias, a
+// position embedding) or all of them; a ⊙ b (same shapes); a · s.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& a, float s);
+
+// gelu.cpp — 0.5·x·(1 + erf(x/√2)), the exact form (PyTorch's nn.GELU()).
+Tensor gelu(const Tensor& x);
+
+// layernorm.cpp — over the last dimension, eps 1e-5; bias may be empty.
+Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, float eps = 1e-5f);
+
+// softmax.cpp — over the last dimension.
+Tensor softmax(const Tensor& x);
+
+// attention.cpp — causal multi-head self-attention on the packed output of c_attn:
+// qkv [B,T,3C] = (q | k | v) → y [B,T,C]. Dropout p on the attention weights when
+// `training` and p > 0 (masks drawn from rng).
+Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
+
+// embedding.cpp — rows of weight [V,C] picked by ids → [ids.size(), C] viewed as out_shape + [C].
+Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape);
+
+// dropout.cpp — zero each element with probability p, scale the rest by 1/(1-p).
+// p == 0 returns x itself.
+Tensor dropout(const Tensor& x, float p, Rng& rng);
+
+// cross_entropy.cpp — mean over rows whose target is not ignore_index of
+// -log softmax(logits[row])[target]. logits [N,V] (or [...,V]), targets N ints.
+Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index = -1);
+
+// reduce.cpp — all elements to one.
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+
+}  // namespace nn

@@ -1,0 +1,89 @@
+// LayerNorm over the last dimension, fused: one pass for the statistics, one for the output.
+#include <cmath>
+#include <omp.h>
+
+#include "nn/autograd.hpp"
+#include "nn/error.hpp"
+#include "nn/ops.hpp"
+
+namespace nn {
+
+// forward (each row x[C]):  μ = mean(x), σ⁻¹ = 1/√(var(x) + eps)   (biased variance)
+//                           x̂ = (x − μ)·σ⁻¹,   y = x̂ ⊙ weight + bias
+// backward:  g = dy ⊙ weight
+//            dx += σ⁻¹ · (g − mean(g) − x̂ · mean(g ⊙ x̂))
+//            dweight += Σ_rows dy ⊙ x̂,   dbias += Σ_rows dy
+Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  if (weight.numel() != C || (bias.defined() && bias.numel() != C))
+    fail("layernorm: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
+  bool track = autograd::needs_grad({&x, &weight, &bias});
+  Tensor y = Tensor::empty(x.shape(), track);
+  Tensor stats = Tensor::empty({rows, 2});  // (μ, σ⁻¹) per row, kept for backward
+  const float *xd = x.data(), *w = weight.data(), *b = bias.defined() ? bias.data() : nullptr;
+  float *yd = y.data(), *st = stats.data();
+
+#pragma omp parallel for schedule(static) if (rows * C > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = xd + r * C;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < C; ++j) sum += xr[j];
+    float mu = sum / C;
+    float var = 0.0f;
+    for (int64_t j = 0; j < C; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    float rstd = 1.0f / std::sqrt(var / C + eps);
+    float* yr = yd + r * C;
+    for (int64_t j = 0; j < C; ++j) yr[j] = (xr[j] - mu) * rstd * w[j] + (b ? b[j] : 0.0f);
+    st[2 * r] = mu;
+    st[2 * r + 1] = rstd;
+  }
+
+  if (track) {
+    autograd::record([x, weight, bias, y, stats, rows, C]() mutable {
+      const float *xv = x.data(), *wv = weight.data(), *dy = y.grad(), *saved = stats.data();
+      float* dx = x.requires_grad() ? x.grad() : nullptr;
+      bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
+      // Each thread sums its rows' dweight/dbias into its own slot; the slots are added after.
+      const int threads = omp_get_max_threads();
+      Tensor partial = Tensor::zeros({threads, 2, C});
+      float* pd = partial.data();
+#pragma omp parallel if (rows * C > 32768)
+      {
+        float* pw = pd + omp_get_thread_num() * 2 * C;
+        float* pb = pw + C;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+          const float *xr = xv + r * C, *dyr = dy + r * C;
+          const float mu = saved[2 * r], rstd = saved[2 * r + 1];
+          float mean_g = 0.0f, mean_gx = 0.0f;
+          for (int64_t j = 0; j < C; ++j) {
+            float xhat = (xr[j] - mu) * rstd, g = dyr[j] * wv[j];
+            mean_g += g;
+            mean_gx += g * xhat;
+            pw[j] += dyr[j] * xhat;
+            pb[j] += dyr[j];
+          }
+          mean_g /= C;
+          mean_gx /= C;
+          if (dx) {
+            float* dxr = dx + r * C;
+            for (int64_t j = 0; j < C; ++j) {
+              float xhat = (xr[j] - mu) * rstd;
+              dxr[j] += rstd * (dyr[j] * wv[j] - mean_g - xhat * mean_gx);
+            }
+          }
+        }
+      }
+      float* dw = want_w ? weight.grad() : nullptr;
+      float* db = want_b ? bias.grad() : nullptr;
+      for (int t = 0; t < threads; ++t)
+        for (int64_t j = 0; j < C; ++j) {
+          if (dw) dw[j] += pd[(t * 2) * C + j];
+          if (db) db[j] += pd[(t * 2 + 1) * C + j];
+        }
+    });
+  }
+  return y;
+}
+
+}  // namespace nn
