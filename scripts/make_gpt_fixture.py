@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch reference that tests/test_nn_gpt.cpp compares the C++ GPT with:
+tests/fixtures/gpt_parity_{bias,nobias}.safetensors, each holding
+
+  param.<name>      the weights (float32), under nanoGPT's state_dict names
+  ids, targets      one batch [B, T] (int64; one target is -1, ignored)
+  loss              the loss, computed in float64 from those float32 weights
+  grad.<name>       every parameter's gradient, float64
+  adamw.<name>      the parameters after two clipped AdamW steps (float32, PyTorch's AdamW)
+                    taken with the float32 rounding of grad.<name> as the gradient
+  clip_norms        the global gradient norm before clipping at each of those steps
+  __metadata__      the config, num_params, and the optimizer settings
+
+Needs Debian's python3-torch:  sudo apt-get install python3-torch
+Run from the repository root:  /usr/bin/python3 scripts/make_gpt_fixture.py
+"""
+import json
+import os
+import struct
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nanogpt_reference import GPT, GPTConfig  # noqa: E402
+
+LEARNING_RATES = [1e-2, 5e-3]
+BETAS = (0.9, 0.95)
+WEIGHT_DECAY = 0.1
+
+
+def write_safetensors(path, tensors, metadata):
+    """The safetensors format by hand (Debian has no python3-safetensors)."""
+    dtypes = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def make(path, config, B, T, seed):
+    torch.manual_seed(seed)
+    model = GPT(config)
+    with torch.no_grad():  # move LayerNorm weights and biases off 1 and 0 so their paths matter
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    names = [n for n in model.state_dict().keys()]
+    weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
+
+    ids = torch.randint(0, config.vocab_size, (B, T))
+    targets = torch.randint(0, config.vocab_size, (B, T))
+    targets[1, 3] = -1
+
+    # The reference loss and gradients in float64 from the same (float32) weights.
+    reference = model.double()
+    _, loss = reference(ids, targets)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in reference.named_parameters()}
+    grads["lm_head.weight"] = grads["transformer.wte.weight"]
+
+    # Two clipped AdamW steps in float32 with the float32-rounded gradients.
+    model = model.float()
+    model.load_state_dict(weights)
+    optimizer = model.configure_optimizer(WEIGHT_DECAY, LEARNING_RATES[0], BETAS)
+    named = dict(model.named_parameters())
+    norms = []
+    for lr in LEARNING_RATES:
+        for n, p in named.items():
+            p.grad = grads[n].float().clone()
+        total = sum(float(p.grad.double().pow(2).sum()) for p in named.values()) ** 0.5
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5 * total)))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+
+    tensors = {f"param.{n}": weights[n] for n in names}
+    tensors["ids"], tensors["targets"] = ids, targets
+    tensors["loss"] = loss.detach().reshape(1)
+    tensors.update({f"grad.{n}": grads[n] for n in names})
+    tensors.update({f"adamw.{n}": named[n].detach().clone() if n in named else named["transformer.wte.weight"]
+                    for n in names})
+    tensors["clip_norms"] = torch.tensor(norms, dtype=torch.float64)
+    metadata = {k: json.dumps(v) for k, v in vars(config).items()}
+    metadata.update({"num_params": str(model.get_num_params()), "num_params_all": str(model.get_num_params(False)),
+                     "state_dict_keys": json.dumps(names), "learning_rates": json.dumps(LEARNING_RATES),
+                     "betas": json.dumps(BETAS), "weight_decay": json.dumps(WEIGHT_DECAY),
+                     "torch_version": torch.__version__})
+    write_safetensors(path, tensors, metadata)
+    print(f"{path}: loss {loss.item():.6f}, {len(names)} tensors, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    out = "tests/fixtures"
+    make(f"{out}/gpt_parity_bias.safetensors",
+         GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=20, dropout=0.0, bias=True), 3, 13, 1)
+    make(f"{out}/gpt_parity_nobias.safetensors",
+         GPTConfig(block_size=8, vocab_size=7, n_layer=1, n_head=3, n_embd=12, dropout=0.0, bias=False), 2, 8, 2)

@@ -1,0 +1,216 @@
+// The GPT against PyTorch (fixtures from scripts/make_gpt_fixture.py: nanoGPT's model on
+// Debian's python3-torch), plus its own behaviour: parameter names and count,
+// initialisation, generate(), AdamW and clipping, the LR schedule, learning a pattern.
+#define CATCH_CONFIG_MAIN
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "nn/adamw.hpp"
+#include "nn/autograd.hpp"
+#include "nn/buffer_pool.hpp"
+#include "nn/error.hpp"
+#include "nn/gpt.hpp"
+#include "nn/grad_clip.hpp"
+#include "nn/lr_schedule.hpp"
+#include "nn/safetensors.hpp"
+
+namespace {
+
+struct Fixture {
+  nn::SafetensorsReader file;
+  nn::GPTConfig config;
+  std::vector<std::string> keys;  // nanoGPT's state_dict keys, in order
+  explicit Fixture(const std::string& name) : file(std::string(NANODIST_FIXTURES) + "/" + name) {
+    const auto& m = file.metadata();
+    auto get = [&](const char* key) { return nlohmann::json::parse(m.at(key)); };
+    config = nn::GPTConfig::from_json({{"n_layer", get("n_layer")},
+                                       {"n_head", get("n_head")},
+                                       {"n_embd", get("n_embd")},
+                                       {"block_size", get("block_size")},
+                                       {"vocab_size", get("vocab_size")},
+                                       {"dropout", get("dropout")},
+                                       {"bias", get("bias")}});
+    keys = get("state_dict_keys").get<std::vector<std::string>>();
+  }
+  std::vector<int32_t> ints(const std::string& name) const {
+    auto v = file.ints(name);
+    return {v.begin(), v.end()};
+  }
+  void load_weights(nn::GPT& model) const {
+    for (auto& [name, t] : model.parameters()) {
+      std::vector<float> w = file.floats("param." + name);
+      std::copy(w.begin(), w.end(), t.data());
+    }
+  }
+};
+
+// |ours − reference| ≤ 1e-5 · max(|reference|, floor), floor = 0.1 · the largest |reference|
+// in the tensor: relative for the tensor's large values, absolute (1e-6 of its largest) for
+// small ones. Float32 sums of terms of the tensor's scale carry errors of a few 1e-7 of that
+// scale (measured: at most 5.6e-7 here), which would be large relative to a value near zero.
+void check_close(const std::string& what, const float* ours, const std::vector<double>& reference, double rtol = 1e-5) {
+  double largest = 0;
+  for (double r : reference) largest = std::max(largest, std::abs(r));
+  const double floor = 0.1 * largest;
+  int bad = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    double err = std::abs(ours[i] - reference[i]) / std::max(std::abs(reference[i]), floor);
+    worst = std::max(worst, err);
+    if (err > rtol) ++bad;
+  }
+  INFO(what << ": worst relative error " << worst << ", " << bad << " of " << reference.size() << " elements over " << rtol);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("GPT matches PyTorch's nanoGPT: names, count, loss, every gradient") {
+  for (const char* name : {"gpt_parity_bias.safetensors", "gpt_parity_nobias.safetensors"}) {
+    INFO(name);
+    Fixture fx(name);
+    nn::GPT model(fx.config, 1);
+    std::vector<std::string> ours;
+    for (const auto& p : model.state_dict()) ours.push_back(p.name);
+    CHECK(ours == fx.keys);
+    CHECK(model.num_params() == std::stoll(fx.file.metadata().at("num_params")));
+    CHECK(model.num_params(false) == std::stoll(fx.file.metadata().at("num_params_all")));
+
+    fx.load_weights(model);
+    std::vector<int32_t> ids = fx.ints("ids"), targets = fx.ints("targets");
+    const auto& shape = fx.file.shape("ids");
+    nn::Tensor loss = model.loss(ids, targets, shape[0], shape[1]);
+    const double reference_loss = fx.file.doubles("loss")[0];
+    CHECK(std::abs(loss.item() - reference_loss) <= 1e-5 * std::abs(reference_loss));
+    nn::autograd::backward(loss);
+    for (const auto& [pname, t] : model.state_dict()) check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));
+  }
+}
+
+TEST_CASE("AdamW and clipping match PyTorch's over two steps") {
+  for (const char* name : {"gpt_parity_bias.safetensors", "gpt_parity_nobias.safetensors"}) {
+    INFO(name);
+    Fixture fx(name);
+    nn::GPT model(fx.config, 1);
+    fx.load_weights(model);
+    const auto& m = fx.file.metadata();
+    auto betas = nlohmann::json::parse(m.at("betas"));
+    nn::AdamW opt(model.parameters(), {betas[0].get<float>(), betas[1].get<float>(), 1e-8f,
+                                       nlohmann::json::parse(m.at("weight_decay")).get<float>()});
+    auto rates = nlohmann::json::parse(m.at("learning_rates")).get<std::vector<float>>();
+    std::vector<double> norms = fx.file.doubles("clip_norms");
+    for (std::size_t s = 0; s < rates.size(); ++s) {
+      for (auto& [pname, t] : model.parameters()) {
+        std::vector<float> g = fx.file.floats("grad." + pname);
+        std::copy(g.begin(), g.end(), t.grad());
+      }
+      const float norm = nn::grad_norm(model.parameters());
+      const float before = nn::clip_grad_norm(model.parameters(), 0.5f * norm);
+      CHECK(before == Approx(norms[s]).epsilon(1e-5));
+      CHECK(nn::grad_norm(model.parameters()) == Approx(0.5f * norm).epsilon(1e-4));
+      opt.step(rates[s]);
+    }
+    for (const auto& [pname, t] : model.state_dict()) check_close("after AdamW " + pname, t.data(), fx.file.doubles("adamw." + pname));
+  }
+}
+
+TEST_CASE("GPT: nanoGPT's initialisation and parameter count") {
+  nn::GPTConfig c;  // the CPU recipe: 4 layers, 4 heads, 128 wide, block 64, vocab 65, no bias
+  nn::GPT model(c, 123);
+  const int64_t C = 128, L = 4;
+  CHECK(model.num_params() == 65 * C + L * 12 * C * C + L * 2 * C + C);  // wte + blocks + ln_f
+  CHECK(model.num_params(false) == model.num_params() + 64 * C);
+  auto stddev = [&](const std::string& name) {
+    auto v = model.parameter(name).values();
+    double s = 0;
+    for (float x : v) s += double(x) * x;
+    return std::sqrt(s / v.size());
+  };
+  CHECK(stddev("transformer.h.0.attn.c_attn.weight") == Approx(0.02).epsilon(0.05));
+  CHECK(stddev("transformer.h.1.mlp.c_proj.weight") == Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+  CHECK(stddev("transformer.wte.weight") == Approx(0.02).epsilon(0.05));
+  for (float w : model.parameter("transformer.ln_f.weight").values()) CHECK(w == 1.0f);
+  CHECK(model.parameter("lm_head.weight").same_storage(model.parameter("transformer.wte.weight")));
+  nn::GPT same(c, 123);
+  CHECK(std::equal(same.parameter("transformer.h.3.attn.c_proj.weight").data(),
+                   same.parameter("transformer.h.3.attn.c_proj.weight").data() + C * C,
+                   model.parameter("transformer.h.3.attn.c_proj.weight").data()));
+  CHECK_THROWS_AS(nn::GPT(nn::GPTConfig{4, 3, 128}, 1), nn::Error);  // 128 not divisible by 3
+}
+
+TEST_CASE("generate: greedy equals argmax of the logits, context cropped to block_size") {
+  nn::GPTConfig c{2, 2, 16, 8, 13};
+  nn::GPT model(c, 5);
+  nn::Rng rng(1);
+  std::vector<int32_t> prompt{1, 2, 3};
+  std::vector<int32_t> out = model.generate(prompt, 4, 1.0f, 1, rng);  // top_k = 1: greedy
+  REQUIRE(out.size() == 7);
+  CHECK(std::equal(prompt.begin(), prompt.end(), out.begin()));
+  for (std::size_t n = 3; n < out.size(); ++n) {
+    nn::autograd::NoGrad no_grad;
+    model.set_training(false);
+    nn::Tensor logits = model.forward(std::span(out).first(n), 1, static_cast<int64_t>(n));
+    const float* last = logits.data() + (n - 1) * 13;
+    CHECK(out[n] == std::max_element(last, last + 13) - last);
+  }
+  std::vector<int32_t> long_prompt(20, 4);  // longer than block_size 8: cropped, no error
+  CHECK(model.generate(long_prompt, 3, 0.8f, 5, rng).size() == 23);
+  std::vector<int32_t> sampled = model.generate(prompt, 50, 1.0f, 0, rng);
+  for (int32_t t : sampled) CHECK((t >= 0 && t < 13));
+  CHECK_THROWS_AS(model.generate(prompt, 1, 0.0f, 0, rng), nn::Error);
+  CHECK_THROWS_AS(model.generate({}, 1, 1.0f, 0, rng), nn::Error);
+  CHECK_THROWS_AS(model.forward(long_prompt, 1, 20), nn::Error);  // T > block_size
+}
+
+TEST_CASE("learning rate: warm-up, cosine decay, floor") {
+  nn::LrSchedule s{1e-3f, 1e-4f, 10, 110};
+  CHECK(s.at(0) == Approx(1e-3 * 1 / 11));
+  CHECK(s.at(9) == Approx(1e-3 * 10 / 11));
+  CHECK(s.at(10) == Approx(1e-3));
+  CHECK(s.at(60) == Approx(1e-4 + 0.5 * (1e-3 - 1e-4)));  // half way: cos(π/2) = 0
+  CHECK(s.at(110) == Approx(1e-4));
+  CHECK(s.at(500) == Approx(1e-4));
+  CHECK(nn::LrSchedule{2e-3f, 0, 0, 0, false}.at(77) == Approx(2e-3));
+}
+
+TEST_CASE("AdamW: no weight decay on 1-D tensors, decay on matrices") {
+  nn::Tensor matrix = nn::Tensor::full({2, 2}, 1.0f, true), vector = nn::Tensor::full({2}, 1.0f, true);
+  nn::AdamW opt({{"m", matrix}, {"v", vector}}, {0.9f, 0.999f, 1e-8f, 0.5f});
+  matrix.grad();  // zero gradients: only weight decay can move anything
+  vector.grad();
+  opt.step(0.1f);
+  for (float w : matrix.values()) CHECK(w == Approx(1.0f - 0.1f * 0.5f));
+  for (float w : vector.values()) CHECK(w == 1.0f);
+  CHECK(opt.steps() == 1);
+}
+
+TEST_CASE("training: a small GPT learns a repeating sequence; no memory taken after step one") {
+  nn::GPTConfig c{2, 2, 32, 16, 7, 0.1f, true};
+  nn::GPT model(c, 3);
+  nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  std::vector<int32_t> ids(4 * 16), targets(4 * 16);
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 16; ++t) {
+      ids[b * 16 + t] = (b + t) % 7;
+      targets[b * 16 + t] = (b + t + 1) % 7;
+    }
+  float first = 0, last = 0;
+  std::size_t allocations = 0;
+  for (int step = 0; step < 60; ++step) {
+    nn::Tensor loss = model.loss(ids, targets, 4, 16);
+    if (step == 0) first = loss.item();
+    last = loss.item();
+    nn::autograd::backward(loss);
+    nn::clip_grad_norm(model.parameters(), 1.0f);
+    opt.step(3e-3f);
+    opt.zero_grad();
+    if (step == 1) allocations = nn::BufferPool::system_allocations();
+  }
+  CHECK(first > 1.5f);  // about log(7) ≈ 1.95 at the start
+  CHECK(last < 0.2f);
+  CHECK(nn::BufferPool::system_allocations() == allocations);
+}

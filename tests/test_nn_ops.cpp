@@ -1,0 +1,248 @@
+// Every op: its gradient against finite differences (odd sizes: not multiples of the
+// vector width), its forward value against a plain formula, and autograd's rules.
+#define CATCH_CONFIG_MAIN
+#include <algorithm>
+#include <cmath>
+
+#include "nn/buffer_pool.hpp"
+#include "nn/error.hpp"
+#include "nn/threads.hpp"
+#include "nn_test_util.hpp"
+
+using nn::Tensor;
+using nn_test::check_gradients;
+using nn_test::random_tensor;
+
+TEST_CASE("matmul and linear: gradients") {
+  check_gradients([](auto& in) { return nn::matmul(in[0], in[1]); },
+                  {random_tensor({5, 7}, 1), random_tensor({7, 3}, 2)});
+  check_gradients([](auto& in) { return nn::linear(in[0], in[1], in[2]); },
+                  {random_tensor({2, 3, 13}, 3), random_tensor({9, 13}, 4), random_tensor({9}, 5)});
+  check_gradients([](auto& in) { return nn::linear(in[0], in[1]); },
+                  {random_tensor({17, 19}, 6), random_tensor({5, 19}, 7)});
+}
+
+TEST_CASE("linear: forward equals x·Wᵀ + b") {
+  Tensor x = random_tensor({3, 5}, 1), w = random_tensor({4, 5}, 2), b = random_tensor({4}, 3);
+  Tensor y = nn::linear(x, w, b);
+  REQUIRE(y.shape() == nn::Shape{3, 4});
+  for (int r = 0; r < 3; ++r)
+    for (int o = 0; o < 4; ++o) {
+      double expected = b.data()[o];
+      for (int i = 0; i < 5; ++i) expected += x.data()[r * 5 + i] * w.data()[o * 5 + i];
+      CHECK(y.data()[r * 4 + o] == Approx(expected).epsilon(1e-5));
+    }
+  nn::autograd::clear_tape();
+}
+
+TEST_CASE("add (broadcast), mul, scale: gradients") {
+  check_gradients([](auto& in) { return nn::add(in[0], in[1]); },
+                  {random_tensor({3, 5, 7}, 1), random_tensor({5, 7}, 2)});
+  check_gradients([](auto& in) { return nn::add(in[0], in[1]); }, {random_tensor({4, 7}, 3), random_tensor({7}, 4)});
+  check_gradients([](auto& in) { return nn::add(in[0], in[1]); }, {random_tensor({6}, 5), random_tensor({6}, 6)});
+  check_gradients([](auto& in) { return nn::mul(in[0], in[1]); }, {random_tensor({3, 11}, 7), random_tensor({3, 11}, 8)});
+  check_gradients([](auto& in) { return nn::scale(in[0], -2.5f); }, {random_tensor({13}, 9)});
+  CHECK_THROWS_AS(nn::add(random_tensor({3, 5}, 1), random_tensor({3}, 2)), nn::Error);
+  nn::autograd::clear_tape();
+}
+
+TEST_CASE("gelu: exact erf form, gradient") {
+  Tensor x = Tensor::from(std::vector<float>{-3.0f, -1.0f, 0.0f, 0.5f, 1.0f, 2.0f}, {6});
+  Tensor y = nn::gelu(x);
+  const float expected[] = {-0.00404969f, -0.15865526f, 0.0f, 0.34573123f, 0.84134474f, 1.95449974f};
+  for (int i = 0; i < 6; ++i) CHECK(y.data()[i] == Approx(expected[i]).margin(1e-6));
+  check_gradients([](auto& in) { return nn::gelu(in[0]); }, {random_tensor({3, 17}, 1, 2.0f)});
+}
+
+TEST_CASE("layernorm: normalised rows, gradients with and without bias") {
+  Tensor x = random_tensor({4, 19}, 1, 3.0f, false);
+  Tensor y = nn::layernorm(x, Tensor::full({19}, 1.0f), Tensor::zeros({19}));
+  for (int r = 0; r < 4; ++r) {
+    double m = 0, v = 0;
+    for (int j = 0; j < 19; ++j) m += y.data()[r * 19 + j];
+    m /= 19;
+    for (int j = 0; j < 19; ++j) v += std::pow(y.data()[r * 19 + j] - m, 2);
+    CHECK(m == Approx(0.0).margin(1e-5));
+    CHECK(v / 19 == Approx(1.0).epsilon(1e-3));  // var/(var+eps) with eps = 1e-5
+  }
+  check_gradients([](auto& in) { return nn::layernorm(in[0], in[1], in[2]); },
+                  {random_tensor({2, 5, 19}, 2), random_tensor({19}, 3), random_tensor({19}, 4)});
+  check_gradients([](auto& in) { return nn::layernorm(in[0], in[1]); },
+                  {random_tensor({3, 33}, 5), random_tensor({33}, 6)});
+}
+
+TEST_CASE("softmax: rows sum to one, gradient") {
+  Tensor y = nn::softmax(random_tensor({4, 13}, 1, 3.0f, false));
+  for (int r = 0; r < 4; ++r) {
+    double s = 0;
+    for (int j = 0; j < 13; ++j) s += y.data()[r * 13 + j];
+    CHECK(s == Approx(1.0).epsilon(1e-6));
+  }
+  check_gradients([](auto& in) { return nn::softmax(in[0]); }, {random_tensor({4, 13}, 2)});
+}
+
+// Attention computed the slow, obvious way in double: the reference for the fused op.
+std::vector<double> naive_attention(const Tensor& qkv, int H) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, hs = C / H;
+  std::vector<double> y(B * T * C, 0.0);
+  auto at = [&](int64_t b, int64_t t, int64_t c) { return static_cast<double>(qkv.data()[(b * T + t) * 3 * C + c]); };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> w(t + 1);
+        for (int64_t j = 0; j <= t; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < hs; ++d) s += at(b, t, h * hs + d) * at(b, j, C + h * hs + d);
+          w[j] = s / std::sqrt(static_cast<double>(hs));
+        }
+        double max = *std::max_element(w.begin(), w.end()), total = 0;
+        for (double& v : w) total += v = std::exp(v - max);
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t d = 0; d < hs; ++d) y[(b * T + t) * C + h * hs + d] += w[j] / total * at(b, j, 2 * C + h * hs + d);
+      }
+  return y;
+}
+
+TEST_CASE("causal self-attention: forward equals the naive formula") {
+  for (auto [B, T, C, H] : {std::tuple{2, 7, 12, 3}, std::tuple{1, 5, 10, 2}, std::tuple{3, 17, 8, 1}}) {
+    Tensor qkv = random_tensor({B, T, 3 * C}, B + T, 1.0f, false);
+    Tensor y = nn::causal_self_attention(qkv, H);
+    std::vector<double> expected = naive_attention(qkv, H);
+    for (std::size_t i = 0; i < expected.size(); ++i) CHECK(y.data()[i] == Approx(expected[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("causal self-attention: the future does not leak into the past") {
+  const int B = 1, T = 6, C = 8;
+  Tensor qkv = random_tensor({B, T, 3 * C}, 1, 1.0f, false);
+  Tensor before = nn::causal_self_attention(qkv, 2);
+  for (int c = 0; c < 3 * C; ++c) qkv.data()[(T - 1) * 3 * C + c] += 5.0f;  // change the last position
+  Tensor after = nn::causal_self_attention(qkv, 2);
+  for (int i = 0; i < (T - 1) * C; ++i) CHECK(after.data()[i] == before.data()[i]);
+  bool last_changed = false;
+  for (int i = (T - 1) * C; i < T * C; ++i) last_changed |= after.data()[i] != before.data()[i];
+  CHECK(last_changed);
+}
+
+TEST_CASE("causal self-attention: gradients, with and without dropout") {
+  check_gradients([](auto& in) { return nn::causal_self_attention(in[0], 3); }, {random_tensor({2, 7, 36}, 1)});
+  check_gradients([](auto& in) { return nn::causal_self_attention(in[0], 2); }, {random_tensor({1, 5, 30}, 2)});
+  // The same mask on every evaluation: each call starts from a copy of the same generator.
+  check_gradients(
+      [](auto& in) {
+        nn::Rng rng(7);
+        return nn::causal_self_attention(in[0], 2, 0.3f, &rng);
+      },
+      {random_tensor({2, 6, 24}, 3)});
+}
+
+TEST_CASE("embedding: rows looked up, repeated ids collect both gradients") {
+  std::vector<int32_t> ids{3, 0, 3, 10, 7, 3};
+  Tensor w = random_tensor({11, 13}, 1);
+  Tensor out = nn::embedding(w, ids, {2, 3});
+  REQUIRE(out.shape() == nn::Shape{2, 3, 13});
+  for (int n = 0; n < 6; ++n)
+    for (int c = 0; c < 13; ++c) CHECK(out.data()[n * 13 + c] == w.data()[ids[n] * 13 + c]);
+  nn::autograd::clear_tape();
+  check_gradients([&](auto& in) { return nn::embedding(in[0], ids, {6}); }, {random_tensor({11, 13}, 2)});
+  CHECK_THROWS_AS(nn::embedding(w, std::vector<int32_t>{11}, {1}), nn::Error);
+}
+
+TEST_CASE("dropout: drops about p, keeps the mean, same mask for the same seed and any thread count") {
+  const int64_t n = 200000;
+  Tensor x = Tensor::full({n}, 1.0f);
+  nn::Rng rng(42);
+  Tensor y = nn::dropout(x, 0.3f, rng);
+  int64_t zeros = std::count(y.data(), y.data() + n, 0.0f);
+  CHECK(std::abs(static_cast<double>(zeros) / n - 0.3) < 0.01);
+  double total = 0;
+  for (float v : y.values()) total += v;
+  CHECK(total / n == Approx(1.0).epsilon(0.02));
+  for (float v : y.values()) REQUIRE((v == 0.0f || v == Approx(1.0f / 0.7f)));
+
+  const int threads = nn::compute_threads();
+  nn::set_compute_threads(1);
+  nn::Rng same(42);
+  Tensor again = nn::dropout(x, 0.3f, same);
+  nn::set_compute_threads(threads);
+  CHECK(std::equal(y.data(), y.data() + n, again.data()));
+  CHECK(nn::dropout(x, 0.0f, rng).same_storage(x));
+  CHECK_THROWS_AS(nn::dropout(x, 1.0f, rng), nn::Error);
+
+  check_gradients(
+      [](auto& in) {
+        nn::Rng r(3);
+        return nn::dropout(in[0], 0.4f, r);
+      },
+      {random_tensor({5, 9}, 4)});
+}
+
+TEST_CASE("cross-entropy: value, ignore index, gradient") {
+  const int N = 6, V = 11;
+  Tensor logits = random_tensor({N, V}, 1, 2.0f, false);
+  std::vector<int32_t> targets{3, -1, 0, 10, 5, -1};
+  double expected = 0;
+  int counted = 0;
+  for (int r = 0; r < N; ++r) {
+    if (targets[r] < 0) continue;
+    double total = 0;
+    for (int j = 0; j < V; ++j) total += std::exp(static_cast<double>(logits.data()[r * V + j]));
+    expected += std::log(total) - logits.data()[r * V + targets[r]];
+    ++counted;
+  }
+  CHECK(nn::cross_entropy(logits, targets).item() == Approx(expected / counted).epsilon(1e-6));
+  check_gradients([&](auto& in) { return nn::cross_entropy(in[0], targets); }, {random_tensor({N, V}, 2)});
+  CHECK_THROWS_AS(nn::cross_entropy(logits, std::vector<int32_t>{1, 2}), nn::Error);
+  CHECK_THROWS_AS(nn::cross_entropy(logits, std::vector<int32_t>{0, 0, 0, 0, 0, 11}), nn::Error);
+}
+
+TEST_CASE("sum and mean: gradients") {
+  check_gradients([](auto& in) { return nn::sum(in[0]); }, {random_tensor({7, 3}, 1)});
+  check_gradients([](auto& in) { return nn::mean(in[0]); }, {random_tensor({7, 3}, 2)});
+}
+
+TEST_CASE("autograd: gradients accumulate until zeroed; no-grad records nothing") {
+  Tensor x = random_tensor({4}, 1);
+  for (int round = 1; round <= 2; ++round) {
+    Tensor loss = nn::sum(nn::scale(x, 3.0f));
+    nn::autograd::backward(loss);
+    for (float g : x.grad_values()) CHECK(g == Approx(3.0f * round));
+  }
+  x.zero_grad();
+  for (float g : x.grad_values()) CHECK(g == 0.0f);
+  {
+    nn::autograd::NoGrad no_grad;
+    Tensor y = nn::gelu(x);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(nn::autograd::tape_size() == 0);
+  }
+  Tensor y = nn::gelu(x);
+  CHECK(y.requires_grad());
+  CHECK(nn::autograd::tape_size() == 1);
+  CHECK_THROWS_AS(nn::autograd::backward(y), nn::Error);  // not a scalar
+  nn::autograd::clear_tape();
+}
+
+TEST_CASE("buffer pool: a repeated computation takes no new memory from the system") {
+  Tensor w = random_tensor({64, 32}, 1);
+  auto step = [&] {
+    Tensor x = random_tensor({10, 32}, 2, 1.0f, false);
+    Tensor loss = nn::mean(nn::gelu(nn::linear(x, w)));
+    nn::autograd::backward(loss);
+  };
+  step();
+  const std::size_t after_first = nn::BufferPool::system_allocations();
+  for (int i = 0; i < 3; ++i) step();
+  CHECK(nn::BufferPool::system_allocations() == after_first);
+}
+
+TEST_CASE("threads: the default shares the cores among the ranks on a node") {
+  const int cores = nn::machine_cores();
+  CHECK(nn::default_compute_threads(1) == cores);
+  CHECK(nn::default_compute_threads(cores) == 1);
+  CHECK(nn::default_compute_threads(cores * 4) == 1);
+  nn::set_compute_threads(1);
+  CHECK(nn::compute_threads() == 1);
+  nn::set_compute_threads(cores);
+  CHECK_THROWS_AS(nn::set_compute_threads(0), nn::Error);
+}
