@@ -83,6 +83,13 @@ float* Tensor::grad() const {
   return s.grad;
 }
 
+Tensor::GradTarget Tensor::grad_target() const {
+  Storage& s = *impl_->storage;
+  if (s.grad) return {s.grad, true};
+  s.grad = BufferPool::acquire(s.count);
+  return {s.grad, false};
+}
+
 void Tensor::zero_grad() const {
   Storage& s = *impl_->storage;
   if (s.grad) std::memset(s.grad, 0, s.count * sizeof(float));

@@ -50,6 +50,14 @@ class Tensor {
   void set_requires_grad(bool on);
   bool has_grad() const;
   float* grad() const;  // a Tensor is a handle: a const one still reaches its gradient
+  // For backward kernels: where to put this tensor's gradient. A gradient buffer allocated
+  // here is not zero-filled; `accumulate` is false and the kernel must assign (=) every
+  // element instead of adding (+=) — this saves a memset of every activation per step.
+  struct GradTarget {
+    float* data;
+    bool accumulate;
+  };
+  GradTarget grad_target() const;
   std::span<float> grad_values() const { return {grad(), static_cast<std::size_t>(numel())}; }
   void zero_grad() const;
 

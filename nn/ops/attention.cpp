@@ -83,7 +83,8 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
   if (track) {
     autograd::record([qkv, y, att, B, T, C, H, hs, scale, use_dropout, stream, dropout_p]() mutable {
       const float *qkv_v = qkv.data(), *dy = y.grad(), *att_v = att.data();
-      float* dqkv = qkv.grad();
+      auto [dqkv, accumulate] = qkv.grad_target();  // every element is written once per call
+      const float beta = accumulate ? 1.0f : 0.0f;
 #pragma omp parallel for schedule(static) collapse(2)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
@@ -99,7 +100,7 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
             drop(P, dropped, T, stream, (b * H + h) * T * T, dropout_p);
             weights = dropped;
           }
-          gemm(true, false, T, hs, T, 1.0f, weights, T, dyh, C, 1.0f, dv, 3 * C);
+          gemm(true, false, T, hs, T, 1.0f, weights, T, dyh, C, beta, dv, 3 * C);
           gemm(false, true, T, T, hs, 1.0f, dyh, C, v, 3 * C, 0.0f, dP, T);
           if (use_dropout) drop(dP, dP, T, stream, (b * H + h) * T * T, dropout_p);  // same mask and scale
           for (int64_t t = 0; t < T; ++t) {  // dP becomes dS in place
@@ -110,8 +111,8 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
             for (int64_t j = 0; j <= t; ++j) row[j] = p[j] * (row[j] - dot);
             std::fill(row + t + 1, row + T, 0.0f);
           }
-          gemm(false, false, T, hs, T, scale, dP, T, k, 3 * C, 1.0f, dq, 3 * C);
-          gemm(true, false, T, hs, T, scale, dP, T, q, 3 * C, 1.0f, dk, 3 * C);
+          gemm(false, false, T, hs, T, scale, dP, T, k, 3 * C, beta, dq, 3 * C);
+          gemm(true, false, T, hs, T, scale, dP, T, q, 3 * C, beta, dk, 3 * C);
         }
     });
   }

@@ -51,10 +51,10 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int
     autograd::record([logits, loss, dlogits, N, V]() mutable {
       const float dloss = loss.grad()[0];
       const float* gv = dlogits.data();
-      float* dz = logits.grad();
+      auto [dz, accumulate] = logits.grad_target();
       const int64_t total_n = N * V;
 #pragma omp parallel for schedule(static) if (total_n > 65536)
-      for (int64_t i = 0; i < total_n; ++i) dz[i] += dloss * gv[i];
+      for (int64_t i = 0; i < total_n; ++i) dz[i] = (accumulate ? dz[i] : 0.0f) + dloss * gv[i];
     });
   }
   return loss;

@@ -26,12 +26,24 @@ Tensor add(const Tensor& a, const Tensor& b) {
     autograd::record([a, b, out, rows, n]() mutable {
       const float* dout = out.grad();
       if (a.requires_grad()) {
-        float* da = a.grad();
+        auto da = a.grad_target();
         const int64_t total = rows * n;
+        if (da.accumulate) {
 #pragma omp parallel for schedule(static) if (total > 65536)
-        for (int64_t i = 0; i < total; ++i) da[i] += dout[i];
+          for (int64_t i = 0; i < total; ++i) da.data[i] += dout[i];
+        } else {
+          std::copy_n(dout, total, da.data);
+        }
       }
-      if (b.requires_grad()) {
+      if (b.requires_grad() && rows == 1) {  // same shape (a residual connection): like da
+        auto db = b.grad_target();
+        if (db.accumulate) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+          for (int64_t j = 0; j < n; ++j) db.data[j] += dout[j];
+        } else {
+          std::copy_n(dout, n, db.data);
+        }
+      } else if (b.requires_grad()) {
         float* db = b.grad();
 #pragma omp parallel for schedule(static) if (rows * n > 65536)
         for (int64_t j = 0; j < n; ++j) {

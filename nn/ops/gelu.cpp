@@ -16,7 +16,7 @@ Tensor gelu(const Tensor& x) {
   const float* xd = x.data();
   float* yd = y.data();
   constexpr float inv_sqrt2 = static_cast<float>(1.0 / std::numbers::sqrt2);
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) yd[i] = 0.5f * xd[i] * (1.0f + std::erf(xd[i] * inv_sqrt2));
 
   if (track) {
@@ -24,12 +24,18 @@ Tensor gelu(const Tensor& x) {
       constexpr float inv_sqrt_2pi = static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
       const float* xv = x.data();
       const float* dy = y.grad();
-      float* dx = x.grad();
-#pragma omp parallel for schedule(static) if (n > 32768)
-      for (int64_t i = 0; i < n; ++i) {
-        float cdf = 0.5f * (1.0f + std::erf(xv[i] * inv_sqrt2));
-        float pdf = inv_sqrt_2pi * std::exp(-0.5f * xv[i] * xv[i]);
-        dx[i] += dy[i] * (cdf + xv[i] * pdf);
+      auto [dx, accumulate] = x.grad_target();  // a fresh buffer is overwritten, not added to
+      auto derivative = [](float v) {
+        float cdf = 0.5f * (1.0f + std::erf(v * inv_sqrt2));
+        float pdf = inv_sqrt_2pi * std::exp(-0.5f * v * v);
+        return cdf + v * pdf;
+      };
+      if (accumulate) {
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * derivative(xv[i]);
+      } else {
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * derivative(xv[i]);
       }
     });
   }

@@ -41,7 +41,10 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
   if (track) {
     autograd::record([x, weight, bias, y, stats, rows, C]() mutable {
       const float *xv = x.data(), *wv = weight.data(), *dy = y.grad(), *saved = stats.data();
-      float* dx = x.requires_grad() ? x.grad() : nullptr;
+      Tensor::GradTarget dx_target{nullptr, true};
+      if (x.requires_grad()) dx_target = x.grad_target();
+      float* dx = dx_target.data;
+      const bool accumulate = dx_target.accumulate;
       bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
       // Each thread sums its rows' dweight/dbias into its own slot; the slots are added after.
       const int threads = omp_get_max_threads();
@@ -69,7 +72,8 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
             float* dxr = dx + r * C;
             for (int64_t j = 0; j < C; ++j) {
               float xhat = (xr[j] - mu) * rstd;
-              dxr[j] += rstd * (dyr[j] * wv[j] - mean_g - xhat * mean_gx);
+              const float g = rstd * (dyr[j] * wv[j] - mean_g - xhat * mean_gx);
+              dxr[j] = accumulate ? dxr[j] + g : g;
             }
           }
         }

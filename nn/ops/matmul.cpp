@@ -19,8 +19,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
   if (track) {
     autograd::record([a, b, c, M, N, K]() mutable {
-      if (a.requires_grad()) gemm(false, true, M, K, N, 1.0f, c.grad(), N, b.data(), N, 1.0f, a.grad(), K);
-      if (b.requires_grad()) gemm(true, false, K, N, M, 1.0f, a.data(), K, c.grad(), N, 1.0f, b.grad(), N);
+      if (a.requires_grad()) {
+        auto da = a.grad_target();
+        gemm(false, true, M, K, N, 1.0f, c.grad(), N, b.data(), N, da.accumulate ? 1.0f : 0.0f, da.data, K);
+      }
+      if (b.requires_grad()) {
+        auto db = b.grad_target();
+        gemm(true, false, K, N, M, 1.0f, a.data(), K, c.grad(), N, db.accumulate ? 1.0f : 0.0f, db.data, N);
+      }
     });
   }
   return c;
@@ -53,7 +59,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (track) {
     autograd::record([x, weight, bias, y, rows, in, out]() mutable {
       const float* dy = y.grad();
-      if (x.requires_grad()) gemm(false, false, rows, in, out, 1.0f, dy, out, weight.data(), in, 1.0f, x.grad(), in);
+      if (x.requires_grad()) {
+        auto dx = x.grad_target();
+        gemm(false, false, rows, in, out, 1.0f, dy, out, weight.data(), in, dx.accumulate ? 1.0f : 0.0f, dx.data, in);
+      }
       if (weight.requires_grad())
         gemm(true, false, out, in, rows, 1.0f, dy, out, x.data(), in, 1.0f, weight.grad(), in);
       if (bias.defined() && bias.requires_grad()) {

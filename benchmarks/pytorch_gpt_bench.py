@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""The PyTorch side of gpt_bench: nanoGPT's model (scripts/nanogpt_reference.py) on
+Debian's python3-torch, eager, float32, all cores; forward + backward + clip + AdamW step on
+random tokens; prints one JSON line like `gpt_bench --json`."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from nanogpt_reference import GPT, GPTConfig  # noqa: E402
+
+PRESETS = {"a": (GPTConfig(block_size=64, vocab_size=65, n_layer=4, n_head=4, n_embd=128), 12),
+           "b": (GPTConfig(block_size=256, vocab_size=65, n_layer=6, n_head=6, n_embd=384), 64)}
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--preset", choices=PRESETS, default="a")
+parser.add_argument("--steps", type=int, default=0)
+parser.add_argument("--warmup", type=int, default=2)
+parser.add_argument("--threads", type=int, default=os.cpu_count())
+args = parser.parse_args()
+
+torch.set_num_threads(args.threads)
+config, batch = PRESETS[args.preset]
+steps = args.steps or (20 if args.preset == "a" else 3)
+torch.manual_seed(1337)
+model = GPT(config)
+optimizer = model.configure_optimizer(0.1, 1e-3, (0.9, 0.95))
+phases = {"total": [], "forward": [], "backward": [], "optimizer": []}
+for step in range(args.warmup + steps):
+    x = torch.randint(0, config.vocab_size, (batch, config.block_size))
+    y = torch.randint(0, config.vocab_size, (batch, config.block_size))
+    t0 = time.perf_counter()
+    _, loss = model(x, y)
+    t1 = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    t3 = time.perf_counter()
+    if step >= args.warmup:
+        for k, v in zip(phases, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)):
+            phases[k].append(v)
+ms = {k: statistics.median(v) * 1e3 for k, v in phases.items()}
+print(json.dumps({"impl": "pytorch " + torch.__version__, "preset": args.preset, "threads": args.threads,
+                  "ms_per_step": round(ms["total"], 2), "tokens_per_s": round(batch * config.block_size / ms["total"] * 1e3),
+                  "forward_ms": round(ms["forward"], 2), "backward_ms": round(ms["backward"], 2),
+                  "optimizer_ms": round(ms["optimizer"], 2)}))
