@@ -5,8 +5,16 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libeigen3-dev libopenblas-dev
           catch2 libfmt-dev libcli11-dev nlohmann-json3-dev)
 
-# --plots: also what the plotting scripts need.
-if [ "${1:-}" = "--plots" ]; then packages+=(python3-matplotlib); fi
+# --plots: also what the plotting scripts need; --pytorch: Debian's PyTorch, for the
+# side-by-side benchmark (benchmarks/gpt_bench_vs_pytorch.py) and to regenerate the test
+# fixtures (scripts/make_gpt_fixture.py). The build and the tests need neither.
+for flag in "$@"; do
+  case "$flag" in
+    --plots) packages+=(python3-matplotlib) ;;
+    --pytorch) packages+=(python3-torch) ;;
+    *) echo "install_deps: unknown option $flag (known: --plots, --pytorch)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
