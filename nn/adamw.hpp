@@ -34,6 +34,8 @@ class AdamW {
   // Moments, one tensor per parameter, in the same order (for checkpoints).
   std::vector<Tensor>& exp_avg() { return exp_avg_; }
   std::vector<Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  const std::vector<Tensor>& exp_avg() const { return exp_avg_; }
+  const std::vector<Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
   void set_steps(int64_t steps) { steps_ = steps; }
 
  private:

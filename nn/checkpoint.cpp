@@ -62,10 +62,9 @@ void save_checkpoint(const fs::path& dir, const GPT& model, const AdamW& optimiz
 
   std::vector<TensorRef> moments;
   const auto& params = optimizer.parameters();
-  auto& opt = const_cast<AdamW&>(optimizer);
   for (std::size_t i = 0; i < params.size(); ++i) {
-    moments.push_back({"exp_avg." + params[i].name, params[i].tensor.shape(), opt.exp_avg()[i].data()});
-    moments.push_back({"exp_avg_sq." + params[i].name, params[i].tensor.shape(), opt.exp_avg_sq()[i].data()});
+    moments.push_back({"exp_avg." + params[i].name, params[i].tensor.shape(), optimizer.exp_avg()[i].data()});
+    moments.push_back({"exp_avg_sq." + params[i].name, params[i].tensor.shape(), optimizer.exp_avg_sq()[i].data()});
   }
   write_safetensors(tmp / "optimizer.safetensors", moments);
 
