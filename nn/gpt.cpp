@@ -65,8 +65,15 @@ GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config), dropout_rng_
   auto optional_bias = [&](const std::string& name, int64_t n) {
     return config_.bias ? add_parameter(name, {n}) : Tensor{};
   };
+  auto indices_from = [&](std::size_t first) {
+    std::vector<int> group;
+    for (std::size_t i = first; i < parameters_.size(); ++i) group.push_back(static_cast<int>(i));
+    return group;
+  };
+  embedding_group_ = indices_from(0);
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
+    const std::size_t first = parameters_.size();
     Block b;
     b.ln_1_weight = add_parameter(p + "ln_1.weight", {C});
     b.ln_1_bias = optional_bias(p + "ln_1.bias", C);
@@ -81,9 +88,12 @@ GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config), dropout_rng_
     b.mlp_proj_weight = add_parameter(p + "mlp.c_proj.weight", {C, 4 * C});
     b.mlp_proj_bias = optional_bias(p + "mlp.c_proj.bias", C);
     blocks_.push_back(b);
+    block_groups_.push_back(indices_from(first));
   }
+  const std::size_t ln_f_first = parameters_.size();
   ln_f_weight_ = add_parameter("transformer.ln_f.weight", {C});
   ln_f_bias_ = optional_bias("transformer.ln_f.bias", C);
+  ln_f_group_ = indices_from(ln_f_first);
 
   // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
   // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
@@ -136,15 +146,23 @@ Tensor GPT::maybe_dropout(const Tensor& x) {
   return training_ && config_.dropout > 0.0f ? dropout(x, config_.dropout, dropout_rng_) : x;
 }
 
+void GPT::mark_grad_ready(const std::vector<int>& group) {
+  if (grad_ready_hook_ && autograd::grad_enabled())
+    autograd::record([this, &group] { grad_ready_hook_(group); });  // group: a member, alive as long as *this
+}
+
 Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
   if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
     fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
   Tensor tok = embedding(wte_, ids, {B, T});                                          // [B,T,C]
   Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
   Tensor x = maybe_dropout(add(tok, pos));
-  for (Block& b : blocks_) {
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    Block& b = blocks_[l];
+    mark_grad_ready(block_groups_[l]);
     Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
     h = linear(h, b.c_attn_weight, b.c_attn_bias);                      // [B,T,3C]
     h = causal_self_attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
@@ -155,6 +173,7 @@ Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
     h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));   // [B,T,C]
     x = add(x, h);
   }
+  mark_grad_ready(ln_f_group_);
   return layernorm(x, ln_f_weight_, ln_f_bias_);
 }
 

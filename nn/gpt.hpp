@@ -10,6 +10,7 @@
 // nn.Linear's [out, in] layout, so checkpoints load into PyTorch unchanged.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,6 +75,14 @@ class GPT {
   Rng& dropout_rng() { return dropout_rng_; }
   void zero_grad();
 
+  // For data-parallel overlap (trainers/gradient_averaging.hpp): during backward, called each
+  // time a group of parameters — one block, ln_f, or the embeddings (wte last: lm_head shares
+  // it) — has received its last gradient contribution, with their indices in parameters().
+  // It works by recording a marker on the tape just before the group's first use in forward:
+  // the tape runs in reverse, so the marker runs after every backward step that uses the group.
+  using GradReadyHook = std::function<void(std::span<const int> parameter_indices)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+
  private:
   struct Block {
     Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
@@ -82,6 +91,7 @@ class GPT {
   Tensor add_parameter(const std::string& name, Shape shape);
   Tensor hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T);  // after ln_f: [B,T,C]
   Tensor maybe_dropout(const Tensor& x);
+  void mark_grad_ready(const std::vector<int>& group);
 
   GPTConfig config_;
   std::vector<NamedTensor> parameters_;
@@ -90,6 +100,9 @@ class GPT {
   std::vector<int32_t> positions_;  // 0, 1, …, block_size−1
   bool training_ = true;
   Rng dropout_rng_;
+  GradReadyHook grad_ready_hook_;
+  std::vector<int> embedding_group_, ln_f_group_;  // indices into parameters_
+  std::vector<std::vector<int>> block_groups_;
 };
 
 }  // namespace nn

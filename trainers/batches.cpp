@@ -1,0 +1,55 @@
+#include "trainers/batches.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace trainers {
+
+namespace {
+void copy_window(std::span<const int32_t> tokens, int64_t start, int T, int b, Batch& batch) {
+  std::copy_n(tokens.begin() + start, T, batch.ids.begin() + static_cast<int64_t>(b) * T);
+  std::copy_n(tokens.begin() + start + 1, T, batch.targets.begin() + static_cast<int64_t>(b) * T);
+}
+}  // namespace
+
+void random_windows(std::span<const int32_t> tokens, int T, int B, nn::Rng& rng, Batch& batch) {
+  batch.ids.resize(static_cast<std::size_t>(B) * T);
+  batch.targets.resize(batch.ids.size());
+  const auto starts = static_cast<uint64_t>(tokens.size()) - static_cast<uint64_t>(T);  // 0 … n−T−1
+  for (int b = 0; b < B; ++b) copy_window(tokens, static_cast<int64_t>(rng.next_u64() % starts), T, b, batch);
+}
+
+BatchSampler::BatchSampler(std::span<const int32_t> tokens, int block_size, int micro_batch, int accumulation,
+                           Sampling sampling, uint64_t seed, int rank, int world_size)
+    : tokens_(tokens), T_(block_size), B_(micro_batch), K_(accumulation), sampling_(sampling), seed_(seed),
+      rank_(rank), world_size_(world_size), windows_((static_cast<int64_t>(tokens.size()) - 1) / block_size) {}
+
+const std::vector<int32_t>& BatchSampler::permutation(int64_t epoch) {
+  if (epoch != epoch_) {  // Fisher–Yates with a stream every rank shares
+    order_.resize(static_cast<std::size_t>(windows_));
+    std::iota(order_.begin(), order_.end(), 0);
+    nn::Rng rng(nn::hash64(seed_ ^ 0x5eed0fda7aULL, static_cast<uint64_t>(epoch)));
+    for (int64_t i = windows_ - 1; i > 0; --i)
+      std::swap(order_[i], order_[static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1))]);
+    epoch_ = epoch;
+  }
+  return order_;
+}
+
+void BatchSampler::fill(int64_t step, int micro, Batch& batch) {
+  const int64_t micro_step = step * K_ + micro;  // counts micro-batches since the start of training
+  if (sampling_ == Sampling::random) {
+    nn::Rng rng(nn::hash64(nn::hash64(seed_, static_cast<uint64_t>(rank_)), static_cast<uint64_t>(micro_step)));
+    random_windows(tokens_, T_, B_, rng, batch);
+    return;
+  }
+  batch.ids.resize(static_cast<std::size_t>(B_) * T_);
+  batch.targets.resize(batch.ids.size());
+  for (int b = 0; b < B_; ++b) {
+    const int64_t p = (micro_step * world_size_ + rank_) * B_ + b;
+    const int64_t window = permutation(p / windows_)[static_cast<std::size_t>(p % windows_)];
+    copy_window(tokens_, window * T_, T_, b, batch);
+  }
+}
+
+}  // namespace trainers

@@ -1,0 +1,129 @@
+#include "trainers/gradient_averaging.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace trainers {
+namespace {
+
+// "Not used in practice, but the starting point": N blocking allreduces after backward.
+class NaiveAllreduce : public GradientAverager {
+ public:
+  NaiveAllreduce(nn::GPT& model, comm::Communicator& world) : model_(model), world_(world) {}
+  void before_backward(bool) override {}
+  void finish() override {
+    for (auto& p : model_.parameters()) world_.allreduce(p.tensor.grad_values(), comm::ReduceOp::avg);
+  }
+  std::string describe() const override {
+    return fmt::format("naive: {} blocking allreduces per step, after backward", model_.parameters().size());
+  }
+
+ private:
+  nn::GPT& model_;
+  comm::Communicator& world_;
+};
+
+class BucketedAllreduce : public GradientAverager {
+ public:
+  BucketedAllreduce(nn::GPT& model, comm::Communicator& world, std::size_t bucket_bytes)
+      : model_(model), world_(world) {
+    // Buckets in reverse parameter order: the order in which backward finalises gradients.
+    auto& params = model.parameters();
+    bucket_of_.assign(params.size(), 0);
+    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+      const std::size_t bytes = static_cast<std::size_t>(params[static_cast<std::size_t>(i)].tensor.numel()) * 4;
+      if (buckets_.empty() || (buckets_.back().bytes > 0 && buckets_.back().bytes + bytes > bucket_bytes))
+        buckets_.emplace_back();
+      buckets_.back().params.push_back(i);
+      buckets_.back().bytes += bytes;
+      bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(buckets_.size()) - 1;
+    }
+    for (Bucket& b : buckets_) b.flat.resize(b.bytes / 4);
+    model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
+  }
+  ~BucketedAllreduce() override { model_.set_grad_ready_hook({}); }
+
+  void before_backward(bool communicate) override {
+    communicating_ = communicate;
+    for (Bucket& b : buckets_) b.waiting_for = b.params.size();
+  }
+
+  void finish() override {
+    for (std::size_t i = 0; i < buckets_.size(); ++i)  // a parameter backward never reached
+      if (!buckets_[i].started) start(i);
+    for (Bucket& b : buckets_) {
+      b.work.wait();
+      copy_from_flat(b);
+      b.started = false;
+    }
+    communicating_ = false;
+  }
+
+  std::string describe() const override {
+    return fmt::format("bucketed: {} buckets of ≤ {:.2f} MB, allreduce overlapped with backward", buckets_.size(),
+                       static_cast<double>(std::max_element(buckets_.begin(), buckets_.end(), [](auto& a, auto& b) {
+                                             return a.bytes < b.bytes;
+                                           })->bytes) / 1e6);
+  }
+
+ private:
+  struct Bucket {
+    std::vector<int> params;  // indices into model.parameters()
+    std::size_t bytes = 0;
+    std::vector<float> flat;  // the bucket's gradients, back to back
+    std::size_t waiting_for = 0;
+    bool started = false;
+    comm::Work work;
+  };
+
+  // The grad-ready hook: runs inside backward, right after a group's last gradient step.
+  void on_gradients_ready(std::span<const int> ready) {
+    if (!communicating_) return;
+    for (int p : ready) {
+      const auto b = static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(p)]);
+      if (--buckets_[b].waiting_for == 0) start(b);
+    }
+    // Give the allreduces in flight a chance to move (hand-written backends progress only
+    // when asked; so does MPI without a progress thread).
+    for (Bucket& b : buckets_)
+      if (b.started) b.work.test();
+  }
+
+  void start(std::size_t index) {
+    Bucket& b = buckets_[index];
+    float* out = b.flat.data();
+    for (int p : b.params) {
+      auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
+      out = std::copy(g.begin(), g.end(), out);
+    }
+    b.work = world_.allreduce_async(std::span(b.flat), comm::ReduceOp::avg);
+    b.started = true;
+  }
+
+  void copy_from_flat(Bucket& b) {
+    const float* in = b.flat.data();
+    for (int p : b.params) {
+      auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
+      std::copy_n(in, g.size(), g.begin());
+      in += g.size();
+    }
+  }
+
+  nn::GPT& model_;
+  comm::Communicator& world_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  bool communicating_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
+                                                         comm::Communicator& world, std::size_t bucket_bytes) {
+  if (kind == "naive") return std::make_unique<NaiveAllreduce>(model, world);
+  return std::make_unique<BucketedAllreduce>(model, world, bucket_bytes);
+}
+
+}  // namespace trainers

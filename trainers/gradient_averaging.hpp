@@ -1,0 +1,42 @@
+// Averaging gradients across data-parallel ranks. Afterwards every rank holds the mean of all
+// ranks' gradients, so every rank takes the same optimizer step from the same parameters.
+//
+//   naive     after backward, one blocking allreduce per parameter tensor, one after another:
+//             simple, but every message pays the latency, and nothing overlaps with compute.
+//   bucketed  PyTorch DDP's design. Parameters are grouped, in the order backward finishes
+//             them (last layer first), into buckets of about bucket_bytes. When a bucket's last
+//             gradient is final, its gradients are copied into one flat buffer whose
+//             allreduce is started asynchronously, while backward goes on with earlier layers;
+//             everything is waited for before the optimizer step.
+//
+//     backward:  ln_f │ block 3 │ block 2 │ block 1 │ block 0 │ embeddings
+//     comm:             [bucket 0 ……]  [bucket 1 ……]  [bucket 2 ……]  [bucket 3] ← finish() waits
+//
+// With gradient accumulation only the last micro-step communicates (before_backward(false)
+// leaves the others local), as DDP's no_sync().
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "comm/communicator.hpp"
+#include "nn/gpt.hpp"
+
+namespace trainers {
+
+class GradientAverager {
+ public:
+  virtual ~GradientAverager() = default;
+  // Before each micro-step's backward: `communicate` is true on the last micro-step only.
+  virtual void before_backward(bool communicate) = 0;
+  // After the last backward: returns once every gradient holds the average over ranks.
+  virtual void finish() = 0;
+  virtual std::string describe() const = 0;
+};
+
+// kind: "naive" or "bucketed". The bucketed one installs itself as `model`'s grad-ready hook.
+std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
+                                                         comm::Communicator& world, std::size_t bucket_bytes);
+
+}  // namespace trainers

@@ -1,0 +1,69 @@
+// train_dp's command line: every flag, its default (the main job's recipe) and its checks.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "nn/adamw.hpp"
+#include "nn/gpt.hpp"
+#include "nn/lr_schedule.hpp"
+
+namespace trainers {
+
+struct TrainOptions {
+  // data
+  std::string data_dir = "data";  // holds tinyshakespeare/input.txt and shakespeare_char/
+  std::string text;               // a text file to train on instead (prepared into data_dir)
+  // model (a checkpoint's config wins over these unless they were given explicitly)
+  nn::GPTConfig model;
+  // batch: each rank runs grad_accum micro-batches of batch_size × block_size tokens per step
+  int batch_size = 12;
+  int grad_accum = 1;
+  // optimisation
+  int max_iters = 2000;
+  nn::LrSchedule schedule;  // lr_decay_iters = 0 → max_iters
+  nn::AdamWConfig adamw;
+  float grad_clip = 1.0f;  // 0: no clipping
+  uint64_t seed = 1337;
+  // data parallelism
+  std::string sampling = "random";  // random | partition
+  std::string ddp = "bucketed";     // naive | bucketed
+  double bucket_mb = 1.0;
+  int threads = 0;  // 0: cores / ranks on this node
+  // evaluation, logging, samples
+  int eval_interval = 250;
+  int eval_iters = 10;
+  int log_interval = 50;
+  bool final_full_val = true;  // the exact val loss at the end (val_loss_full=…)
+  std::string metrics;         // .csv or .jsonl; default <out_dir>/metrics.csv
+  std::string prompt = "\n";
+  int sample_tokens = 300;
+  float temperature = 0.8f;
+  int top_k = 0;
+  // checkpoints and modes
+  std::string out_dir = "out/train_dp";
+  int ckpt_interval = 500;  // 0: only at the end
+  bool resume = false;      // continue from <out_dir>/checkpoint
+  std::string init_from;    // a checkpoint directory to load
+  bool eval_only = false;
+  bool sample_only = false;
+  // fault injection, for the tests and the lecture: rank crash_rank kills itself (SIGKILL)
+  int crash_at_step = -1;
+  int crash_rank = 1;
+
+  std::vector<std::string> explicit_model_flags;  // model flags the user typed, e.g. "n_layer"
+};
+
+void add_train_options(CLI::App& app, TrainOptions& options);
+// After parsing: cross-flag checks; throws comm::UsageError with one line naming the flag.
+void finish_train_options(const CLI::App& app, TrainOptions& options);
+
+// Fails when a checkpoint's model config contradicts a model flag the user gave explicitly.
+void check_config_against_flags(const nn::GPTConfig& checkpoint, const TrainOptions& options);
+
+nlohmann::json to_json(const TrainOptions& options);  // recorded in checkpoints
+
+}  // namespace trainers
