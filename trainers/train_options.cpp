@@ -24,6 +24,7 @@ template <class... Args> [[noreturn]] void usage(fmt::format_string<Args...> for
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
   const auto positive = CLI::PositiveNumber, non_negative = CLI::NonNegativeNumber;
   app.add_option("--data-dir", o.data_dir, "data folder (tinyshakespeare/input.txt, shakespeare_char/)")->capture_default_str();
   app.add_option("--text", o.text, "train on this text file instead of finding tiny Shakespeare");
