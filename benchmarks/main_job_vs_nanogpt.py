@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The main job against nanoGPT, side by side in one invocation: wall-clock time to the end
+of training and the exact val loss each reaches (val_loss_full, the same metric for both).
+
+    /usr/bin/python3 benchmarks/main_job_vs_nanogpt.py [--data-dir data]
+
+1. nanodist: `mpiexec -n 2 build/trainers/train_dp` with its default recipe (the main job).
+2. nanoGPT:  its CPU recipe for this data (benchmarks/nanogpt_train.py: 4 layers, 4 heads,
+   128 wide, block 64, batch 12, 2000 steps) on Debian's python3-torch.
+Both read the same token files; each time is from launch to exit (start-up, training,
+evaluations, the final exact val loss). Needs python3-torch (scripts/install_deps.sh --pytorch)."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
+parser.add_argument("--train-dp", default=os.path.join(ROOT, "build", "trainers", "train_dp"))
+parser.add_argument("--nanogpt-iters", type=int, default=2000)
+args = parser.parse_args()
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def timed(command):
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(command)}\n{done.stdout}{done.stderr}")
+    found = re.search(r"val_loss_full=([0-9.]+)", done.stdout)
+    if not found:
+        sys.exit(f"no val_loss_full in the output of {' '.join(command)}\n{done.stdout}")
+    return seconds, float(found.group(1)), done.stdout
+
+
+with tempfile.TemporaryDirectory() as out:
+    ours = timed(["mpiexec", "-n", "2", args.train_dp, "--data-dir", args.data_dir, "--out-dir", out])
+print(f"nanodist main job done: {ours[0]:.1f} s, val_loss_full={ours[1]:.4f}", flush=True)
+recipe = [line for line in ours[2].splitlines() if line.startswith(("model:", "global batch:"))]
+theirs = timed([sys.executable, os.path.join(ROOT, "benchmarks", "nanogpt_train.py"), "--data-dir", args.data_dir,
+                "--max-iters", str(args.nanogpt_iters)])
+trained = re.search(r"trained \d+ steps in ([0-9.]+) s", theirs[2])
+print(f"nanoGPT CPU recipe done: {theirs[0]:.1f} s, val_loss_full={theirs[1]:.4f}")
+print()
+print(f"{'':28} {'wall s':>8} {'val_loss_full':>14}")
+print(f"{'nanodist (mpiexec -n 2)':28} {ours[0]:>8.1f} {ours[1]:>14.4f}")
+print(f"{'nanoGPT (PyTorch, 1 proc)':28} {theirs[0]:>8.1f} {theirs[1]:>14.4f}"
+      + (f"   (its training loop alone: {trained.group(1)} s)" if trained else ""))
+print(f"time ratio nanodist / nanoGPT: {ours[0] / theirs[0]:.2f}  (target ≤ 0.50 with val_loss_full ≤ 1.88)")
+for line in recipe:
+    print("nanodist", line)
