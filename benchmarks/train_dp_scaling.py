@@ -31,6 +31,7 @@ env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1")
 configs = list(itertools.product([1, 2], ["mpi", "ring"], ["naive", "bucketed"]))
 samples = {c: [] for c in configs}
+model_line = ""
 with tempfile.TemporaryDirectory() as tmp:
     for round_ in range(args.rounds):
         for ranks, backend, ddp in configs:
@@ -43,14 +44,14 @@ with tempfile.TemporaryDirectory() as tmp:
             done = subprocess.run(command, env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"failed: {' '.join(command)}\n{done.stdout}{done.stderr}")
+            model_line = next((l for l in done.stdout.splitlines() if l.startswith("model:")), model_line)
             rows = [json.loads(line) for line in open(metrics)]
             windows = [r for r in rows if r["kind"] == "train"][1:]  # the first window is warm-up
             samples[(ranks, backend, ddp)].append({k: statistics.median(w[k] for w in windows)
                                                    for k in ("tokens_per_s", "step_ms", "backward_ms", "comm_ms")})
 
 results = []
-print(f"train_dp throughput: model 4L/4H/128, block 64, micro-batch {args.batch_size}, 1 thread per rank, "
-      f"median of {args.rounds} rounds")
+print(f"train_dp throughput, 1 thread per rank, micro-batch {args.batch_size}, median of {args.rounds} rounds; {model_line}")
 print(f"{'ranks':>5} {'backend':>7} {'ddp':>9} {'tokens/s':>9} {'per rank':>9} {'step ms':>8} {'bwd ms':>7} "
       f"{'comm ms':>8} {'scaling':>8}")
 for ranks, backend, ddp in configs:
