@@ -269,6 +269,7 @@ TEST_CASE("bad input: one line naming the problem and a non-zero exit") {
     clean_failure(train_dp(2, common + " --max-iters many"), "--max-iters");
     clean_failure(train_dp(2, common + " --n-embd 30 --n-head 4"), "n_embd");
     clean_failure(train_dp(2, common + " --eval-only"), "--eval-only needs --init-from");
+    clean_failure(train_dp(2, common + " --prompt 'QUEEN:'"), "--prompt: the character \"Q\"");
     clean_failure(train_dp(2, common + " --resume --out-dir " + out("never")), "no checkpoint");
   }
 }

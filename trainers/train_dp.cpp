@@ -120,6 +120,16 @@ void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabular
                                        saved.size(), data_dir.string(), data_vocab.size()));
 }
 
+// Samples start from --prompt: every character must be in the vocabulary (checked before
+// training, not at the first evaluation).
+void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabulary) {
+  try {
+    vocabulary.encode(prompt);
+  } catch (const nn::Error& e) {
+    throw comm::UsageError(fmt::format("--prompt: {}", e.what()));
+  }
+}
+
 // ---- step 1: the same start on every rank -----------------------------------------------
 
 void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& world) {
@@ -214,6 +224,7 @@ void sample_only(const TrainOptions& o, comm::Communicator& world) {
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(o.init_from, model, nullptr); });
   try {
     const nn::CharVocabulary vocabulary(start.train_state.at("vocabulary").get<std::string>());
+    check_prompt(o.prompt, vocabulary);
     if (world.rank() == 0)
       comm::say("{}", trainers::sample_text(model, vocabulary, o.prompt, o.sample_tokens, o.temperature, o.top_k,
                                             stream_seed(o.seed, Stream::sample, 0)));
@@ -241,6 +252,7 @@ void train(const TrainOptions& o, comm::Communicator& world) {
   if (!load_from.empty()) check_vocabulary(start.train_state, data.vocabulary, data.dir);
   start.config.vocab_size = data.vocabulary.size();
   check_fits(data, start.config.block_size);
+  check_prompt(o.prompt, data.vocabulary);
   const nn::GPTConfig& config = start.config;
   const int T = config.block_size, B = o.batch_size, K = o.grad_accum;
 
@@ -272,7 +284,16 @@ void train(const TrainOptions& o, comm::Communicator& world) {
             data.dir.string(), o.sampling);
   comm::say("global batch: {} ranks × micro-batch {} × {} accumulation step(s) × block {} = {} tokens per step", N, B,
             K, T, tokens_per_step);
-  if (first_step > 0) comm::say("resuming from {} at step {}", checkpoint_dir.string(), first_step);
+  if (first_step > 0) {
+    comm::say("resuming from {} at step {}", checkpoint_dir.string(), first_step);
+    const nlohmann::json was = start.train_state.value("options", nlohmann::json::object());
+    if (start.train_state.value("world_size", N) != N || was.value("batch_size", B) != B ||
+        was.value("grad_accum", K) != K || was.value("sampling", o.sampling) != o.sampling || was.value("seed", o.seed) != o.seed)
+      comm::say("note: the checkpoint was written by {} ranks × batch {} × {} accumulation step(s), {} sampling, seed {}: "
+                "training continues, but not as that run would have",
+                start.train_state.value("world_size", N), was.value("batch_size", B), was.value("grad_accum", K),
+                was.value("sampling", o.sampling), was.value("seed", o.seed));
+  }
 
   auto save = [&](int64_t steps_done, const std::optional<Evaluation>& last_eval) {
     if (rank != 0) return;

@@ -87,6 +87,7 @@ void finish_train_options(const CLI::App& app, TrainOptions& o) {
   if ((o.eval_only || o.sample_only) && o.init_from.empty())
     usage("--{} needs --init-from CHECKPOINT_DIR", o.eval_only ? "eval-only" : "sample-only");
   if (o.resume && !o.init_from.empty()) usage("--resume continues <out-dir>/checkpoint; it excludes --init-from");
+  if (o.prompt.empty()) usage("--prompt is empty: samples need at least one character to start from");
   if (o.metrics.empty()) o.metrics = o.out_dir + "/metrics.csv";
 }
 
