@@ -214,3 +214,59 @@ TEST_CASE("training: a small GPT learns a repeating sequence; no memory taken af
   CHECK(last < 0.2f);
   CHECK(nn::BufferPool::system_allocations() == allocations);
 }
+
+TEST_CASE("grad-ready hook: every parameter reported once, last layer first, with its final gradient") {
+  nn::GPTConfig config;
+  config.n_layer = 3;
+  config.n_head = 2;
+  config.n_embd = 16;
+  config.block_size = 8;
+  config.vocab_size = 11;
+  config.bias = true;
+  nn::GPT model(config, 5);
+  std::vector<int32_t> ids(2 * 8), targets(2 * 8);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>(i * 7 % 11);
+    targets[i] = static_cast<int32_t>((i * 7 + 3) % 11);
+  }
+  // Snapshots of each group's gradients at the moment the hook reports it.
+  std::vector<std::vector<int>> order;
+  std::vector<std::vector<float>> snapshot(model.parameters().size());
+  model.set_grad_ready_hook([&](std::span<const int> group) {
+    order.emplace_back(group.begin(), group.end());
+    for (int p : group) {
+      auto g = model.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
+      snapshot[static_cast<std::size_t>(p)].assign(g.begin(), g.end());
+    }
+  });
+  nn::Tensor loss = model.loss(ids, targets, 2, 8);
+  nn::autograd::backward(loss);
+  model.set_grad_ready_hook({});
+
+  // ln_f, block 2, block 1, block 0, then the embeddings (wte also serves lm_head).
+  REQUIRE(order.size() == 5);
+  CHECK(model.parameters()[static_cast<std::size_t>(order.front().front())].name == "transformer.ln_f.weight");
+  CHECK(model.parameters()[static_cast<std::size_t>(order[1].front())].name == "transformer.h.2.ln_1.weight");
+  CHECK(model.parameters()[static_cast<std::size_t>(order.back().front())].name == "transformer.wte.weight");
+  std::vector<int> seen;
+  for (auto& group : order) seen.insert(seen.end(), group.begin(), group.end());
+  std::sort(seen.begin(), seen.end());
+  std::vector<int> all(model.parameters().size());
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(seen == all);
+  // Nothing changed a gradient after it was reported final.
+  for (std::size_t p = 0; p < snapshot.size(); ++p) {
+    auto g = model.parameters()[p].tensor.grad_values();
+    INFO(model.parameters()[p].name);
+    CHECK(std::equal(g.begin(), g.end(), snapshot[p].begin(), snapshot[p].end()));
+  }
+  // No markers under NoGrad (evaluation).
+  order.clear();
+  model.set_grad_ready_hook([&](std::span<const int>) { order.emplace_back(); });
+  {
+    nn::autograd::NoGrad no_grad;
+    model.loss(ids, targets, 2, 8);
+  }
+  CHECK(nn::autograd::tape_size() == 0);
+  model.set_grad_ready_hook({});
+}
