@@ -56,6 +56,9 @@ const std::vector<std::string>& operation_names() {
 }
 
 bool uses_reduce_op(std::string_view op) { return op == "allreduce" || op == "reduce" || op == "reduce_scatter"; }
+bool has_in_place_form(std::string_view op) {
+    return op == "allreduce" || op == "reduce" || op == "allgather" || op == "broadcast";
+}
 bool uses_root(std::string_view op) { return op == "reduce" || op == "broadcast" || op == "gather" || op == "scatter"; }
 
 double bus_factor(std::string_view op, int ranks) {

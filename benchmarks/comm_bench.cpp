@@ -7,6 +7,7 @@
 // With --compare, the backends run interleaved size by size, and each row ends with every
 // backend's speed relative to the first one: on a shared, noisy machine only ratios from
 // one run are worth quoting.
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <limits>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "bench_harness.hpp"
+#include "comm/cli_checks.hpp"
 #include "comm/runtime.hpp"
 
 namespace {
@@ -128,6 +130,20 @@ Result measure_any(Communicator& comm, Communicator& clock, const bench::Case& c
     return {};
 }
 
+// Refuses, on every rank alike, a largest size whose buffers (send, receive, and the inputs
+// kept for checking) do not fit in this rank's share of the machine's memory.
+void check_memory(Communicator& world, const bench::Case& c, std::size_t bytes) {
+    const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), world.rank(), c.root);
+    std::array<double, 2> need_and_budget{static_cast<double>((s.send + 2 * s.recv) * comm::size_of(c.type)),
+                                          -comm::available_memory_bytes() / comm::runtime().local_size()};
+    world.allreduce(std::span<double>(need_and_budget), comm::ReduceOp::max);  // the largest need, the smallest budget
+    const double need = need_and_budget[0], budget = -need_and_budget[1];
+    if (budget > 0 && need > budget)
+        throw comm::UsageError(fmt::format("-e {} B: the largest size needs {:.3g} GiB of buffers per rank, but a rank's "
+                                           "share of the available memory is {:.3g} GiB: pick a smaller -e",
+                                           bytes, need / (1 << 30), budget / (1 << 30)));
+}
+
 void run(comm::Runtime& runtime, const Settings& settings) {
     Communicator& world = runtime.world();
     bench::Case c;
@@ -144,6 +160,11 @@ void run(comm::Runtime& runtime, const Settings& settings) {
     } catch (const comm::Error& e) {
         throw comm::UsageError(e.what());
     }
+
+    if (c.in_place && !bench::has_in_place_form(c.operation))
+        throw comm::UsageError(fmt::format("--in-place: {} has no in-place form (allreduce, reduce, allgather and "
+                                           "broadcast have)", c.operation));
+    check_memory(world, c, sizes.back());  // the backends take turns on buffers of the same size
 
     std::vector<std::string> backends = settings.compare;
     if (backends.empty()) backends.push_back(settings.comm.backend);
@@ -180,8 +201,16 @@ void run(comm::Runtime& runtime, const Settings& settings) {
     }
 
     std::size_t total_wrong = 0;
+    std::vector<double> busbw_sum(backends.size(), 0.0);
+    int measured = 0;
+    std::vector<std::size_t> skipped;
     for (std::size_t bytes : sizes) {
         const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), 0, c.root);
+        if (s.per_rank == 0 && bytes > 0) {  // e.g. 8 B of reduce_scatter on 3 ranks: nothing would move
+            skipped.push_back(bytes);
+            continue;
+        }
+        ++measured;
         const std::size_t reported_bytes = s.reported * comm::size_of(c.type);
         std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", reported_bytes, s.reported, settings.type,
                                       has_op ? settings.op : "none", has_root ? c.root : -1);
@@ -189,6 +218,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
         for (std::size_t k = 0; k < comms.size(); ++k) {  // interleaved: every backend at this size, then the next size
             Result r = measure_any(comms[k], clock, c, bytes, settings);
             total_wrong += r.wrong;
+            busbw_sum[k] += r.busbw;
             results.push_back(r);
             row += fmt::format(" | {:>10.2f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f} {:>6}", r.mean_us, r.min_us, r.max_us,
                                r.algbw, r.busbw, r.wrong);
@@ -202,7 +232,13 @@ void run(comm::Runtime& runtime, const Settings& settings) {
             row += fmt::format(" | {:>9.2f}x", results[k].mean_us > 0 ? results[0].mean_us / results[k].mean_us : 0.0);
         comm::say("{}", row);
     }
+    if (!skipped.empty())
+        comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
+                  settings.type, world.size());
     comm::say("# wrong elements in all: {}", total_wrong);
+    for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over the sizes
+        comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", measured ? busbw_sum[k] / measured : 0.0,
+                  backends.size() > 1 ? fmt::format(" ({})", backends[k]) : std::string());
     if (total_wrong > 0) throw comm::Error(fmt::format("{} wrong elements: a backend computed a wrong result", total_wrong));
 }
 
@@ -217,13 +253,13 @@ int main(int argc, char** argv) {
         app.add_option("--op", s.operation, "collective")->check(CLI::IsMember(bench::operation_names()))->capture_default_str();
         app.add_option("-b,--minbytes", s.begin, "first message size (8, 1K, 256M, ...)")->capture_default_str();
         app.add_option("-e,--maxbytes", s.end, "last message size")->capture_default_str();
-        app.add_option("-f,--stepfactor", s.factor, "multiply the size by this each step")->check(CLI::Range(1.0, 1e6))->capture_default_str();
-        app.add_option("-n,--iters", s.iterations, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
-        app.add_option("-w,--warmup_iters", s.warmup, "untimed iterations first")->check(CLI::Range(0, 1000000))->capture_default_str();
+        app.add_option("-f,--stepfactor", s.factor, "multiply the size by this each step")->check(comm::cli::real(1.0, 1e6))->capture_default_str();
+        app.add_option("-n,--iters", s.iterations, "timed iterations per size")->check(comm::cli::whole(1, 1000000))->capture_default_str();
+        app.add_option("-w,--warmup_iters", s.warmup, "untimed iterations first")->check(comm::cli::whole(0, 1000000))->capture_default_str();
         app.add_option("-d,--datatype", s.type, "element type")->check(CLI::IsMember({"float", "double", "int32", "int64"}))->capture_default_str();
         app.add_option("-o,--op_type", s.op, "reduction")->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}))->capture_default_str();
-        app.add_option("-r,--root", s.root, "root rank")->capture_default_str();
-        app.add_flag("--in-place", s.in_place, "in place where the collective has an in-place form");
+        app.add_option("-r,--root", s.root, "root rank")->check(comm::cli::whole(0))->capture_default_str();
+        app.add_flag("--in-place", s.in_place, "the in-place form (allreduce, reduce, allgather; broadcast always is)");
         app.add_option("--compare", s.compare, "backends to run side by side, e.g. mpi,ring,naive")
             ->delimiter(',')
             ->check(CLI::IsMember(comm::backend_names()));

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/cli_checks.hpp"
 #include "nn/adamw.hpp"
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
@@ -38,9 +39,9 @@ int main(int argc, char** argv) {
   int batch = 12, steps = 0, warmup = 2, threads = nn::machine_cores();
   bool json = false;
   app.add_option("--preset", preset, "a (nanoGPT CPU recipe) or b (baby GPT)")->check(CLI::IsMember({"a", "b"}));
-  app.add_option("--steps", steps, "timed steps (default: 20 for a, 3 for b)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "compute threads")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps (default: 20 for a, 3 for b)")->check(comm::cli::whole(1));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(comm::cli::whole(0));
+  app.add_option("--threads", threads, "compute threads")->check(comm::cli::whole(1));
   app.add_flag("--json", json, "one JSON line instead of the table");
   CLI11_PARSE(app, argc, argv);
 

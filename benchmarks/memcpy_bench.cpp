@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "bench_harness.hpp"
+#include "comm/cli_checks.hpp"
 #include "comm/runtime.hpp"
 
 int main(int argc, char** argv) {
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
         app.add_option("-b,--minbytes", begin, "first size")->capture_default_str();
         app.add_option("-e,--maxbytes", end, "last size")->capture_default_str();
         app.add_option("-f,--stepfactor", factor, "size factor")->capture_default_str();
-        app.add_option("-n,--iters", repeats, "repeats per size")->check(CLI::Range(1, 100000))->capture_default_str();
+        app.add_option("-n,--iters", repeats, "repeats per size")->check(comm::cli::whole(1, 100000))->capture_default_str();
         comm::parse(app, argc, argv);
         comm::Communicator& world = runtime.start(options);
         std::vector<std::size_t> sizes;

@@ -1,9 +1,11 @@
 #include "comm/runtime.hpp"
 
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 
 #include "comm/backend.hpp"
+#include "comm/cli_checks.hpp"
 
 namespace comm {
 namespace {
@@ -23,6 +25,15 @@ Runtime& runtime() {
     return *g_runtime;
 }
 
+double available_memory_bytes() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    double kib = 0;
+    while (meminfo >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return 0;
+}
+
 void add_options(CLI::App& app, Options& options) {
     app.add_option("--backend", options.backend, "collective backend: mpi, ring or naive")
         ->envname("NANODIST_BACKEND")
@@ -30,7 +41,7 @@ void add_options(CLI::App& app, Options& options) {
         ->capture_default_str();
     app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds")
         ->envname("NANODIST_TIMEOUT")
-        ->check(CLI::PositiveNumber)
+        ->check(cli::positive_real())
         ->capture_default_str();
     app.add_flag("--check-collectives", options.check,
                  "before each collective, verify that all ranks called it with the same arguments")
@@ -48,7 +59,7 @@ void parse(CLI::App& app, int argc, char** argv) {
             if (me) app.exit(e);
             throw ExitRequest{0};
         }
-        if (me) fmt::print(stderr, "error: {}\n", e.what());
+        if (me) fmt::print(stderr, "error: {}\n", cli::readable(e));
         throw ExitRequest{2};
     }
 }

@@ -90,6 +90,9 @@ private:
 // The running Runtime (there is one per process).
 Runtime& runtime();
 
+// Memory this machine can still give, in bytes (MemAvailable in /proc/meminfo); 0 if unknown.
+double available_memory_bytes();
+
 // Prints a line on the ranks that print (see Runtime::prints), prefixed "[rank r] " when
 // every rank prints.
 template <class... Args> void say(fmt::format_string<Args...> format, Args&&... args) {

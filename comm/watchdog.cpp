@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstring>
 #include <chrono>
 #include <csignal>
 #include <map>
@@ -16,13 +19,49 @@ namespace comm {
 namespace {
 
 Watchdog* g_watchdog = nullptr;
+StatusBoard* g_board = nullptr;
 volatile std::sig_atomic_t g_terminated = 0;  // set by SIGTERM while waiting
 volatile std::sig_atomic_t g_waiting = 0;     // inside wait_all
 
-void on_sigterm(int) {
+// The note rank 0 prints when the user interrupts the job, double-buffered so the signal
+// handler always reads a complete one.
+constexpr std::size_t kNoteSize = 1024;
+char g_notes[2][kNoteSize] = {{0}, {0}};
+std::atomic<int> g_note_index{0};
+
+// Did the job fail (a rank on this node dead, or a watchdog fired), or is this a plain
+// Ctrl-C? Only async-signal-safe calls: atomics, kill(), open()/read().
+bool job_failed() {
+    if (!g_board) return false;
+    if (g_board->header().aborting_rank.load() >= 0) return true;
+    for (int r = 0; r < g_board->world_size(); ++r) {
+        const std::int64_t pid = g_board->slot(r).pid.load();
+        if (pid != 0 && !process_alive(pid)) return true;
+    }
+    return false;
+}
+
+// SIGINT / SIGTERM. mpiexec passes a Ctrl-C on to every rank as SIGTERM, and also sends
+// SIGTERM when it tears the job down because a rank died. The first gets one line from
+// rank 0 (the note), the second the watchdog's report from the ranks that were waiting.
+void on_termination_signal(int signal) {
+    if (!job_failed()) {
+        if (g_board && g_board->world_rank() == 0) {
+            const char* note = g_notes[g_note_index.load()];
+            char line[kNoteSize + 64];
+            std::size_t n = 0;
+            auto put = [&](const char* text) {
+                while (*text && n < sizeof line - 1) line[n++] = *text++;
+            };
+            put(note[0] ? note : (signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"));
+            put("\n");
+            [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
+        }
+        _exit(128 + signal);
+    }
     if (!g_waiting) {  // not in a collective: nothing to report, die as usual
-        std::signal(SIGTERM, SIG_DFL);
-        std::raise(SIGTERM);
+        std::signal(signal, SIG_DFL);
+        std::raise(signal);
         return;
     }
     g_terminated = 1;
@@ -71,7 +110,19 @@ Watchdog& watchdog() {
 void set_watchdog(Watchdog* w) { g_watchdog = w; }
 bool has_watchdog() { return g_watchdog != nullptr; }
 
-void install_termination_report() { std::signal(SIGTERM, on_sigterm); }
+void install_termination_report() {
+    g_board = g_watchdog ? &g_watchdog->board() : nullptr;
+    std::signal(SIGTERM, on_termination_signal);
+    std::signal(SIGINT, on_termination_signal);
+}
+
+void set_interrupt_note(std::string_view note) {
+    const int next = 1 - g_note_index.load();
+    const std::size_t n = std::min(note.size(), kNoteSize - 1);
+    std::memcpy(g_notes[next], note.data(), n);
+    g_notes[next][n] = '\0';
+    g_note_index.store(next);
+}
 
 Watchdog::Watchdog(StatusBoard& board, double timeout_s, bool check_mode)
     : board_(board), timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)), check_mode_(check_mode) {}
@@ -112,28 +163,26 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
         if (spin % 64 == 0) {  // look at the clock and the board now and then, not every poll
             const std::int64_t now = now_ns();
             const std::int64_t aborting = board_.header().aborting_rank.load();
-            const char* why = nullptr;
-            bool first = false;
-            if (g_terminated) {
-                why = "interrupted (the launcher is ending the job: a process failed)";
-            } else if (aborting >= 0 && aborting != board_.world_rank()) {
-                why = "stopped (another rank's watchdog fired)";
-            } else if (now > deadline) {
-                std::int64_t none = -1;
-                first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
-                why = "timed out";
+            if (g_terminated) {  // the launcher is ending the job and sends SIGKILL soon: say it and go
+                std::string text = report(now, "interrupted (the launcher is ending the job: a process failed)") + "\n";
+                [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+                _exit(kWatchdogExitCode);
             }
-            if (why) {
-                std::string text = fmt::format(
-                    "[watchdog] rank {}: {} {} after waiting {} (deadline {}); {}", call_.comm_rank,
-                    describe(board_.mine().current), why, seconds(now - start_ns_),
-                    seconds(timeout_ns_), describe_missing(now));
-                if (g_terminated) {  // the launcher sends SIGKILL soon: say it and go
-                    text += "\n";
-                    [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
-                    _exit(kWatchdogExitCode);
-                }
-                end_job(text, first);
+            if (aborting >= 0 && aborting != board_.world_rank()) {
+                // Another rank fired first and prints the full report: one line from here, after it.
+                std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                const std::string who = call_.comm_rank == board_.world_rank()
+                                            ? fmt::format("rank {}", call_.comm_rank)
+                                            : fmt::format("rank {} (world rank {})", call_.comm_rank, board_.world_rank());
+                end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who, describe(board_.mine().current),
+                                    seconds(now - start_ns_)),
+                        false);
+            }
+            if (now > deadline) {
+                std::int64_t none = -1;
+                const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
+                if (!first) continue;  // another rank won the race: the branch above handles it
+                end_job(report(now, "timed out"), true);
             }
         }
         if (spin > 16) std::this_thread::yield();  // let an oversubscribed peer run
@@ -141,57 +190,111 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
     g_waiting = 0;
 }
 
-std::string Watchdog::describe_missing(std::int64_t now) {
-    // A rank has arrived once it has entered this collective (seq) on this communicator.
-    std::string lines;
+namespace {
+
+// "0-2, 5" for 0, 1, 2, 5.
+std::string rank_list(const std::vector<int>& ranks) {
+    std::string text;
+    for (std::size_t i = 0; i < ranks.size();) {
+        std::size_t j = i;
+        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+        if (!text.empty()) text += ", ";
+        text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+        i = j + 1;
+    }
+    return text;
+}
+
+std::string ranks_phrase(const std::vector<int>& ranks) {
+    return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", rank_list(ranks));
+}
+
+std::string short_call(const OpRecord& r) {  // "allreduce #3"
+    return fmt::format("{} #{}", name_of(static_cast<OpKind>(r.kind.load())), r.seq.load());
+}
+
+}  // namespace
+
+// What every member of the stuck call is doing, as far as this node can see: the full
+// report opens with a one-line diagnosis (who diverged), then a line per missing rank.
+std::string Watchdog::report(std::int64_t now, const char* what_happened) {
+    const std::string my_call = fmt::format("{} #{}", name_of(call_.kind), call_.seq);
+    std::vector<int> arrived = {call_.comm_rank};  // in this very call (me included)
     std::vector<int> missing;
+    std::map<std::string, std::vector<int>> elsewhere;  // "barrier #1" → ranks in it
+    std::vector<std::string> diagnosis, lines;
+    auto add = [&](std::string phrase, std::vector<int>& ranks) {
+        if (!ranks.empty()) diagnosis.push_back(fmt::format("{} {}", ranks_phrase(ranks), phrase));
+    };
+    std::vector<int> dead, finished, outside, unknown;
     const bool point_to_point = call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
     for (int r = 0; r < static_cast<int>(call_.members->size()); ++r) {
         if (r == call_.comm_rank) continue;
         if (point_to_point && r != call_.root) continue;
         const int w = (*call_.members)[r];
         RankSlot& slot = board_.slot(w);
-        // Its latest call, when it is this very call (same communicator and number), must
-        // also be the same collective with the same arguments.
+        // It has arrived once it entered this collective (seq) on this communicator — and,
+        // when its latest call is this very one, with the same arguments.
         const bool same_number = slot.last.comm_id.load() == call_.comm_id && slot.last.seq.load() == call_.seq;
         const bool same_call = slot.last.kind.load() == static_cast<std::int64_t>(call_.kind) &&
                                slot.last.count.load() == call_.count &&
                                slot.last.type.load() == static_cast<std::int64_t>(call_.type) &&
                                slot.last.op.load() == call_.op && slot.last.root.load() == call_.root;
-        if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq && (!same_number || same_call)) continue;
-        missing.push_back(r);
-        std::string who = w == r ? fmt::format("rank {}", r) : fmt::format("rank {} (world rank {})", r, w);
-        std::string doing;
-        const auto state = static_cast<RankState>(slot.state.load());
-        if (slot.pid.load() == 0) {
-            doing = "runs on another node; its state is not visible from here";
-        } else if (!process_alive(slot.pid)) {
-            doing = fmt::format("is dead: process {} is gone (crashed or killed)", slot.pid.load());
-        } else if (state == RankState::finalizing ||
-                   (state == RankState::in_collective && slot.current.kind.load() == static_cast<std::int64_t>(OpKind::finalize))) {
-            doing = "has finished its work and is shutting down (it skipped this collective)";
-        } else if (state == RankState::in_collective || state == RankState::reported) {
-            doing = fmt::format("is waiting in a different call, {}, for {}", describe(slot.current),
-                                seconds(now - slot.current.start_ns));
-            lines += fmt::format("\n[watchdog]   {} {}", who, doing);
+        if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq && (!same_number || same_call)) {
+            arrived.push_back(r);
             continue;
-        } else {
-            doing = "is not in any collective (computing, or stuck outside comm)";
         }
-        std::string last = "it has made no collective call yet";
-        if (slot.pid.load() != 0 && slot.last.kind.load() != 0) {
+        missing.push_back(r);
+        const std::string who = w == r ? fmt::format("rank {}", r) : fmt::format("rank {} (world rank {})", r, w);
+        const auto state = static_cast<RankState>(slot.state.load());
+        std::string last;
+        if (slot.last.kind.load() != 0) {
             const std::int64_t end = slot.last.end_ns.load();
-            last = end ? fmt::format("its last call, {}, returned {} ago", describe(slot.last),
-                                     seconds(now - end))
+            last = end ? fmt::format("its last call, {}, returned {} ago", describe(slot.last), seconds(now - end))
                        : fmt::format("its last call is {}, entered {} ago", describe(slot.last),
                                      seconds(now - slot.last.start_ns));
+        } else {
+            last = "it has made no collective call yet";
         }
-        lines += fmt::format("\n[watchdog]   {} {}; {}", who, doing, last);
+        if (slot.pid.load() == 0) {
+            unknown.push_back(r);
+            lines.push_back(fmt::format("{} runs on another node: its state is unknown from here", who));
+        } else if (!process_alive(slot.pid)) {
+            dead.push_back(r);
+            lines.push_back(fmt::format("{} is dead: process {} is gone (crashed or killed); {}", who, slot.pid.load(), last));
+        } else if (state == RankState::finalizing ||
+                   (state == RankState::in_collective &&
+                    slot.current.kind.load() == static_cast<std::int64_t>(OpKind::finalize))) {
+            finished.push_back(r);
+            lines.push_back(fmt::format("{} has finished its work and is shutting down (it skipped this collective)", who));
+        } else if (state == RankState::in_collective || state == RankState::reported) {
+            elsewhere[short_call(slot.current)].push_back(r);
+            lines.push_back(fmt::format("{} is waiting in a different call, {}, for {}", who, describe(slot.current),
+                                        seconds(now - slot.current.start_ns)));
+        } else {
+            outside.push_back(r);
+            lines.push_back(fmt::format("{} is not in any collective (computing, or stuck outside comm); {}", who, last));
+        }
     }
-    if (missing.empty()) return "every rank has arrived (the wait is inside the transport)" + lines;
-    return fmt::format("not arrived: rank{} {}", missing.size() > 1 ? "s" : "",
-                       fmt::join(missing, ", ")) +
-           lines;
+
+    // The diagnosis: the ranks that diverged first, then where the others are.
+    add(fmt::format("{} dead", dead.size() > 1 ? "are" : "is"), dead);
+    add(fmt::format("finished without calling {}", my_call), finished);
+    add(fmt::format("never called {}: not in any collective", my_call), outside);
+    add(fmt::format("did not arrive in {} and run{} on another node (state unknown here)", my_call,
+                    unknown.size() > 1 ? "" : "s"),
+        unknown);
+    for (auto& [call, ranks] : elsewhere) add("called " + call, ranks);
+    std::sort(arrived.begin(), arrived.end());
+    std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
+                                         : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
+                                                       ranks_phrase(arrived), my_call);
+    std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
+    text += fmt::format("\n[watchdog] rank {}: {} {} after waiting {} (deadline {})", call_.comm_rank,
+                        describe(board_.mine().current), what_happened, seconds(now - start_ns_), seconds(timeout_ns_));
+    if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
+    for (const std::string& l : lines) text += "\n[watchdog]   " + l;
+    return text;
 }
 
 void Watchdog::verify_same_call(MPI_Comm check_comm) {
@@ -222,14 +325,20 @@ void Watchdog::verify_same_call(MPI_Comm check_comm) {
 }
 
 void Watchdog::end_job(const std::string& report, bool first) {
-    if (!report.empty()) {
-        std::string text = report + fmt::format("\n[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
-        [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
-    }
+    std::string text = report.empty() ? report : report + "\n";
+    if (first) text += fmt::format("[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
+    [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
     board_.mine().state = static_cast<std::int64_t>(RankState::reported);
-    // The first rank gives the others on this node a moment to print their own view.
-    std::this_thread::sleep_for(std::chrono::milliseconds(first ? 1000 : 1500));
-    MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode);
+    if (first) {
+        // Give the other ranks a moment to stop and say their line, then end the job. Only
+        // this rank calls MPI_Abort: several at once make the launcher print stray errors.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode);
+        _exit(kWatchdogExitCode);
+    }
+    // Wait for the first rank's MPI_Abort to end this process; end it ourselves if it never comes
+    // (the first rank died, or runs on a node that lost its launcher).
+    std::this_thread::sleep_for(std::chrono::seconds(10));
     _exit(kWatchdogExitCode);
 }
 

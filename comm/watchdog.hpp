@@ -45,6 +45,7 @@ public:
     Watchdog(StatusBoard& board, double timeout_s, bool check_mode);
 
     double timeout_s() const { return timeout_ns_ * 1e-9; }
+    StatusBoard& board() { return board_; }
     bool check_mode() const { return check_mode_; }
 
     // Marks this rank as inside `call` from `start_ns` on (its deadline counts from there).
@@ -62,7 +63,8 @@ public:
     void mark_finalizing();
 
 private:
-    std::string describe_missing(std::int64_t now);
+    // The full report of the call in progress: a one-line diagnosis, then each missing rank.
+    std::string report(std::int64_t now, const char* what_happened);
     [[noreturn]] void end_job(const std::string& report, bool first);
 
     StatusBoard& board_;
@@ -90,8 +92,15 @@ public:
 // "allreduce #3 on 'world' (count 4 int32, op sum)"
 std::string describe(const OpRecord& record);
 
-// Installs the SIGTERM handler that lets a rank waiting in a collective report before it
-// goes when the launcher tears the job down (because another rank crashed or was killed).
+// Installs the SIGINT/SIGTERM handler. When the launcher tears the job down because another
+// rank crashed or was killed, a rank waiting in a collective reports before it goes; when
+// the user interrupted the job (Ctrl-C), rank 0 prints the interrupt note and all ranks exit
+// with 128 + the signal.
 void install_termination_report();
+
+// The one line rank 0 prints if the job is interrupted now, e.g. "interrupted at step 120;
+// the last checkpoint (step 100) is in out/train_dp/checkpoint; resume with …". Cheap: call
+// it whenever the answer changes.
+void set_interrupt_note(std::string_view note);
 
 }  // namespace comm

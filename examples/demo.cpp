@@ -1,5 +1,7 @@
 #include "demo.hpp"
 
+#include "comm/cli_checks.hpp"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -14,12 +16,13 @@ int run(int argc, char** argv, const std::string& description, bool uses_root, b
         CLI::App app{description};
         Settings settings;
         comm::add_options(app, settings.comm);
-        if (uses_root) app.add_option("--root", settings.root, "the root rank")->capture_default_str();
+        if (uses_root)
+            app.add_option("--root", settings.root, "the root rank")->check(comm::cli::whole(0))->capture_default_str();
         if (uses_op)
             app.add_option("--op", settings.op, "reduction: sum, prod, min, max or avg")
                 ->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}))
                 ->capture_default_str();
-        app.add_option("--count", settings.count, "elements per rank")->check(CLI::Range(1, 16))->capture_default_str();
+        app.add_option("--count", settings.count, "elements per rank")->check(comm::cli::whole(1, 16))->capture_default_str();
         comm::parse(app, argc, argv);
         comm::Communicator& world = runtime.start(settings.comm);
         if (settings.root < 0 || settings.root >= world.size())

@@ -10,6 +10,9 @@ int main(int argc, char** argv) {
     if (!std::getenv("NANODIST_TIMEOUT")) setenv("NANODIST_TIMEOUT", "3", 1);
     return demo::run(argc, argv, "timeout demo: one rank skips a collective; the watchdog reports it", false, false,
                      [](comm::Communicator& world, const demo::Settings&) {
+                         if (world.size() < 2)
+                             throw comm::UsageError("the timeout demo needs at least 2 ranks (one skips a collective "
+                                                    "the others wait in): mpiexec -n 4 timeout");
                          std::vector<float> gradient(1024, 1.0f);
                          world.allreduce(std::span(gradient));  // step 0: everybody takes part
                          comm::say("step 0: allreduce done on all {} ranks", world.size());

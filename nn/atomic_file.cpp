@@ -39,6 +39,8 @@ uint64_t fnv1a64(std::span<const char> bytes) {
 }
 
 std::vector<char> read_whole_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{}: is a folder, not a file", path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
   in.seekg(0, std::ios::end);

@@ -1,5 +1,7 @@
 #include "nn/checkpoint.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "nn/atomic_file.hpp"
@@ -51,7 +53,19 @@ nlohmann::json read_state(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// A diverged model (nan/inf weights) is never written over a good checkpoint, nor loaded.
+void check_finite(const GPT& model, const std::string& where) {
+  for (const auto& [name, t] : model.parameters())
+    for (float v : t.values())
+      if (!std::isfinite(v)) fail("{}: {} holds non-finite values ({}): the run diverged", where, name, v);
+}
+
+}  // namespace
+
 void save_checkpoint(const fs::path& dir, const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state) {
+  check_finite(model, "refusing to write a checkpoint to " + dir.string());
   const fs::path tmp = dir.string() + ".tmp", prev = dir.string() + ".prev";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -121,6 +135,7 @@ CheckpointInfo load_checkpoint(const fs::path& dir, GPT& model, AdamW* optimizer
 
   SafetensorsReader weights(info.dir / "model.safetensors", read_checked(info, state, "model.safetensors"));
   for (auto& [name, t] : model.parameters()) weights.read_into(name, t);
+  check_finite(model, (info.dir / "model.safetensors").string());
   if (optimizer) {
     SafetensorsReader moments(info.dir / "optimizer.safetensors", read_checked(info, state, "optimizer.safetensors"));
     const auto& params = optimizer->parameters();

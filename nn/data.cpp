@@ -1,6 +1,9 @@
 #include "nn/data.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -117,51 +120,117 @@ void write_tokens(const fs::path& file, std::span<const int32_t> ids) {
 
 }  // namespace
 
-PreparedData prepare_char_dataset(const fs::path& text_file, const fs::path& out_dir) {
-  std::vector<char> bytes = read_whole_file(text_file);
+namespace {
+
+// The byte offset of the first byte that breaks UTF-8, or npos. (Vocabularies travel in JSON
+// — meta.json, checkpoints — which holds text, not arbitrary bytes.)
+std::size_t first_invalid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const std::size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    for (std::size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+// Removes a folder tree when it goes out of scope unless released (the temporary folder of
+// a preparation that failed half-way).
+struct RemoveOnFailure {
+  fs::path dir;
+  ~RemoveOnFailure() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
+
+}  // namespace
+
+PreparedData prepare_char_dataset(const TextSource& source, const fs::path& out_dir) {
+  std::vector<char> bytes = read_whole_file(source.path);
   const std::string_view text(bytes.data(), bytes.size());
-  if (text.size() < 2) fail("{}: the text is too short to split into train and val", text_file.string());
+  if (text.size() < 2) fail("{}: the text is too short to split into train and val", source.path.string());
+  if (const auto bad = first_invalid_utf8(text); bad != std::string_view::npos)
+    fail("{}: not a UTF-8 text file (byte 0x{:02x} at offset {}); nanodist trains on text", source.path.string(),
+         static_cast<unsigned char>(text[bad]), bad);
   PreparedData data;
   data.dir = out_dir;
   data.vocabulary = CharVocabulary::from_text(text);
-  data.source = text_file.string();
+  data.source = source.path.string();
+  data.source_how = source.how;
   const std::vector<int32_t> ids = data.vocabulary.encode(text);
   const auto split = static_cast<std::size_t>(static_cast<double>(ids.size()) * 0.9);  // nanoGPT: int(n*0.9)
   data.train_tokens = static_cast<int64_t>(split);
   data.val_tokens = static_cast<int64_t>(ids.size() - split);
-  fs::create_directories(out_dir);
-  write_tokens(out_dir / "train.bin", std::span(ids).first(split));
-  write_tokens(out_dir / "val.bin", std::span(ids).subspan(split));
   nlohmann::json meta = {{"vocab_size", data.vocabulary.size()}, {"chars", data.vocabulary.chars()},
                          {"train_tokens", data.train_tokens},    {"val_tokens", data.val_tokens},
-                         {"source", data.source},                {"source_bytes", text.size()}};
-  write_file_atomically(out_dir / "meta.json", meta.dump(2) + "\n");  // last: its presence means "complete"
+                         {"source", data.source},                {"source_how", data.source_how},
+                         {"source_bytes", text.size()}};
+
+  // The set is written into a temporary folder beside the real one, then renamed into place.
+  const fs::path parent = out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  RemoveOnFailure temporary{parent / fmt::format(".{}.tmp-{}", out_dir.filename().string(), ::getpid())};
+  fs::remove_all(temporary.dir);
+  fs::create_directories(temporary.dir);
+  write_tokens(temporary.dir / "train.bin", std::span(ids).first(split));
+  write_tokens(temporary.dir / "val.bin", std::span(ids).subspan(split));
+  write_file_atomically(temporary.dir / "meta.json", meta.dump(2) + "\n");
+  std::error_code ec;
+  fs::remove_all(out_dir, ec);  // a stale set is replaced whole
+  fs::rename(temporary.dir, out_dir);
+  temporary.dir.clear();
   return data;
 }
 
 std::optional<PreparedData> read_prepared_data(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return std::nullopt;
+  const std::string rebuild = fmt::format("delete the folder {} and run again to prepare it anew", dir.string());
   const fs::path meta_file = dir / "meta.json";
-  if (!fs::exists(meta_file)) return std::nullopt;
+  if (!fs::is_regular_file(meta_file, ec)) fail("{} is incomplete (no meta.json): {}", dir.string(), rebuild);
   std::vector<char> bytes = read_whole_file(meta_file);
+  PreparedData data;
   try {
     nlohmann::json meta = nlohmann::json::parse(bytes.begin(), bytes.end());
-    PreparedData data;
     data.dir = dir;
     data.vocabulary = CharVocabulary(meta.at("chars").get<std::string>());
     data.train_tokens = meta.at("train_tokens").get<int64_t>();
     data.val_tokens = meta.at("val_tokens").get<int64_t>();
     data.source = meta.value("source", "");
-    return data;
+    data.source_how = meta.value("source_how", "");
+    data.reused = true;
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: not a valid meta file ({})", meta_file.string(), e.what());
+    fail("{}: not a valid meta file ({}): {}", meta_file.string(), e.what(), rebuild);
+  } catch (const Error& e) {
+    fail("{}: {}: {}", meta_file.string(), e.what(), rebuild);
   }
+  for (auto [name, tokens] : {std::pair{"train.bin", data.train_tokens}, std::pair{"val.bin", data.val_tokens}}) {
+    const fs::path file = dir / name;
+    if (!fs::is_regular_file(file, ec)) fail("{} is incomplete ({} is missing or not a file): {}", dir.string(), name, rebuild);
+    const auto size = fs::file_size(file, ec);
+    if (size != static_cast<uintmax_t>(tokens) * 2)
+      fail("{} is inconsistent ({} has {} bytes, meta.json says {} tokens = {} bytes): {}", dir.string(), name, size,
+           tokens, tokens * 2, rebuild);
+  }
+  return data;
+}
+
+fs::path prepared_dir(const fs::path& data_dir, const std::optional<fs::path>& given) {
+  if (!given) return data_dir / "shakespeare_char";
+  std::string name;
+  for (char c : given->stem().string().substr(0, 40)) name += std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_';
+  const std::vector<char> bytes = read_whole_file(*given);
+  return data_dir / fmt::format("text_{}_{:016x}", name, fnv1a64(bytes));
 }
 
 PreparedData prepare_shakespeare(const fs::path& data_dir, const std::optional<fs::path>& given) {
-  const fs::path out_dir = data_dir / "shakespeare_char";
-  if (!given)
-    if (auto existing = read_prepared_data(out_dir)) return *existing;
-  return prepare_char_dataset(find_shakespeare_text(data_dir, given).path, out_dir);
+  if (given && !is_nonempty_file(*given)) fail("--text {}: no such file (or it is empty)", given->string());
+  const fs::path out_dir = prepared_dir(data_dir, given);
+  if (auto existing = read_prepared_data(out_dir)) return *existing;
+  return prepare_char_dataset(find_shakespeare_text(data_dir, given), out_dir);
 }
 
 std::vector<int32_t> load_tokens(const fs::path& file, int vocab_size) {

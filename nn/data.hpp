@@ -5,8 +5,11 @@
 //                                                  └ last 10% ─> val.bin   (111,540 tokens)
 //
 // train.bin / val.bin hold uint16 little-endian token ids (nanoGPT's format); meta.json holds
-// the vocabulary, the token counts and where the text came from. Everything lands in
-// <data_dir>/shakespeare_char/, each file written atomically.
+// the vocabulary, the token counts and where the text came from. Tiny Shakespeare lands in
+// <data_dir>/shakespeare_char/; a text given with --text in its own folder beside it,
+// <data_dir>/text_<name>_<hash of its bytes>/, so it never replaces the data other runs read.
+// The three files are written as a set: into a temporary folder that is renamed into place,
+// so a failed or killed preparation leaves nothing behind.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -57,21 +60,29 @@ inline constexpr const char* kMirrorVariable = "NANODIST_DATA_MIRROR";
 TextSource find_shakespeare_text(const std::filesystem::path& data_dir, const std::optional<std::filesystem::path>& given);
 
 struct PreparedData {
-  std::filesystem::path dir;  // <data_dir>/shakespeare_char
+  std::filesystem::path dir;  // <data_dir>/shakespeare_char or <data_dir>/text_<name>_<hash>
   CharVocabulary vocabulary;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
-  std::string source;  // the text file it was made from
+  std::string source;      // the text file it was made from
+  std::string source_how;  // how that file was found (TextSource::how)
+  bool reused = false;     // true: read from an earlier preparation
 };
 
-// Encodes `text_file` and writes train.bin, val.bin, meta.json into `out_dir`.
-PreparedData prepare_char_dataset(const std::filesystem::path& text_file, const std::filesystem::path& out_dir);
+// Encodes `text` and writes train.bin, val.bin, meta.json into `out_dir` as one set
+// (replacing what was there). Throws nn::Error for text that is not UTF-8 or too short.
+PreparedData prepare_char_dataset(const TextSource& text, const std::filesystem::path& out_dir);
 
-// Reads meta.json of a prepared dataset; std::nullopt when there is none yet.
+// Reads meta.json of a prepared dataset; std::nullopt when there is none yet. Throws
+// nn::Error, saying how to rebuild it, when the folder is incomplete or inconsistent.
 std::optional<PreparedData> read_prepared_data(const std::filesystem::path& dir);
 
-// The whole data step: reuses <data_dir>/shakespeare_char when it exists and no text file is
-// given; otherwise finds the text and prepares it.
+// Where the prepared data of a run lives: <data_dir>/shakespeare_char without `given`,
+// else <data_dir>/text_<file name>_<16 hex digits of the file's hash>.
+std::filesystem::path prepared_dir(const std::filesystem::path& data_dir, const std::optional<std::filesystem::path>& given);
+
+// The whole data step: reuses the prepared folder when it exists (for --text, the hash in
+// its name says the text is the same); otherwise finds the text and prepares it.
 PreparedData prepare_shakespeare(const std::filesystem::path& data_dir, const std::optional<std::filesystem::path>& given);
 
 // Loads a token file (train.bin / val.bin) as int32 ids, checking each is < vocab_size.

@@ -1,9 +1,11 @@
 #include "trainers/metrics_file.hpp"
 
 #include <cmath>
+#include <fstream>
 
 #include <fmt/format.h>
 
+#include "nn/atomic_file.hpp"
 #include "nn/error.hpp"
 
 namespace trainers {
@@ -14,19 +16,61 @@ const char* const MetricsFile::kColumns[] = {
     "tokens_per_s_per_rank",     "model_flops_per_s",         "train_loss",   "val_loss",
     "val_loss_full",             "elapsed_s",    nullptr};
 
-MetricsFile::MetricsFile(const std::filesystem::path& path) {
+namespace {
+
+std::string csv_header() {
+  std::string header;
+  for (int i = 0; MetricsFile::kColumns[i]; ++i) header += fmt::format("{}{}", i ? "," : "", MetricsFile::kColumns[i]);
+  return header;
+}
+
+// Should a row of the resumed run (its kind and step) stay when resuming at `step`?
+bool keep_row(const std::string& kind, int64_t row_step, int64_t step) {
+  return kind == "train" ? row_step <= step : row_step < step;
+}
+
+// The resumed run's rows that stay, as the text of the file.
+std::string rows_before(const std::filesystem::path& path, bool csv, int64_t step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  if (csv && (!std::getline(in, line) || line != csv_header())) return {};  // another layout: start afresh
+  while (std::getline(in, line)) {
+    std::string kind;
+    int64_t row_step = -1;
+    try {
+      if (csv) {
+        const auto comma = line.find(','), next = line.find(',', comma + 1);
+        kind = line.substr(0, comma);
+        row_step = std::stoll(line.substr(comma + 1, next - comma - 1));
+      } else {
+        const auto record = nlohmann::json::parse(line);
+        kind = record.at("kind").get<std::string>();
+        row_step = record.at("step").get<int64_t>();
+      }
+    } catch (const std::exception&) {
+      continue;  // a torn last line of a killed run
+    }
+    if (keep_row(kind, row_step, step)) kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsFile::MetricsFile(const std::filesystem::path& path, std::optional<int64_t> resumed_at) {
   const std::string ext = path.extension().string();
   if (ext == ".csv") csv_ = true;
   else if (ext != ".jsonl") nn::fail("--metrics {}: the file name must end in .csv or .jsonl", path.string());
   std::error_code ec;
-  const bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  std::string text = csv_ ? csv_header() + "\n" : std::string();
+  if (resumed_at && std::filesystem::exists(path, ec)) {
+    const std::string kept = rows_before(path, csv_, *resumed_at);
+    text += kept;
+  }
+  nn::write_file_atomically(path, text);
   file_ = std::fopen(path.c_str(), "a");
   if (!file_) nn::fail("--metrics {}: cannot open for writing", path.string());
-  if (csv_ && fresh) {
-    for (int i = 0; kColumns[i]; ++i) fmt::print(file_, "{}{}", i ? "," : "", kColumns[i]);
-    fmt::print(file_, "\n");
-  }
 }
 
 MetricsFile::~MetricsFile() {

@@ -3,7 +3,9 @@
 // scripts/plot_loss.py turns either into a loss-curve PNG.
 #pragma once
 #include <cstdio>
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,8 +14,11 @@ namespace trainers {
 
 class MetricsFile {
  public:
-  // Appends to `path` (.csv or .jsonl) — a resumed run continues the same file.
-  explicit MetricsFile(const std::filesystem::path& path);
+  // Opens `path` (.csv or .jsonl). A fresh run (no `resumed_at`) starts a fresh file; a run
+  // resumed at step S continues the file of the run it resumes: it keeps that run's rows up
+  // to S (log rows with step ≤ S, evaluations before S) and drops the rest, so the file
+  // reads as if the run had never stopped.
+  MetricsFile(const std::filesystem::path& path, std::optional<int64_t> resumed_at);
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;

@@ -3,7 +3,8 @@
 //   build/trainers/prepare_data [--data-dir data] [--text FILE]
 //
 // Finds tiny Shakespeare (the given file, the data folder, a download, $NANODIST_DATA_MIRROR),
-// builds the character vocabulary and writes train.bin, val.bin and meta.json.
+// builds the character vocabulary and writes train.bin, val.bin and meta.json — always anew,
+// replacing the prepared folder as a whole (a stale or broken one included).
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -21,13 +22,12 @@ int main(int argc, char** argv) {
     std::optional<std::filesystem::path> given;
     if (!text.empty()) given = text;
     const nn::TextSource source = nn::find_shakespeare_text(data_dir, given);
-    const nn::PreparedData data =
-        nn::prepare_char_dataset(source.path, std::filesystem::path(data_dir) / "shakespeare_char");
+    const nn::PreparedData data = nn::prepare_char_dataset(source, nn::prepared_dir(data_dir, given));
     fmt::print("text: {} ({})\n", source.path.string(), source.how);
     fmt::print("vocabulary: {} characters\ntrain: {} tokens\nval: {} tokens\nwritten to {}\n", data.vocabulary.size(),
                data.train_tokens, data.val_tokens, data.dir.string());
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    return 2;
   }
 }

@@ -12,7 +12,11 @@
 //                      so the replicas stay identical without ever sending parameters again
 //
 // Rank 0 prints, writes the metrics file and the checkpoints; every rank computes.
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <csignal>
 #include <cmath>
 #include <filesystem>
@@ -27,6 +31,7 @@
 #include "nn/data.hpp"
 #include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "trainers/batches.hpp"
@@ -84,16 +89,27 @@ struct Splits {
   nn::CharVocabulary vocabulary;
   std::vector<int32_t> train, val;
   fs::path dir;
+  std::string origin;  // where the text came from, for the log
 };
 
-// Rank 0 prepares the data (finding or downloading the text); then every rank reads it.
+// Rank 0 prepares the data (finding or downloading the text) and says where it is; then
+// every rank reads it.
 Splits load_data(const TrainOptions& o, comm::Communicator& world) {
   const std::optional<fs::path> text = o.text.empty() ? std::nullopt : std::optional<fs::path>(o.text);
-  on_rank0_then_agree(world, [&] { nn::prepare_shakespeare(o.data_dir, text); });
+  std::string dir, origin;
+  on_rank0_then_agree(world, [&] {
+    const nn::PreparedData prepared = nn::prepare_shakespeare(o.data_dir, text);
+    dir = prepared.dir.string();
+    origin = prepared.reused ? fmt::format("prepared earlier from {}", prepared.source)
+                             : fmt::format("prepared now from {} ({})", prepared.source, prepared.source_how);
+  });
+  broadcast_text(world, dir);
+  broadcast_text(world, origin);
   try {
     Splits s;
-    const auto prepared = nn::read_prepared_data(fs::path(o.data_dir) / "shakespeare_char");
-    if (!prepared) nn::fail("{}/shakespeare_char has no meta.json", o.data_dir);
+    const auto prepared = nn::read_prepared_data(dir);
+    if (!prepared) nn::fail("{}: the prepared data is gone", dir);
+    s.origin = origin;
     s.dir = prepared->dir;
     s.vocabulary = prepared->vocabulary;
     s.train = nn::load_tokens(s.dir / "train.bin", s.vocabulary.size());
@@ -128,6 +144,33 @@ void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabular
   } catch (const nn::Error& e) {
     throw comm::UsageError(fmt::format("--prompt: {}", e.what()));
   }
+}
+
+// Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
+// times the ranks on a node exceeds what the node has — one line instead of std::bad_alloc
+// or the kernel's OOM killer after minutes.
+void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world) {
+  const nn::MemoryEstimate need = nn::estimate_memory(config, batch_size, training);
+  const int ranks_here = comm::runtime().local_size();
+  std::array<double, 1> budget{comm::available_memory_bytes() / ranks_here};  // this rank's share of its node
+  world.allreduce(std::span<double>(budget), comm::ReduceOp::min);
+  if (budget[0] > 0 && need.total() > budget[0])
+    throw comm::UsageError(fmt::format("this configuration needs about {} per rank, but a rank's share of the "
+                                       "available memory is {} ({} rank(s) on a node): make the model, "
+                                       "--batch-size or --block-size smaller",
+                                       need.describe(), nn::format_bytes(budget[0]), ranks_here));
+}
+
+// Every place the run will write must be writable before step 0, not at the first checkpoint.
+void check_writable(const fs::path& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path probe = dir / fmt::format(".write-test-{}", ::getpid());
+  std::FILE* file = ec ? nullptr : std::fopen(probe.c_str(), "w");
+  if (!file) throw comm::UsageError(fmt::format("{} {}: cannot write there ({})", flag, dir.string(),
+                                                ec ? ec.message() : std::strerror(errno)));
+  std::fclose(file);
+  fs::remove(probe, ec);
 }
 
 // ---- step 1: the same start on every rank -----------------------------------------------
@@ -208,11 +251,14 @@ void eval_only(const TrainOptions& o, comm::Communicator& world) {
   const Splits data = load_data(o, world);
   check_vocabulary(start.train_state, data.vocabulary, data.dir);
   check_fits(data, start.config.block_size);
+  check_memory(start.config, 32, /*training=*/false, world);  // full_split_loss runs 32 windows at a time
   nn::GPT model(start.config, 0);
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(o.init_from, model, nullptr); });
   broadcast_state(model, nullptr, world);
   const auto t0 = Clock::now();
   const double loss = trainers::full_split_loss(model, data.val, world);
+  if (!std::isfinite(loss))
+    throw comm::UsageError(fmt::format("the val loss of {} is {}: the model is diverged", o.init_from, loss));
   comm::say("exact loss over the {} val tokens in windows of {} ({:.1f} s, {} ranks)", data.val.size(),
             start.config.block_size, seconds_since(t0), world.size());
   comm::say("val_loss_full={:.6f}", loss);
@@ -220,6 +266,7 @@ void eval_only(const TrainOptions& o, comm::Communicator& world) {
 
 void sample_only(const TrainOptions& o, comm::Communicator& world) {
   const Start start = read_start(o, o.init_from, world);
+  check_memory(start.config, 1, /*training=*/false, world);
   nn::GPT model(start.config, 0);
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(o.init_from, model, nullptr); });
   try {
@@ -241,13 +288,34 @@ struct PhaseTimes {
   int steps = 0;
 };
 
-void train(const TrainOptions& o, comm::Communicator& world) {
+// The command that continues this run, for the interrupt note.
+std::string resume_command(const TrainOptions& o, int N) {
+  std::string command = fmt::format("mpiexec -n {} {} --resume", N, o.program);
+  if (o.explicit_flags.count("--out-dir")) command += " --out-dir " + o.out_dir;
+  if (o.explicit_flags.count("--data-dir")) command += " --data-dir " + o.data_dir;
+  if (!o.text.empty()) command += " --text " + o.text;
+  return command;
+}
+
+void train(const TrainOptions& options, comm::Communicator& world) {
+  TrainOptions o = options;  // --resume fills in the checkpoint's settings
   const int rank = world.rank(), N = world.size();
   const fs::path checkpoint_dir = fs::path(o.out_dir) / "checkpoint";
   if (o.resume && !fs::exists(checkpoint_dir) && !fs::exists(checkpoint_dir.string() + ".prev"))
     throw comm::UsageError(fmt::format("--resume: there is no checkpoint in {}", checkpoint_dir.string()));
+  if (o.crash_at_step >= 0 && o.crash_rank >= N)
+    throw comm::UsageError(fmt::format("--crash-rank {} does not exist: the job has ranks 0 to {}", o.crash_rank, N - 1));
+  on_rank0_then_agree(world, [&] {
+    check_writable(o.out_dir, "--out-dir");
+    check_writable(fs::path(o.metrics).has_parent_path() ? fs::path(o.metrics).parent_path() : fs::path("."), "--metrics");
+  });
   const fs::path load_from = o.resume ? checkpoint_dir : fs::path(o.init_from);
   Start start = read_start(o, load_from, world);
+  std::vector<std::string> changed;
+  if (o.resume) changed = trainers::continue_saved_run(start.train_state.value("options", nlohmann::json::object()), o);
+  if (o.schedule.decay && o.max_iters > 0 && o.max_iters <= o.schedule.warmup_iters)
+    comm::say("warning: --max-iters {} ≤ --warmup-iters {}: the learning rate never leaves its warm-up", o.max_iters,
+              o.schedule.warmup_iters);
   const Splits data = load_data(o, world);
   if (!load_from.empty()) check_vocabulary(start.train_state, data.vocabulary, data.dir);
   start.config.vocab_size = data.vocabulary.size();
@@ -255,6 +323,7 @@ void train(const TrainOptions& o, comm::Communicator& world) {
   check_prompt(o.prompt, data.vocabulary);
   const nn::GPTConfig& config = start.config;
   const int T = config.block_size, B = o.batch_size, K = o.grad_accum;
+  check_memory(config, B, /*training=*/true, world);
 
   // 1. The same start. Every rank builds a model, each from a different seed — so without
   //    the broadcast the replicas would differ — and rank 0's parameters are copied to all.
@@ -273,28 +342,30 @@ void train(const TrainOptions& o, comm::Communicator& world) {
                                  o.seed, rank, N);
   auto averager = trainers::make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6));
   std::optional<trainers::MetricsFile> metrics;
-  if (rank == 0) metrics.emplace(o.metrics);
+  if (rank == 0) metrics.emplace(o.metrics, o.resume ? std::optional<int64_t>(first_step) : std::nullopt);
 
   const int64_t tokens_per_step = static_cast<int64_t>(N) * B * K * T;
   comm::say("train_dp: {} ranks × {} compute thread(s), backend {}, {}", N, nn::compute_threads(),
             world.backend_name(), averager->describe());
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", config.n_layer,
             config.n_head, config.n_embd, T, config.vocab_size, static_cast<double>(model.num_params()) / 1e6);
-  comm::say("data: {} train / {} val tokens from {}; {} sampling", data.train.size(), data.val.size(),
-            data.dir.string(), o.sampling);
+  comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", data.train.size(), data.val.size(),
+            data.dir.string(), data.origin, o.sampling);
   comm::say("global batch: {} ranks × micro-batch {} × {} accumulation step(s) × block {} = {} tokens per step", N, B,
             K, T, tokens_per_step);
-  if (first_step > 0) {
-    comm::say("resuming from {} at step {}", checkpoint_dir.string(), first_step);
-    const nlohmann::json was = start.train_state.value("options", nlohmann::json::object());
-    if (start.train_state.value("world_size", N) != N || was.value("batch_size", B) != B ||
-        was.value("grad_accum", K) != K || was.value("sampling", o.sampling) != o.sampling || was.value("seed", o.seed) != o.seed)
-      comm::say("note: the checkpoint was written by {} ranks × batch {} × {} accumulation step(s), {} sampling, seed {}: "
-                "training continues, but not as that run would have",
-                start.train_state.value("world_size", N), was.value("batch_size", B), was.value("grad_accum", K),
-                was.value("sampling", o.sampling), was.value("seed", o.seed));
+  if (o.resume) {
+    comm::say("resuming from {} at step {} of {}, with the checkpoint's settings", checkpoint_dir.string(), first_step,
+              o.max_iters);
+    if (!changed.empty())
+      comm::say("note: flags change the run's settings: {}", fmt::join(changed, ", "));
+    const int was_world = start.train_state.value("world_size", N);
+    if (was_world != N)
+      comm::say("note: the checkpoint was written by {} ranks, this job has {}: training continues, but each step "
+                "sees {} instead of {} micro-batches",
+                was_world, N, N, was_world);
   }
 
+  int64_t last_saved = o.resume ? first_step : -1;  // the step of the checkpoint on disk, -1: none yet
   auto save = [&](int64_t steps_done, const std::optional<Evaluation>& last_eval) {
     if (rank != 0) return;
     nlohmann::json state = {{"step", steps_done},
@@ -305,6 +376,18 @@ void train(const TrainOptions& o, comm::Communicator& world) {
                             {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * K}, {"ranks", N}}}};
     if (last_eval) state["val_loss"] = last_eval->val_loss;
     nn::save_checkpoint(checkpoint_dir, model, optimizer, state);
+    last_saved = steps_done;
+  };
+  // A diverged run stops here, on every rank alike (the values checked are the same on all),
+  // before its nan weights could replace a good checkpoint.
+  auto check_finite = [&](int64_t step, const char* what, double value) {
+    if (std::isfinite(value)) return;
+    throw comm::UsageError(fmt::format(
+        "training diverged at step {}: the {} is {}; stopped without saving ({}) — lower --learning-rate, or clip "
+        "with --grad-clip",
+        step, what, std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf",
+        last_saved >= 0 ? fmt::format("the checkpoint of step {} in {} is kept", last_saved, checkpoint_dir.string())
+                        : std::string("no checkpoint was written")));
   };
   auto record_eval = [&](int64_t step, const Evaluation& e, double elapsed) {
     comm::say("step {}: train loss {:.4f}, val loss {:.4f}", step, e.train_loss, e.val_loss);
@@ -313,7 +396,17 @@ void train(const TrainOptions& o, comm::Communicator& world) {
                       {"elapsed_s", elapsed}});
   };
 
-  const nn::LrSchedule schedule = o.schedule;
+  const nn::LrSchedule schedule = trainers::lr_schedule(o);
+  // What rank 0 says if the job is interrupted (Ctrl-C): where the last checkpoint is.
+  auto update_interrupt_note = [&](int64_t step) {
+    if (rank != 0) return;
+    const std::string saved =
+        last_saved >= 0 ? fmt::format("the last checkpoint (step {}) is in {}; resume with: {}", last_saved,
+                                      checkpoint_dir.string(), resume_command(o, N))
+                        : std::string("no checkpoint was written yet");
+    comm::set_interrupt_note(fmt::format("interrupted at step {}; {}", step, saved));
+  };
+  update_interrupt_note(first_step);
   trainers::Batch batch;
   PhaseTimes window;
   std::optional<Evaluation> last_eval;
@@ -324,6 +417,7 @@ void train(const TrainOptions& o, comm::Communicator& world) {
     if (o.eval_interval > 0 && step > first_step && step % o.eval_interval == 0) {
       const auto t0 = Clock::now();
       last_eval = evaluate(model, data, o, step, world);
+      check_finite(step, "val loss", last_eval->val_loss);
       record_eval(step, *last_eval, seconds_since(run_start));
       print_sample(model, data.vocabulary, o, step, world);
       eval_seconds += seconds_since(t0);
@@ -359,6 +453,7 @@ void train(const TrainOptions& o, comm::Communicator& world) {
     // 4. The same update everywhere.
     t = Clock::now();
     const float norm = o.grad_clip > 0 ? nn::clip_grad_norm(model.parameters(), o.grad_clip) : nn::grad_norm(model.parameters());
+    check_finite(step + 1, "gradient norm", norm);  // the same on every rank: computed from averaged gradients
     optimizer.step(lr);
     optimizer.zero_grad();
     window.optimizer += seconds_since(t);
@@ -369,6 +464,7 @@ void train(const TrainOptions& o, comm::Communicator& world) {
     if (done % o.log_interval == 0 || done == o.max_iters) {
       std::array<float, 1> loss_avg{step_loss};
       world.allreduce(std::span<float>(loss_avg), comm::ReduceOp::avg);  // the logged loss: mean over ranks
+      check_finite(done, "loss", loss_avg[0]);
       const double per_step = window.total / window.steps, tokens_per_s = static_cast<double>(tokens_per_step) / per_step;
       const double flops = model.flops_per_token(T) * tokens_per_s;
       const double ms = 1e3 / window.steps;
@@ -399,11 +495,13 @@ void train(const TrainOptions& o, comm::Communicator& world) {
       window = PhaseTimes{};
     }
     if (o.ckpt_interval > 0 && done % o.ckpt_interval == 0 && done != o.max_iters) save(done, last_eval);
+    update_interrupt_note(done);
   }
 
   // The end: evaluate, the exact val loss, a checkpoint, a sample.
   const int64_t end = std::max<int64_t>(o.max_iters, first_step);
   last_eval = evaluate(model, data, o, end, world);
+  check_finite(end, "val loss", last_eval->val_loss);
   record_eval(end, *last_eval, seconds_since(run_start));
   save(end, last_eval);
   if (o.final_full_val) {
@@ -428,8 +526,13 @@ int main(int argc, char** argv) {
     trainers::add_train_options(app, options);
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
+    options.program = argv[0];
     comm::Communicator& world = runtime.start(comm_options);
     nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
+    if (options.threads * runtime.local_size() > nn::machine_cores())
+      comm::say("warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
+                "and every step will be slower (0 picks cores / ranks)",
+                options.threads, runtime.local_size(), options.threads * runtime.local_size(), nn::machine_cores());
     if (options.eval_only) eval_only(options, world);
     else if (options.sample_only) sample_only(options, world);
     else train(options, world);

@@ -6,6 +6,7 @@
 // ≈ 1.90 in 2000 steps (docs/data_parallel.md has the measurements and the runs behind it).
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,13 @@ struct TrainOptions {
   int crash_at_step = -1;
   int crash_rank = 1;
 
+  std::string program = "train_dp";               // argv[0], for the commands the program suggests
+  std::set<std::string> explicit_flags;           // every flag the user typed, e.g. "--max-iters"
   std::vector<std::string> explicit_model_flags;  // model flags the user typed, e.g. "n_layer"
 };
+
+// Longest sample a flag may ask for: a bigger one is a typo, not a request to wait hours.
+inline constexpr int kMaxSampleTokens = 100000;
 
 void add_train_options(CLI::App& app, TrainOptions& options);
 // After parsing: cross-flag checks; throws comm::UsageError with one line naming the flag.
@@ -75,6 +81,16 @@ void finish_train_options(const CLI::App& app, TrainOptions& options);
 // Fails when a checkpoint's model config contradicts a model flag the user gave explicitly.
 void check_config_against_flags(const nn::GPTConfig& checkpoint, const TrainOptions& options);
 
-nlohmann::json to_json(const TrainOptions& options);  // recorded in checkpoints
+// The settings that shape the run's trajectory (batch, schedule, optimizer, sampling, seed),
+// recorded in checkpoints.
+nlohmann::json to_json(const TrainOptions& options);
+
+// --resume: takes every recorded setting the user did not type again from the checkpoint's
+// options (so a resumed run continues *that* run); returns the ones a typed flag changed,
+// as "max_iters 800 → 1000".
+std::vector<std::string> continue_saved_run(const nlohmann::json& saved_options, TrainOptions& options);
+
+// The learning-rate schedule with its defaults resolved (lr_decay_iters 0 → max_iters).
+nn::LrSchedule lr_schedule(const TrainOptions& options);
 
 }  // namespace trainers

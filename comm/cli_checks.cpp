@@ -1,0 +1,56 @@
+#include "comm/cli_checks.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace comm::cli {
+namespace {
+
+constexpr const char* kMarker = "must be ";
+
+std::string bound(double x) { return fmt::format("{}", x); }  // shortest form: 0.9999, 1e-03
+
+}  // namespace
+
+CLI::Validator whole(std::int64_t min, std::int64_t max) {
+    const std::string want = max == std::numeric_limits<int>::max()
+                                 ? fmt::format("{}a whole number ≥ {}", kMarker, min)
+                                 : fmt::format("{}a whole number from {} to {}", kMarker, min, max);
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            errno = 0;
+            char* end = nullptr;
+            const long long value = std::strtoll(text.c_str(), &end, 10);
+            const bool number = !text.empty() && end && *end == '\0' && errno == 0;
+            if (!number || value < min || value > max) return fmt::format("{}, got {}", want, text);
+            return {};
+        },
+        want.substr(std::string(kMarker).size()));
+}
+
+CLI::Validator real(double min, double max, bool above) {
+    std::string want = fmt::format("{}a number {} {}", kMarker, above ? ">" : "≥", bound(min));
+    if (max < std::numeric_limits<double>::max()) want += fmt::format(" and ≤ {}", bound(max));
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            char* end = nullptr;
+            const double value = std::strtod(text.c_str(), &end);
+            const bool number = !text.empty() && end && *end == '\0' && std::isfinite(value);
+            if (!number || value < min || (above && value == min) || value > max)
+                return fmt::format("{}, got {}", want, text);
+            return {};
+        },
+        want.substr(std::string(kMarker).size()));
+}
+
+std::string readable(const CLI::ParseError& error) {
+    std::string text = error.what();
+    const std::string joint = std::string(": ") + kMarker;
+    if (const auto at = text.find(joint); at != std::string::npos) text.replace(at, 2, " ");
+    return text;
+}
+
+}  // namespace comm::cli

@@ -1,0 +1,30 @@
+// Checks for command-line values that a person can read when they fail.
+//
+//   app.add_option("--max-iters", n)->check(comm::cli::whole(0));
+//   $ train_dp --max-iters -5
+//   error: --max-iters must be a whole number ≥ 0, got -5
+//
+// CLI11's own range checks print the bounds of the C++ type (a 309-digit number for a
+// double), call "abc" out of range, and let `nan` through: every float flag here must be a
+// finite number, every count a whole number, and the message says which and what was given.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace comm::cli {
+
+// A whole number in [min, max].
+CLI::Validator whole(std::int64_t min, std::int64_t max = std::numeric_limits<int>::max());
+
+// A finite number; `above` excludes the lower bound itself ("> 0"), otherwise "≥ min".
+CLI::Validator real(double min, double max = std::numeric_limits<double>::max(), bool above = false);
+inline CLI::Validator positive_real(double max = std::numeric_limits<double>::max()) { return real(0.0, max, true); }
+
+// "--flag: must be …" (CLI11's shape) → "--flag must be …".
+std::string readable(const CLI::ParseError& error);
+
+}  // namespace comm::cli

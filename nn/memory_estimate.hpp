@@ -1,0 +1,42 @@
+// How much memory training a GPT will take, from its config alone — so an impossible
+// configuration is refused in one line before anything is allocated, instead of dying of
+// std::bad_alloc (or the kernel's OOM killer) minutes later.
+//
+//   parameters   P floats            (nanoGPT's count, wpe included)
+//   gradients    P floats
+//   AdamW        2P floats           (first and second moments)
+//   gradient averaging  ≤ P floats   (the flat buckets of data parallelism)
+//   activations  B·T·(L·(18C + 2·n_head·T) + 4C + 2V) floats, kept by the tape for backward:
+//                per block ln_1, q/k/v, attention scores and probabilities (n_head·T per
+//                token each), attention output, projection, residual, ln_2, 4C fc, 4C gelu,
+//                projection, residual ≈ 18C; then ln_f, logits and their softmax
+//   backward     as much again as the activations, at most (gradients of activations)
+//
+// It is an estimate (within a factor of ~1.5 of the measured peak): its job is to refuse
+// what cannot fit, not to predict the last megabyte.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn/gpt.hpp"
+
+namespace nn {
+
+struct MemoryEstimate {
+  double parameter_bytes = 0;   // parameters alone
+  double state_bytes = 0;       // gradients + optimizer moments + averaging buffers
+  double activation_bytes = 0;  // forward activations and their gradients, one micro-batch
+  double total() const { return parameter_bytes + state_bytes + activation_bytes; }
+  std::string describe() const;  // "2.1 GiB (parameters 512 MiB, gradients and optimizer 1.5 GiB, activations 96 MiB)"
+};
+
+// "1.5 GiB", "300 KiB".
+std::string format_bytes(double bytes);
+
+// Parameters as nanoGPT counts them, with the position embedding (lm_head is tied to wte).
+double parameter_count(const GPTConfig& config);
+
+// `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
+MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training);
+
+}  // namespace nn
