@@ -119,6 +119,7 @@ void Runtime::shut_down() {
 
 Runtime::~Runtime() {
     if (watchdog_) watchdog_->mark_finalizing();
+    uninstall_termination_report();
     world_.reset();
     set_watchdog(nullptr);
     watchdog_.reset();

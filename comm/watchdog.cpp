@@ -19,7 +19,7 @@ namespace comm {
 namespace {
 
 Watchdog* g_watchdog = nullptr;
-StatusBoard* g_board = nullptr;
+std::atomic<StatusBoard*> g_board{nullptr};  // read by the signal handler
 volatile std::sig_atomic_t g_terminated = 0;  // set by SIGTERM while waiting
 volatile std::sig_atomic_t g_waiting = 0;     // inside wait_all
 
@@ -31,11 +31,11 @@ std::atomic<int> g_note_index{0};
 
 // Did the job fail (a rank on this node dead, or a watchdog fired), or is this a plain
 // Ctrl-C? Only async-signal-safe calls: atomics, kill(), open()/read().
-bool job_failed() {
-    if (!g_board) return false;
-    if (g_board->header().aborting_rank.load() >= 0) return true;
-    for (int r = 0; r < g_board->world_size(); ++r) {
-        const std::int64_t pid = g_board->slot(r).pid.load();
+bool job_failed(StatusBoard* board) {
+    if (!board) return false;
+    if (board->header().aborting_rank.load() >= 0) return true;
+    for (int r = 0; r < board->world_size(); ++r) {
+        const std::int64_t pid = board->slot(r).pid.load();
         if (pid != 0 && !process_alive(pid)) return true;
     }
     return false;
@@ -45,8 +45,9 @@ bool job_failed() {
 // SIGTERM when it tears the job down because a rank died. The first gets one line from
 // rank 0 (the note), the second the watchdog's report from the ranks that were waiting.
 void on_termination_signal(int signal) {
-    if (!job_failed()) {
-        if (g_board && g_board->world_rank() == 0) {
+    StatusBoard* board = g_board.load();
+    if (!job_failed(board)) {
+        if (board && board->world_rank() == 0) {
             const char* note = g_notes[g_note_index.load()];
             char line[kNoteSize + 64];
             std::size_t n = 0;
@@ -116,6 +117,10 @@ void install_termination_report() {
     std::signal(SIGINT, on_termination_signal);
 }
 
+void uninstall_termination_report() {
+    g_board = nullptr;  // what the handler reads is about to go away; a late signal just ends the process
+}
+
 void set_interrupt_note(std::string_view note) {
     const int next = 1 - g_note_index.load();
     const std::size_t n = std::min(note.size(), kNoteSize - 1);
@@ -150,7 +155,10 @@ void Watchdog::mark_finalizing() {
 
 void Watchdog::wait_all(int n, MPI_Request* requests) {
     if (!inside_) fail("internal error: a wait outside any operation");
-    const std::int64_t deadline = start_ns_ + timeout_ns_;
+    // A rank that has finished (waiting in finalize) lets the ranks stuck in the real
+    // collective report first: they see more of what went wrong.
+    const std::int64_t grace = call_.kind == OpKind::finalize ? 1'000'000'000 : 0;
+    const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
     g_waiting = 1;
     for (unsigned spin = 0;; ++spin) {
         int done = 0;
@@ -277,18 +285,28 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
         }
     }
 
-    // The diagnosis: the ranks that diverged first, then where the others are.
+    // The diagnosis: the ranks that diverged first, then where the others are. Ranks in a
+    // different collective are a group each; the largest group (on a tie, the one with the
+    // lowest rank) is taken as the program's intended path, so every rank would say the same.
+    std::sort(arrived.begin(), arrived.end());
+    elsewhere[my_call] = arrived;
+    auto majority = elsewhere.begin();
+    for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
+        if (it->second.size() > majority->second.size() ||
+            (it->second.size() == majority->second.size() && it->second.front() < majority->second.front()))
+            majority = it;
     add(fmt::format("{} dead", dead.size() > 1 ? "are" : "is"), dead);
     add(fmt::format("finished without calling {}", my_call), finished);
     add(fmt::format("never called {}: not in any collective", my_call), outside);
     add(fmt::format("did not arrive in {} and run{} on another node (state unknown here)", my_call,
                     unknown.size() > 1 ? "" : "s"),
         unknown);
-    for (auto& [call, ranks] : elsewhere) add("called " + call, ranks);
-    std::sort(arrived.begin(), arrived.end());
-    std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
-                                         : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
-                                                       ranks_phrase(arrived), my_call);
+    for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
+        if (it != majority) add("called " + it->first, it->second);
+    const std::string line = diagnosis.empty()
+                                 ? std::string("every rank has arrived (the wait is inside the transport)")
+                                 : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
+                                               ranks_phrase(majority->second), majority->first);
     std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
     text += fmt::format("\n[watchdog] rank {}: {} {} after waiting {} (deadline {})", call_.comm_rank,
                         describe(board_.mine().current), what_happened, seconds(now - start_ns_), seconds(timeout_ns_));

@@ -98,6 +98,9 @@ std::string describe(const OpRecord& record);
 // with 128 + the signal.
 void install_termination_report();
 
+// Before the status board goes away (shutdown): a signal after this ends the process quietly.
+void uninstall_termination_report();
+
 // The one line rank 0 prints if the job is interrupted now, e.g. "interrupted at step 120;
 // the last checkpoint (step 100) is in out/train_dp/checkpoint; resume with …". Cheap: call
 // it whenever the answer changes.

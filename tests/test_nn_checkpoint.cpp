@@ -3,6 +3,7 @@
 #define CATCH_CONFIG_MAIN
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <catch2/catch.hpp>
 
@@ -151,5 +152,18 @@ TEST_CASE("safetensors: a file cut inside the header or with a lying header is r
   CHECK_THAT(error_of([&] { nn::SafetensorsReader r(dir / "a.safetensors"); }), Contains("header claims"));
   { std::ofstream(dir / "b.safetensors") << std::string("\x04\0\0\0\0\0\0\0{{{{", 12); }
   CHECK_THAT(error_of([&] { nn::SafetensorsReader r(dir / "b.safetensors"); }), Contains("not valid JSON"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a diverged model (nan weights) is refused and the good checkpoint stays") {
+  fs::path dir = fresh_dir("diverged");
+  Trained a(kConfig, 1);
+  nn::save_checkpoint(dir, a.model, a.opt, {{"step", 3}});
+  a.model.parameters()[2].tensor.values()[5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THAT(error_of([&] { nn::save_checkpoint(dir, a.model, a.opt, {{"step", 4}}); }),
+             Contains("refusing to write a checkpoint") && Contains(a.model.parameters()[2].name) && Contains("diverged"));
+  CHECK(nn::read_checkpoint_info(dir).train_state["step"] == 3);
+  nn::GPT b(kConfig, 2);
+  CHECK(nn::load_checkpoint(dir, b, nullptr).train_state["step"] == 3);
   fs::remove_all(dir);
 }

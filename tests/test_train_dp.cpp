@@ -288,3 +288,209 @@ TEST_CASE("a rank killed mid-training: the others stop with the watchdog's repor
   CHECK_THAT(resumed.output, Catch::Contains("resuming from") && Catch::Contains("at step 4"));
   CHECK(nn::read_checkpoint_info(checkpoint("killed")).train_state.at("step") == 8);
 }
+
+// ---- hardening: data, divergence, metrics, outputs, resume, interrupts -------------------
+
+namespace {
+
+// exit status 2 and one error line: the checks of clean_failure, plus the status.
+void usage_failure(const CommandResult& r, const std::string& expected) {
+  clean_failure(r, expected);
+  CHECK(r.status == 2);
+}
+
+std::vector<std::string> lines_of(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> folders_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("--text gets its own prepared folder: the default data is never replaced, a failed preparation leaves nothing") {
+  // The "default" text comes from a mirror folder, as tiny Shakespeare does in CI.
+  const fs::path mirror = kWork / "mirror", data = kWork / "data_cache";
+  fs::remove_all(data);
+  fs::create_directories(mirror / "tinyshakespeare");
+  fs::copy_file(shakespeareish(), mirror / "tinyshakespeare" / "input.txt", fs::copy_options::overwrite_existing);
+  const std::string quiet = "--n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --eval-iters 1 --no-full-val "
+                            "--sample-tokens 0 --threads 1 --timeout 30 --max-iters 1 --data-dir " + data.string();
+  auto with_mirror = [&](const std::string& args) {
+    CommandResult r = run_command("env NANODIST_NO_DOWNLOAD=1 NANODIST_DATA_MIRROR=" + mirror.string() + " " +
+                                  mpirun(2, TRAIN_DP, quiet + " " + args));
+    UNSCOPED_INFO("$ train_dp " << args << "\n" << r.output);
+    return r;
+  };
+  auto first = with_mirror("--out-dir " + out("cache_default"));
+  REQUIRE(first.status == 0);
+  CHECK_THAT(first.output, Catch::Contains("prepared now from " + (mirror / "tinyshakespeare" / "input.txt").string() + " (mirror)"));
+  const fs::path cache = data / "shakespeare_char";
+  const auto meta = nn::read_whole_file(cache / "meta.json"), train = nn::read_whole_file(cache / "train.bin");
+
+  // Another text, in a run that succeeds and in one that is rejected after the data step.
+  const fs::path other = synthetic_text("other_words.txt", {"xyz", "zyx", "q"}, 3000);
+  auto with_text = with_mirror("--text " + other.string() + " --out-dir " + out("cache_text"));
+  REQUIRE(with_text.status == 0);
+  CHECK_THAT(with_text.output, Catch::Contains("text_other_words_"));
+  auto rejected = with_mirror("--text " + other.string() + " --eval-only --init-from " + checkpoint("cache_default").string());
+  CHECK(rejected.status == 2);
+  CHECK(nn::read_whole_file(cache / "meta.json") == meta);
+  CHECK(nn::read_whole_file(cache / "train.bin") == train);
+  auto again = with_mirror("--out-dir " + out("cache_default2"));
+  REQUIRE(again.status == 0);
+  CHECK_THAT(again.output, Catch::Contains("in " + cache.string() + ", prepared earlier from"));
+
+  SECTION("a binary file: one line, and no folder left behind") {
+    const fs::path binary = kWork / "binary.dat";
+    {
+      std::ofstream f(binary, std::ios::binary);
+      for (int i = 0; i < 4096; ++i) f.put(static_cast<char>(i * 37 % 256));
+    }
+    const auto before = folders_in(data);
+    usage_failure(with_mirror("--text " + binary.string() + " --out-dir " + out("cache_binary")), "not a UTF-8 text file");
+    CHECK(folders_in(data) == before);
+  }
+  SECTION("a broken prepared folder says how to rebuild it") {
+    fs::resize_file(cache / "train.bin", 100);
+    usage_failure(with_mirror("--out-dir " + out("cache_broken")), "is inconsistent (train.bin has 100 bytes");
+    CHECK_THAT(with_mirror("--out-dir " + out("cache_broken")).output, Catch::Contains("delete the folder"));
+    fs::remove_all(cache);  // as the message says: the next run prepares it anew
+    CHECK(with_mirror("--out-dir " + out("cache_rebuilt")).status == 0);
+    CHECK(nn::read_whole_file(cache / "meta.json") == meta);
+  }
+  SECTION("train.bin that is a folder") {
+    fs::remove(cache / "train.bin");
+    fs::create_directories(cache / "train.bin");
+    usage_failure(with_mirror("--out-dir " + out("cache_dir")), "train.bin is missing or not a file");
+    fs::remove_all(cache);
+  }
+}
+
+TEST_CASE("a diverged run stops with one line, exit non-zero, and the previous checkpoint survives") {
+  const std::string common = tiny(shakespeareish()) + " --ckpt-interval 2";
+  REQUIRE(train_dp(2, common + " --max-iters 2 --out-dir " + out("diverge")).status == 0);
+  const auto good = nn::read_whole_file(checkpoint("diverge") / "model.safetensors");
+  auto r = train_dp(2, common + " --resume --max-iters 8 --learning-rate 1e30 --grad-clip 0 --out-dir " + out("diverge"));
+  usage_failure(r, "training diverged at step");
+  CHECK_THAT(r.output, Catch::Contains("the checkpoint of step 2"));
+  CHECK(nn::read_whole_file(checkpoint("diverge") / "model.safetensors") == good);
+  CHECK(nn::read_checkpoint_info(checkpoint("diverge")).train_state.at("step") == 2);
+  // The kept checkpoint still evaluates.
+  auto eval = train_dp(1, common + " --eval-only --init-from " + checkpoint("diverge").string());
+  CHECK(eval.status == 0);
+  CHECK_THAT(eval.output, Catch::Contains("val_loss_full="));
+}
+
+TEST_CASE("bad values: exit status 2 and one readable line") {
+  const std::string common = tiny(shakespeareish()) + " --out-dir " + out("badvalues");
+  usage_failure(train_dp(2, common + " --max-iters -5"), "--max-iters must be a whole number ≥ 0, got -5");
+  usage_failure(train_dp(2, common + " --max-iters abc"), "--max-iters must be a whole number ≥ 0, got abc");
+  usage_failure(train_dp(2, common + " --batch-size 0"), "--batch-size must be a whole number ≥ 1, got 0");
+  usage_failure(train_dp(2, common + " --learning-rate nan"), "--learning-rate must be a number > 0, got nan");
+  usage_failure(train_dp(2, common + " --grad-clip inf"), "--grad-clip must be a number ≥ 0, got inf");
+  usage_failure(train_dp(2, common + " --timeout nan"), "--timeout must be a number > 0, got nan");
+  usage_failure(train_dp(2, common + " --dropout 2"), "--dropout must be a number ≥ 0 and ≤ 0.99, got 2");
+  usage_failure(train_dp(2, common + " --sample-tokens 2000000000"), "--sample-tokens must be a whole number from 0 to");
+  usage_failure(train_dp(2, common + " --crash-at-step 1 --crash-rank 7"), "--crash-rank 7 does not exist");
+  // Too big for memory: refused up front with the estimate, not std::bad_alloc or the OOM killer.
+  for (const std::string flags : {" --batch-size 100000000", " --n-embd 1000000 --n-head 1", " --n-layer 100000"}) {
+    auto r = train_dp(2, common + flags);
+    usage_failure(r, "this configuration needs about");
+    CHECK_THAT(r.output, !Catch::Contains("bad_alloc"));
+  }
+  SECTION("warnings for settings that work badly") {
+    auto r = train_dp(2, common + " --max-iters 2 --warmup-iters 5 --threads 200 --eval-iters 1");
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("warning: --max-iters 2 ≤ --warmup-iters 5"));
+    CHECK_THAT(r.output, Catch::Contains("warning: --threads 200 × 2 rank(s) on this node"));
+  }
+}
+
+TEST_CASE("every output location is checked before step 0") {
+  const fs::path blocker = kWork / "a_file";
+  std::ofstream(blocker) << "not a folder";
+  auto r = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + (blocker / "out").string());
+  usage_failure(r, "--out-dir " + (blocker / "out").string() + ": cannot write there");
+  CHECK_THAT(r.output, !Catch::Contains("step 1/"));
+  auto m = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("metrics_blocked") + " --metrics " +
+                           (blocker / "m.csv").string());
+  usage_failure(m, "--metrics");
+  CHECK_THAT(m.output, !Catch::Contains("step 1/"));
+}
+
+TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it from the resumed step") {
+  const std::string common = tiny(shakespeareish()) + " --ckpt-interval 2 --lr-decay-iters 8 --out-dir " + out("metrics_resume");
+  fs::remove_all(out("metrics_resume"));
+  const fs::path csv = fs::path(out("metrics_resume")) / "metrics.csv";
+  auto train_steps = [&] {
+    std::vector<std::string> steps;
+    for (const auto& line : lines_of(csv))
+      if (line.starts_with("train,")) steps.push_back(line.substr(6, line.find(',', 6) - 6));
+    return steps;
+  };
+  REQUIRE(train_dp(1, common + " --max-iters 4").status == 0);
+  REQUIRE(train_dp(1, common + " --max-iters 4").status == 0);  // a second fresh run: no zig-zag
+  CHECK(train_steps() == std::vector<std::string>{"1", "2", "3", "4"});
+  REQUIRE(train_dp(1, common + " --max-iters 4 --resume").status == 0);  // 0 steps: no duplicates
+  CHECK(train_steps() == std::vector<std::string>{"1", "2", "3", "4"});
+  REQUIRE(train_dp(1, common + " --max-iters 6 --resume").status == 0);
+  CHECK(train_steps() == std::vector<std::string>{"1", "2", "3", "4", "5", "6"});
+  CHECK(lines_of(csv).front().starts_with("kind,step,"));
+  int evals = 0;
+  for (const auto& line : lines_of(csv)) evals += line.starts_with("eval,");
+  CHECK(evals == 1);  // only the end of the run that finished (step 6); step 4's end-of-run evaluation is gone
+}
+
+TEST_CASE("--resume continues the checkpoint's run: its schedule and settings, unless a flag overrides them") {
+  const fs::path text = shakespeareish();
+  // Everything but the data and the machine comes from the checkpoint when resuming.
+  const std::string data = fmt::format("--text {} --data-dir {} --threads 1 --timeout 30 --eval-interval 0 --eval-iters 2 "
+                                       "--no-full-val --sample-tokens 0 --log-interval 1",
+                                       text.string(), (kWork / "data").string());
+  const std::string run = tiny(text) + " --learning-rate 3e-3 --warmup-iters 1 --min-lr 1e-4 --batch-size 6 --max-iters 8 "
+                                       "--ckpt-interval 4 --dropout 0.1";
+  REQUIRE(train_dp(2, run + " --out-dir " + out("settings_straight")).status == 0);
+  // The same run, stopped by a kill at step 5 (checkpoint at 4), resumed by a bare --resume.
+  auto killed = train_dp(2, run + " --crash-at-step 5 --crash-rank 1 --out-dir " + out("settings_resumed"));
+  REQUIRE(killed.status != 0);
+  auto resumed = train_dp(2, data + " --resume --out-dir " + out("settings_resumed"));
+  REQUIRE(resumed.status == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("at step 4 of 8, with the checkpoint's settings"));
+  CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
+  CHECK(same_bytes(checkpoint("settings_straight") / "model.safetensors",
+                   checkpoint("settings_resumed") / "model.safetensors"));
+  // A flag typed again overrides the checkpoint, and the log says so.
+  auto longer = train_dp(2, data + " --resume --max-iters 10 --learning-rate 1e-3 --out-dir " + out("settings_resumed"));
+  REQUIRE(longer.status == 0);
+  CHECK_THAT(longer.output, Catch::Contains("note: flags change the run's settings: max_iters 8 → 10, learning_rate 0.003 → 0.001"));
+  CHECK(nn::read_checkpoint_info(checkpoint("settings_resumed")).train_state.at("step") == 10);
+}
+
+TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume") {
+  fs::remove_all(out("interrupted"));
+  const fs::path log = kWork / "interrupted.log";
+  const std::string command = mpirun(2, TRAIN_DP, tiny(shakespeareish()) + " --max-iters 1000000 --ckpt-interval 3 --out-dir " +
+                                                      out("interrupted"));
+  // Start the job, wait until its first checkpoint exists, then press Ctrl-C (SIGINT to mpiexec).
+  const std::string script = fmt::format(
+      "{} > {} 2>&1 & pid=$!; for i in $(seq 600); do [ -f {}/state.json ] && break; sleep 0.1; done; kill -INT $pid; "
+      "wait $pid; echo exit=$?; cat {}",
+      command, log.string(), checkpoint("interrupted").string(), log.string());
+  auto r = run_command("bash -c '" + script + "'");
+  INFO(r.output);
+  CHECK_THAT(r.output, Catch::Contains("interrupted at step"));
+  CHECK_THAT(r.output, Catch::Contains("the last checkpoint (step "));
+  CHECK_THAT(r.output, Catch::Contains("resume with: mpiexec -n 2 " + std::string(TRAIN_DP) + " --resume --out-dir"));
+  CHECK_THAT(r.output, !Catch::Contains("exit=0"));
+  CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
+  // And the checkpoint it names resumes.
+  CHECK(train_dp(2, tiny(shakespeareish()) + " --resume --max-iters 9 --out-dir " + out("interrupted")).status == 0);
+}
