@@ -2,29 +2,33 @@
 
 #include <algorithm>
 
-#ifdef NANODIST_GEMM_OPENBLAS
 #include <cblas.h>
-#else
-#include <Eigen/Core>
-#endif
 #include <omp.h>
 
+#include <Eigen/Core>
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#include "nn/error.hpp"
+
+extern "C" char* openblas_get_corename(void);
+
 namespace nn {
+namespace {
 
-#ifdef NANODIST_GEMM_OPENBLAS
+// ---- OpenBLAS: its own kernels for the CPU it detects, threaded by itself ----------------
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void openblas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
               alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-const char* gemm_library() { return "OpenBLAS"; }
+// ---- Eigen: compiled for this CPU (-march=native), threaded by row bands below ----------
 
-#else
-
-namespace {
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
 using Map = Eigen::Map<RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -38,7 +42,6 @@ void multiply_into(Map& c, const L& a, const R& b, float alpha, float beta) {
     c.noalias() += alpha * (a * b);
   }
 }
-}  // namespace
 
 // One thread's share: Eigen's GEMM, single-threaded (EIGEN_DONT_PARALLELIZE).
 void gemm_one_thread(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -57,8 +60,8 @@ void gemm_one_thread(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 // an independent GEMM. One parallel region per call, no synchronisation inside it — this
 // scales better on small matrices than Eigen's own threading. Inside an already parallel
 // loop (attention's per-head products) it runs on the calling thread only.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void eigen_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (threads == 1 || M * N * K < 32 * 32 * 32) {
     gemm_one_thread(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -84,8 +87,52 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
 }
 
-const char* gemm_library() { return "Eigen"; }
+// ---- the choice, made once -------------------------------------------------------------
+//
+// Measured (docs/nn.md): OpenBLAS with its AVX-512 kernels is the fastest here (preset b
+// 1.4× Eigen), but held to AVX2 kernels (OPENBLAS_CORETYPE=Haswell, which these machines
+// set) it is the slowest (1.2× slower than Eigen). Eigen's speed does not depend on the
+// variable. So: OpenBLAS when it picked AVX-512 kernels, Eigen otherwise. NANODIST_GEMM=
+// eigen|openblas overrides the choice.
 
-#endif
+using GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                              int64_t, float, float*, int64_t);
+
+bool has_avx512_kernels(std::string core) {
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (core.find(name) != std::string::npos) return true;
+  return false;
+}
+
+struct Choice {
+  GemmFunction function;
+  std::string description;
+};
+
+Choice choose() {
+  const std::string core = openblas_get_corename() ? openblas_get_corename() : "unknown";
+  const char* forced = std::getenv("NANODIST_GEMM");
+  const std::string want = forced ? forced : "auto";
+  if (want == "openblas") return {openblas_gemm, fmt::format("OpenBLAS ({} kernels, NANODIST_GEMM=openblas)", core)};
+  if (want == "eigen") return {eigen_gemm, "Eigen (NANODIST_GEMM=eigen)"};
+  if (want != "auto") fail("NANODIST_GEMM={}: expected eigen, openblas or auto", want);
+  if (has_avx512_kernels(core)) return {openblas_gemm, fmt::format("OpenBLAS ({} kernels)", core)};
+  return {eigen_gemm, fmt::format("Eigen (OpenBLAS would use {} kernels, slower here)", core)};
+}
+
+const Choice& chosen() {
+  static const Choice choice = choose();
+  return choice;
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  chosen().function(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+const char* gemm_library() { return chosen().description.c_str(); }
 
 }  // namespace nn

@@ -7,9 +7,7 @@
 
 #include "nn/error.hpp"
 
-#ifdef NANODIST_GEMM_OPENBLAS
 extern "C" void openblas_set_num_threads(int);
-#endif
 
 namespace nn {
 
@@ -20,9 +18,7 @@ int default_compute_threads(int ranks_on_node) { return std::max(1, machine_core
 void set_compute_threads(int threads) {
   if (threads < 1) fail("compute threads must be at least 1, got {}", threads);
   omp_set_num_threads(threads);
-#ifdef NANODIST_GEMM_OPENBLAS
   openblas_set_num_threads(threads);
-#endif
 }
 
 int compute_threads() { return omp_get_max_threads(); }

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages nanodist needs, only those missing. Safe to run again.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libeigen3-dev libopenblas-dev
+packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libeigen3-dev libopenblas-openmp-dev
           catch2 libfmt-dev libcli11-dev nlohmann-json3-dev)
 
 # --plots: also what the plotting scripts need; --pytorch: Debian's PyTorch, for the

@@ -5,12 +5,15 @@
     mpiexec -n 2 build/benchmarks/comm_bench --op allreduce --compare mpi,ring,naive -b 1K -e 256M -f 4 --csv ar.csv
     python3 scripts/plot_comm_bench.py ar.csv --out plots/
 
-Needs Debian's python3-matplotlib (bash scripts/install_deps.sh --plots).
+Needs Debian's python3-matplotlib (bash scripts/install_deps.sh --plots); run with any python3,
+it switches to Debian's when the one given lacks matplotlib.
 """
 import argparse
 import csv
 import os
 import sys
+
+from pyplot import pyplot
 from collections import defaultdict
 
 
@@ -19,14 +22,7 @@ def main() -> int:
     parser.add_argument("csv", nargs="+", help="CSV files written by comm_bench --csv")
     parser.add_argument("--out", default=".", help="folder for the PNG files")
     args = parser.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("error: matplotlib is missing: install python3-matplotlib (bash scripts/install_deps.sh --plots)",
-              file=sys.stderr)
-        return 1
+    plt = pyplot()
 
     # operation -> (backend, ranks) -> [(size, busbw)]
     series = defaultdict(lambda: defaultdict(list))

@@ -5,12 +5,15 @@ step, and the train/val estimates at each evaluation.
     mpiexec -n 2 build/trainers/train_dp                 # writes out/train_dp/metrics.csv
     python3 scripts/plot_loss.py out/train_dp/metrics.csv --out loss.png
 
-Needs Debian's python3-matplotlib (bash scripts/install_deps.sh --plots).
+Needs Debian's python3-matplotlib (bash scripts/install_deps.sh --plots); run with any python3,
+it switches to Debian's when the one given lacks matplotlib.
 """
 import argparse
 import csv
 import json
 import sys
+
+from pyplot import pyplot
 
 
 def read_records(path):
@@ -25,14 +28,7 @@ def main() -> int:
     parser.add_argument("metrics", help="metrics file written by train_dp (.csv or .jsonl)")
     parser.add_argument("--out", default="loss.png", help="the PNG to write")
     args = parser.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("error: matplotlib is missing: install python3-matplotlib (bash scripts/install_deps.sh --plots)",
-              file=sys.stderr)
-        return 1
+    plt = pyplot()
     try:
         records = read_records(args.metrics)
     except (OSError, ValueError, KeyError) as e:

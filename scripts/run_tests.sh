@@ -3,6 +3,7 @@
 # ones under mpiexec with several rank counts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh --plots   # the plot scripts are tested too
 bash scripts/build.sh
 source scripts/env.sh
 ctest --preset release "$@"

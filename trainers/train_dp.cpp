@@ -30,6 +30,7 @@
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
 #include "nn/error.hpp"
+#include "nn/gemm.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
@@ -345,8 +346,8 @@ void train(const TrainOptions& options, comm::Communicator& world) {
   if (rank == 0) metrics.emplace(o.metrics, o.resume ? std::optional<int64_t>(first_step) : std::nullopt);
 
   const int64_t tokens_per_step = static_cast<int64_t>(N) * B * K * T;
-  comm::say("train_dp: {} ranks × {} compute thread(s), backend {}, {}", N, nn::compute_threads(),
-            world.backend_name(), averager->describe());
+  comm::say("train_dp: {} ranks × {} compute thread(s), GEMM {}, backend {}, {}", N, nn::compute_threads(),
+            nn::gemm_library(), world.backend_name(), averager->describe());
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", config.n_layer,
             config.n_head, config.n_embd, T, config.vocab_size, static_cast<double>(model.num_params()) / 1e6);
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", data.train.size(), data.val.size(),

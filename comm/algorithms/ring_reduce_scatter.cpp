@@ -24,7 +24,8 @@ void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::
     RingPass pass(t, work.data(), BlockLayout{count * static_cast<std::size_t>(n), n}, type,
                   RingPass::Mode::reduce, op);
     complete(pass);
-    std::memcpy(recv, at(work.data(), count * static_cast<std::size_t>(t.rank()), type), count * size_of(type));
+    if (count > 0)  // recv may be null when count is 0 (memcpy must not be given null, even for 0 bytes)
+        std::memcpy(recv, at(work.data(), count * static_cast<std::size_t>(t.rank()), type), count * size_of(type));
     finish_average(recv, count, type, op, n);
 }
 
