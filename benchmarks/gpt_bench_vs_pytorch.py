@@ -3,9 +3,10 @@
 float32), same config, same machine, one invocation, runs interleaved round by round so
 both see the same machine conditions. Reports the median ms/step of each and the ratio.
 
-PyTorch is given its best thread setting: it runs with 1 thread, with all cores, and with
-all cores but OpenBLAS single-threaded (Debian's torch uses OpenMP *and* OpenBLAS's own
-pthreads, which oversubscribe the cores); the fastest counts as the baseline.
+Fair to both (benchmarks/fair_settings.py): OPENBLAS_CORETYPE is unset on both sides (these
+machines set it to Haswell; users don't), and PyTorch runs with every thread setting a user
+would try — OpenMP threads and OpenBLAS threads separately, 1 or all cores each; the fastest
+counts as its result.
 
   /usr/bin/python3 benchmarks/gpt_bench_vs_pytorch.py                 # presets a and b
   /usr/bin/python3 benchmarks/gpt_bench_vs_pytorch.py --presets a --rounds 5
@@ -26,20 +27,20 @@ parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds fo
 parser.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "gpt_bench"))
 args = parser.parse_args()
 
-cores = os.cpu_count()
-variants = [("nanodist", [args.binary, "--json"], {}),
-            ("pytorch, 1 thread", [sys.executable, os.path.join(HERE, "pytorch_gpt_bench.py"), "--threads", "1"], {}),
-            (f"pytorch, {cores} threads", [sys.executable, os.path.join(HERE, "pytorch_gpt_bench.py"), "--threads",
-                                           str(cores)], {}),
-            (f"pytorch, {cores} threads, OpenBLAS 1", [sys.executable, os.path.join(HERE, "pytorch_gpt_bench.py"),
-                                                      "--threads", str(cores)], {"OPENBLAS_NUM_THREADS": "1"})]
+sys.path.insert(0, HERE)
+from fair_settings import clean_env, torch_thread_settings  # noqa: E402
+
+torch_script = os.path.join(HERE, "pytorch_gpt_bench.py")
+variants = [("nanodist", [args.binary, "--json"], clean_env())]
+for label, threads, env in torch_thread_settings():
+    variants.append((f"pytorch, {label}", [sys.executable, torch_script, "--threads", str(threads)], env))
 
 for preset in args.presets.split(","):
     rounds = args.rounds if preset == "a" else 1
     results = {name: [] for name, _, _ in variants}
     for r in range(rounds):
         for name, command, extra_env in variants:
-            out = subprocess.run(command + ["--preset", preset], env={**os.environ, **extra_env}, check=True,
+            out = subprocess.run(command + ["--preset", preset], env=extra_env, check=True,
                                  capture_output=True, text=True).stdout
             row = json.loads(out.strip().splitlines()[-1])
             results[name].append(row["ms_per_step"])

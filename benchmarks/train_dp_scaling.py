@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Training throughput of train_dp: 1 and 2 ranks (1 compute thread each), both backends,
-both gradient-averaging implementations, side by side in one run.
+both gradient-averaging implementations, side by side in one run (OPENBLAS_CORETYPE unset).
 
     python3 benchmarks/train_dp_scaling.py [--steps 60] [--rounds 3] [--data-dir data]
 
@@ -27,8 +27,10 @@ parser.add_argument("--bucket-mb", type=float, default=1.0)
 parser.add_argument("--json", help="also write the results here")
 args = parser.parse_args()
 
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fair_settings import clean_env  # noqa: E402
+
+env = clean_env()  # OpenBLAS picks its kernels as on a user's machine (no OPENBLAS_CORETYPE)
 configs = list(itertools.product([1, 2], ["mpi", "ring"], ["naive", "bucketed"]))
 samples = {c: [] for c in configs}
 model_line = ""

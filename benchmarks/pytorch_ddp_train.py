@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The PyTorch side of train_dp_vs_pytorch_ddp.py: nanoGPT's model trained data-parallel
+with torch.nn.parallel.DistributedDataParallel over gloo (CPU), N processes on this machine
+(torch.multiprocessing.spawn), each a micro-batch of random tokens per step, AdamW, clipping.
+Prints one JSON line: global tokens/s (median over the timed steps, slowest rank)."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from nanogpt_reference import GPT, GPTConfig  # noqa: E402
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--ranks", type=int, default=2)
+parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+parser.add_argument("--n-layer", type=int, default=2)
+parser.add_argument("--batch-size", type=int, default=12)
+parser.add_argument("--steps", type=int, default=50)
+parser.add_argument("--warmup", type=int, default=10)
+parser.add_argument("--port", type=int, default=29511)
+args = parser.parse_args()
+
+
+def worker(rank):
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=args.ranks)
+    config = GPTConfig(block_size=64, vocab_size=65, n_layer=args.n_layer, n_head=4, n_embd=128, dropout=0.0, bias=False)
+    torch.manual_seed(1337)
+    model = GPT(config)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = model.configure_optimizer(0.1, 5e-3, (0.9, 0.99))
+    generator = torch.Generator().manual_seed(rank)
+    times = []
+    for step in range(args.warmup + args.steps):
+        x = torch.randint(0, 65, (args.batch_size, 64), generator=generator)
+        y = torch.randint(0, 65, (args.batch_size, 64), generator=generator)
+        start = time.perf_counter()
+        _, loss = ddp(x, y)
+        loss.backward()  # DDP's buckets allreduce during backward
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+    step_s = torch.tensor([statistics.median(times)])
+    dist.all_reduce(step_s, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        tokens = args.ranks * args.batch_size * 64
+        print(json.dumps({"impl": "pytorch " + torch.__version__, "ranks": args.ranks, "threads": args.threads,
+                          "step_ms": step_s.item() * 1e3, "tokens_per_s": tokens / step_s.item()}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=args.ranks)
