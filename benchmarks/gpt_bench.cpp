@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(comm::cli::whole(0));
   app.add_option("--threads", threads, "compute threads")->check(comm::cli::whole(1));
   app.add_flag("--json", json, "one JSON line instead of the table");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = comm::cli::parse_or_exit_status(app, argc, argv); status >= 0) return status;
 
   try {
     if (preset == "b") {
@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
                  steps, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, median(forward) * 1e3, median(backward) * 1e3, median(update) * 1e3,
                  tokens / step, flops / 1e9);
     }
-  } catch (const nn::Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return 2;
   }
 }

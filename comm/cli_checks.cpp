@@ -53,4 +53,15 @@ std::string readable(const CLI::ParseError& error) {
     return text;
 }
 
+int parse_or_exit_status(CLI::App& app, int argc, char** argv) {
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        fmt::print(stderr, "error: {}\n", readable(e));
+        return 2;
+    }
+    return -1;
+}
+
 }  // namespace comm::cli

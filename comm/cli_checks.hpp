@@ -27,4 +27,8 @@ inline CLI::Validator positive_real(double max = std::numeric_limits<double>::ma
 // "--flag: must be …" (CLI11's shape) → "--flag must be …".
 std::string readable(const CLI::ParseError& error);
 
+// For a program without comm::Runtime: parses; on --help prints it and returns 0, on a bad
+// flag prints one "error: …" line and returns 2; returns -1 when the program should go on.
+int parse_or_exit_status(CLI::App& app, int argc, char** argv);
+
 }  // namespace comm::cli

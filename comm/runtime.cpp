@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <cstdlib>
+#include <new>
 
 #include "comm/backend.hpp"
 #include "comm/cli_checks.hpp"
@@ -139,8 +140,13 @@ int Runtime::run(const std::function<void()>& body) {
         if (world_rank_ == 0) fmt::print(stderr, "error: {}\n", e.what());
         return 2;
     } catch (const std::exception& e) {
-        if (world_size_ > 1) fmt::print(stderr, "error (rank {}): {}\n", world_rank_, e.what());
-        else fmt::print(stderr, "error: {}\n", e.what());
+        // Not the same on every rank (an I/O error, memory that ran out on this rank):
+        // this rank says it and ends the job, so no other rank waits for it forever.
+        const std::string what = dynamic_cast<const std::bad_alloc*>(&e)
+                                     ? std::string("out of memory (an allocation failed: std::bad_alloc)")
+                                     : std::string(e.what());
+        if (world_size_ > 1) fmt::print(stderr, "error (rank {}): {}\n", world_rank_, what);
+        else fmt::print(stderr, "error: {}\n", what);
         std::fflush(stderr);
         if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
         return 1;

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/cli_checks.hpp"
 #include "nn/data.hpp"
 
 int main(int argc, char** argv) {
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
   std::string data_dir = "data", text;
   app.add_option("--data-dir", data_dir, "data folder")->capture_default_str();
   app.add_option("--text", text, "use this text file");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = comm::cli::parse_or_exit_status(app, argc, argv); status >= 0) return status;
   try {
     std::optional<std::filesystem::path> given;
     if (!text.empty()) given = text;
