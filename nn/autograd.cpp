@@ -9,7 +9,8 @@ namespace {
 
 struct State {
   bool enabled = true;
-  std::vector<std::function<void()>> tape;
+  Tape own_tape;              // the thread's tape
+  Tape* tape = &own_tape;     // where ops record now (a TapeScope's, or own_tape)
 };
 
 State& state() {
@@ -31,18 +32,32 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-void record(std::function<void()> backward_step) { state().tape.push_back(std::move(backward_step)); }
+void record(std::function<void()> backward_step) { state().tape->record(std::move(backward_step)); }
+
+void Tape::run_backward() {
+  for (auto step = steps_.rbegin(); step != steps_.rend(); ++step) (*step)();
+  steps_.clear();
+}
+
+TapeScope::TapeScope(Tape& tape) : previous_(state().tape) { state().tape = &tape; }
+TapeScope::~TapeScope() { state().tape = previous_; }
 
 void backward(Tensor& loss) {
   if (loss.numel() != 1) fail("backward() needs a one-element loss, got shape {}", shape_string(loss.shape()));
-  if (!loss.requires_grad()) fail("backward(): the loss does not depend on any tensor that requires a gradient");
-  loss.grad()[0] += 1.0f;
-  auto& tape = state().tape;
-  for (auto step = tape.rbegin(); step != tape.rend(); ++step) (*step)();
-  tape.clear();
+  const float one = 1.0f;
+  backward(loss, std::span(&one, 1));
 }
 
-void clear_tape() { state().tape.clear(); }
-std::size_t tape_size() { return state().tape.size(); }
+void backward(Tensor& output, std::span<const float> grad_output) {
+  if (!output.requires_grad()) fail("backward(): the output does not depend on any tensor that requires a gradient");
+  if (static_cast<int64_t>(grad_output.size()) != output.numel())
+    fail("backward(): {} gradient values for an output of shape {}", grad_output.size(), shape_string(output.shape()));
+  float* g = output.grad();
+  for (std::size_t i = 0; i < grad_output.size(); ++i) g[i] += grad_output[i];
+  state().tape->run_backward();
+}
+
+void clear_tape() { state().tape->clear(); }
+std::size_t tape_size() { return state().tape->size(); }
 
 }  // namespace nn::autograd

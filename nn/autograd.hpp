@@ -7,9 +7,16 @@
 //
 // Gradients add up (+=) until zero_grad(): calling backward twice gives twice the gradient,
 // which is how gradient accumulation over micro-batches works.
+//
+// Ops record onto the *current* tape: a thread's own tape, or — while a TapeScope lives —
+// the Tape it names. Pipeline parallelism keeps several forward passes alive at once (one
+// per micro-batch in flight, each on its own Tape) and runs each backward later from the
+// gradient the next stage sent back: backward(output, grad_output).
 #pragma once
 #include <functional>
 #include <initializer_list>
+#include <span>
+#include <vector>
 
 #include "nn/tensor.hpp"
 
@@ -35,10 +42,46 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 
 void record(std::function<void()> backward_step);
 
-// Runs the tape backwards from a one-element `loss`, then clears the tape.
+// The backward steps of one forward pass, in the order they were recorded.
+class Tape {
+ public:
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  Tape(Tape&&) = default;
+  Tape& operator=(Tape&&) = default;
+
+  void record(std::function<void()> backward_step) { steps_.push_back(std::move(backward_step)); }
+  void run_backward();  // every step, last recorded first; then empty
+  void clear() { steps_.clear(); }
+  std::size_t size() const { return steps_.size(); }
+
+ private:
+  std::vector<std::function<void()>> steps_;
+};
+
+// While one exists, ops on this thread record onto `tape` instead of the current one.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* previous_;
+};
+
+// Runs the current tape backwards from a one-element `loss` (seeding d loss/d loss = 1),
+// then clears the tape.
 void backward(Tensor& loss);
 
-// Drops what was recorded (a forward pass whose backward will not run).
+// Runs the current tape backwards from `output`, seeding its gradient with `grad_output`
+// (same number of elements): how a pipeline stage backpropagates the gradient of its
+// activations that the next stage sent back.
+void backward(Tensor& output, std::span<const float> grad_output);
+
+// Drops what was recorded on the current tape (a forward pass whose backward will not run).
 void clear_tape();
 std::size_t tape_size();
 

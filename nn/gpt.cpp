@@ -56,58 +56,86 @@ Tensor GPT::add_parameter(const std::string& name, Shape shape) {
   return t;
 }
 
-GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
+GPTPart GPTPart::whole(const GPTConfig& config) { return {true, 0, config.n_layer, true}; }
+
+bool GPTPart::is_whole(const GPTConfig& config) const {
+  return embedding && head && first_block == 0 && end_block == config.n_layer;
+}
+
+GPT::GPT(const GPTConfig& config, uint64_t seed) : GPT(config, seed, GPTPart::whole(config)) {}
+
+GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
+    : config_(config), part_(part), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
   config_.validate();
   const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
-  // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte).
-  wte_ = add_parameter("transformer.wte.weight", {V, C});
-  wpe_ = add_parameter("transformer.wpe.weight", {config_.block_size, C});
-  auto optional_bias = [&](const std::string& name, int64_t n) {
-    return config_.bias ? add_parameter(name, {n}) : Tensor{};
+  if (part_.first_block < 0 || part_.end_block > L || part_.first_block > part_.end_block)
+    fail("GPT part: blocks [{}, {}) are not a range of the {} blocks", part_.first_block, part_.end_block, L);
+
+  // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
+  // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
+  // The draws run over the *whole* model in state_dict order; a part keeps the values of the
+  // parameters it owns and skips the others' — so every part starts from exactly the whole
+  // model's numbers, and the copies of wte on the first and last stage are identical.
+  Rng rng(seed);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
+  auto parameter = [&](const std::string& name, Shape shape, bool owned) {
+    const bool is_bias = name.ends_with(".bias"), is_layernorm = name.find(".ln_") != std::string::npos;
+    const bool random = !is_bias && !is_layernorm;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (!owned) {
+      if (random)
+        for (int64_t i = 0; i < n; ++i) rng.normal(0.0f, 0.02f);  // keep the stream in step
+      return Tensor{};
+    }
+    Tensor t = add_parameter(name, std::move(shape));
+    if (is_layernorm && !is_bias) std::fill_n(t.data(), t.numel(), 1.0f);
+    else if (random) {
+      const float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
+      for (float& v : t.values()) v = rng.normal(0.0f, stddev);
+    }
+    return t;
+  };
+  auto optional_bias = [&](const std::string& name, int64_t n, bool owned) {
+    return config_.bias ? parameter(name, {n}, owned) : Tensor{};
   };
   auto indices_from = [&](std::size_t first) {
     std::vector<int> group;
     for (std::size_t i = first; i < parameters_.size(); ++i) group.push_back(static_cast<int>(i));
     return group;
   };
-  embedding_group_ = indices_from(0);
+  // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
+  // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.
+  wte_ = parameter("transformer.wte.weight", {V, C}, part_.embedding || part_.head);
+  wpe_ = parameter("transformer.wpe.weight", {config_.block_size, C}, part_.embedding);
+  if (part_.embedding) embedding_group_ = indices_from(0);
   for (int64_t l = 0; l < L; ++l) {
+    const bool owned = l >= part_.first_block && l < part_.end_block;
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     const std::size_t first = parameters_.size();
     Block b;
-    b.ln_1_weight = add_parameter(p + "ln_1.weight", {C});
-    b.ln_1_bias = optional_bias(p + "ln_1.bias", C);
-    b.c_attn_weight = add_parameter(p + "attn.c_attn.weight", {3 * C, C});
-    b.c_attn_bias = optional_bias(p + "attn.c_attn.bias", 3 * C);
-    b.attn_proj_weight = add_parameter(p + "attn.c_proj.weight", {C, C});
-    b.attn_proj_bias = optional_bias(p + "attn.c_proj.bias", C);
-    b.ln_2_weight = add_parameter(p + "ln_2.weight", {C});
-    b.ln_2_bias = optional_bias(p + "ln_2.bias", C);
-    b.c_fc_weight = add_parameter(p + "mlp.c_fc.weight", {4 * C, C});
-    b.c_fc_bias = optional_bias(p + "mlp.c_fc.bias", 4 * C);
-    b.mlp_proj_weight = add_parameter(p + "mlp.c_proj.weight", {C, 4 * C});
-    b.mlp_proj_bias = optional_bias(p + "mlp.c_proj.bias", C);
+    b.ln_1_weight = parameter(p + "ln_1.weight", {C}, owned);
+    b.ln_1_bias = optional_bias(p + "ln_1.bias", C, owned);
+    b.c_attn_weight = parameter(p + "attn.c_attn.weight", {3 * C, C}, owned);
+    b.c_attn_bias = optional_bias(p + "attn.c_attn.bias", 3 * C, owned);
+    b.attn_proj_weight = parameter(p + "attn.c_proj.weight", {C, C}, owned);
+    b.attn_proj_bias = optional_bias(p + "attn.c_proj.bias", C, owned);
+    b.ln_2_weight = parameter(p + "ln_2.weight", {C}, owned);
+    b.ln_2_bias = optional_bias(p + "ln_2.bias", C, owned);
+    b.c_fc_weight = parameter(p + "mlp.c_fc.weight", {4 * C, C}, owned);
+    b.c_fc_bias = optional_bias(p + "mlp.c_fc.bias", 4 * C, owned);
+    b.mlp_proj_weight = parameter(p + "mlp.c_proj.weight", {C, 4 * C}, owned);
+    b.mlp_proj_bias = optional_bias(p + "mlp.c_proj.bias", C, owned);
+    if (!owned) continue;
     blocks_.push_back(b);
     block_groups_.push_back(indices_from(first));
   }
   const std::size_t ln_f_first = parameters_.size();
-  ln_f_weight_ = add_parameter("transformer.ln_f.weight", {C});
-  ln_f_bias_ = optional_bias("transformer.ln_f.bias", C);
-  ln_f_group_ = indices_from(ln_f_first);
-
-  // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
-  // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
-  Rng rng(seed);
-  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
-  for (auto& [name, t] : parameters_) {
-    bool is_layernorm = name.find(".ln_") != std::string::npos;
-    bool is_bias = name.ends_with(".bias");
-    if (is_layernorm && !is_bias) {
-      std::fill_n(t.data(), t.numel(), 1.0f);
-    } else if (!is_bias) {
-      float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
-      for (float& v : t.values()) v = rng.normal(0.0f, stddev);
-    }
+  ln_f_weight_ = parameter("transformer.ln_f.weight", {C}, part_.head);
+  ln_f_bias_ = optional_bias("transformer.ln_f.bias", C, part_.head);
+  if (part_.head) {
+    ln_f_group_ = indices_from(ln_f_first);
+    if (!part_.embedding) ln_f_group_.push_back(0);  // this stage's wte serves only lm_head, in the same group
   }
   positions_.resize(config_.block_size);
   std::iota(positions_.begin(), positions_.end(), 0);
@@ -115,21 +143,21 @@ GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config), dropout_rng_
 
 std::vector<NamedTensor> GPT::state_dict() const {
   std::vector<NamedTensor> all = parameters_;
-  all.push_back({"lm_head.weight", wte_});
+  if (part_.head) all.push_back({"lm_head.weight", wte_});
   return all;
 }
 
 Tensor& GPT::parameter(const std::string& name) {
   for (auto& p : parameters_)
     if (p.name == name) return p.tensor;
-  if (name == "lm_head.weight") return wte_;
+  if (name == "lm_head.weight" && part_.head) return wte_;
   fail("GPT has no parameter named '{}'", name);
 }
 
 int64_t GPT::num_params(bool non_embedding) const {
   int64_t n = 0;
   for (const auto& p : parameters_) n += p.tensor.numel();
-  return non_embedding ? n - wpe_.numel() : n;
+  return non_embedding && wpe_.defined() ? n - wpe_.numel() : n;
 }
 
 double GPT::flops_per_token(int64_t T) const {
@@ -151,33 +179,55 @@ void GPT::mark_grad_ready(const std::vector<int>& group) {
     autograd::record([this, &group] { grad_ready_hook_(group); });  // group: a member, alive as long as *this
 }
 
-Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
+void GPT::require_whole(const char* what) const {
+  if (!part_.is_whole(config_)) fail("GPT::{} needs the whole model; this object holds a part", what);
+}
+
+Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  if (!part_.embedding) fail("GPT::embed: this part has no embedding");
   if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
     fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
-  const float attn_dropout = training_ ? config_.dropout : 0.0f;
   mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
-  Tensor tok = embedding(wte_, ids, {B, T});                                          // [B,T,C]
+  Tensor tok = embedding(wte_, ids, {B, T});                                              // [B,T,C]
   Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
-  Tensor x = maybe_dropout(add(tok, pos));
+  return maybe_dropout(add(tok, pos));
+}
+
+Tensor GPT::run_blocks(Tensor x) {
+  const float attn_dropout = training_ ? config_.dropout : 0.0f;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
     mark_grad_ready(block_groups_[l]);
     Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
-    h = linear(h, b.c_attn_weight, b.c_attn_bias);                      // [B,T,3C]
+    h = linear(h, b.c_attn_weight, b.c_attn_bias);                              // [B,T,3C]
     h = causal_self_attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
     h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias));
     x = add(x, h);
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
-    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                    // [B,T,4C]
-    h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));   // [B,T,C]
+    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                   // [B,T,4C]
+    h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));  // [B,T,C]
     x = add(x, h);
   }
+  return x;
+}
+
+Tensor GPT::final_norm(const Tensor& x) {
+  if (!part_.head) fail("GPT: this part has no head");
   mark_grad_ready(ln_f_group_);
   return layernorm(x, ln_f_weight_, ln_f_bias_);
 }
 
+Tensor GPT::head_logits(const Tensor& x) { return linear(final_norm(x), wte_); }  // lm_head tied to wte: [B,T,V]
+
+Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) { return cross_entropy(head_logits(x), targets); }
+
+Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  return final_norm(run_blocks(embed(ids, B, T)));
+}
+
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  require_whole("forward");
   return linear(hidden_states(ids, B, T), wte_);  // lm_head tied to wte: [B,T,V]
 }
 
@@ -187,6 +237,7 @@ Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets,
 
 std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature, int top_k,
                                    Rng& rng) {
+  require_whole("generate");
   if (tokens.empty()) fail("generate: the prompt is empty");
   if (!(temperature > 0.0f)) fail("generate: temperature must be positive, got {}", temperature);
   autograd::NoGrad no_grad;

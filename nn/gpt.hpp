@@ -37,6 +37,20 @@ struct GPTConfig {
   bool operator==(const GPTConfig&) const = default;
 };
 
+// Which pieces of the model an object holds: the whole model, or what one pipeline stage
+// owns — the embedding (wte + wpe + dropout), the blocks [first_block, end_block) (global
+// numbers, so parameter names stay nanoGPT's), and the head (ln_f + lm_head + loss). The
+// head needs wte (lm_head is tied to it): a last stage without the embedding holds its own
+// copy, kept equal to the first stage's by summing their gradients (parallel/tied_embedding).
+struct GPTPart {
+  bool embedding = true;
+  int first_block = 0;
+  int end_block = 0;
+  bool head = true;
+  static GPTPart whole(const GPTConfig& config);
+  bool is_whole(const GPTConfig& config) const;
+};
+
 struct NamedTensor {
   std::string name;
   Tensor tensor;
@@ -45,8 +59,18 @@ struct NamedTensor {
 class GPT {
  public:
   GPT(const GPTConfig& config, uint64_t seed);  // nanoGPT's initialisation, from `seed`
+  // A part of it: allocates only the part's parameters (and their gradients), initialised
+  // with exactly the values the whole model would give them.
+  GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part);
 
   const GPTConfig& config() const { return config_; }
+  const GPTPart& part() const { return part_; }
+
+  // The pieces, for a pipeline stage (forward and backward of each are on the tape):
+  Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T);               // ids [B,T] → x [B,T,C]
+  Tensor run_blocks(Tensor x);                                                    // x [B,T,C] → [B,T,C]
+  Tensor head_logits(const Tensor& x);                                            // ln_f, lm_head → [B,T,V]
+  Tensor head_loss(const Tensor& x, std::span<const int32_t> targets);            // → mean cross-entropy
 
   // ids and targets are [B,T] row-major, T ≤ block_size. forward → logits [B,T,V];
   // loss → mean cross-entropy (targets equal to -1 are ignored).
@@ -58,7 +82,8 @@ class GPT {
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k,
                                 Rng& rng);
 
-  // The distinct parameter tensors in state_dict order (lm_head.weight is wte, not listed).
+  // The distinct parameter tensors this object holds, in state_dict order (lm_head.weight is
+  // wte, not listed).
   std::vector<NamedTensor>& parameters() { return parameters_; }
   const std::vector<NamedTensor>& parameters() const { return parameters_; }
   // nanoGPT's state_dict: the parameters plus lm_head.weight (the same tensor as wte).
@@ -90,10 +115,13 @@ class GPT {
   };
   Tensor add_parameter(const std::string& name, Shape shape);
   Tensor hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T);  // after ln_f: [B,T,C]
+  Tensor final_norm(const Tensor& x);                                         // ln_f
+  void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
   void mark_grad_ready(const std::vector<int>& group);
 
   GPTConfig config_;
+  GPTPart part_;
   std::vector<NamedTensor> parameters_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<Block> blocks_;

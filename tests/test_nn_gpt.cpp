@@ -270,3 +270,89 @@ TEST_CASE("grad-ready hook: every parameter reported once, last layer first, wit
   CHECK(nn::autograd::tape_size() == 0);
   model.set_grad_ready_hook({});
 }
+
+TEST_CASE("GPT in parts: three stages start from the whole model's numbers and give its loss and gradients") {
+  nn::GPTConfig config;
+  config.n_layer = 3;
+  config.n_head = 2;
+  config.n_embd = 16;
+  config.block_size = 8;
+  config.vocab_size = 11;
+  config.bias = true;
+  nn::GPT whole(config, 7);
+  // Stage 0: embedding + block 0; stage 1: block 1; stage 2: block 2 + head (own copy of wte).
+  nn::GPT first(config, 7, {true, 0, 1, false}), middle(config, 7, {false, 1, 2, false}), last(config, 7, {false, 2, 3, true});
+  auto value_of = [](nn::GPT& model, const std::string& name) {
+    auto v = model.parameter(name).values();
+    return std::vector<float>(v.begin(), v.end());
+  };
+  std::size_t held = 0;
+  for (nn::GPT* part : {&first, &middle, &last})
+    for (auto& [name, t] : part->parameters()) {
+      INFO(name);
+      CHECK(value_of(*part, name) == value_of(whole, name));  // bit-identical initialisation
+      ++held;
+    }
+  CHECK(held == whole.parameters().size() + 1);  // wte twice: first and last stage
+  CHECK(last.parameters().front().name == "transformer.wte.weight");
+  CHECK(middle.num_params(false) == 12 * 16 * 16 + 13 * 16);
+  CHECK_THROWS_WITH(middle.forward({}, 1, 1), Catch::Contains("needs the whole model"));
+  CHECK_THROWS_WITH(nn::GPT(config, 7, {true, 2, 5, true}), Catch::Contains("not a range of the 3 blocks"));
+
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, targets = {2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2};
+  nn::Tensor reference = whole.loss(ids, targets, 2, 6);
+  nn::autograd::backward(reference);
+
+  // The pipeline by hand: each stage's forward on its own tape, activations handed on as
+  // fresh leaves (as if received), then the backwards in reverse, each from the gradient
+  // of its output that the next stage "sent back".
+  nn::autograd::Tape tapes[3];
+  auto received = [](const nn::Tensor& sent) {  // a copy that requires a gradient: what recv() gives
+    nn::Tensor x = nn::Tensor::empty(sent.shape(), true);
+    std::copy(sent.data(), sent.data() + sent.numel(), x.data());
+    return x;
+  };
+  nn::Tensor out0, in1, out1, in2, loss;
+  {
+    nn::autograd::TapeScope scope(tapes[0]);
+    out0 = first.run_blocks(first.embed(ids, 2, 6));
+  }
+  in1 = received(out0);
+  {
+    nn::autograd::TapeScope scope(tapes[1]);
+    out1 = middle.run_blocks(in1);
+  }
+  in2 = received(out1);
+  {
+    nn::autograd::TapeScope scope(tapes[2]);
+    loss = last.head_loss(last.run_blocks(in2), targets);
+  }
+  CHECK(loss.item() == reference.item());
+  {
+    nn::autograd::TapeScope scope(tapes[2]);
+    nn::autograd::backward(loss);
+  }
+  {
+    nn::autograd::TapeScope scope(tapes[1]);
+    nn::autograd::backward(out1, in2.grad_values());
+  }
+  {
+    nn::autograd::TapeScope scope(tapes[0]);
+    nn::autograd::backward(out0, in1.grad_values());
+  }
+  auto grad_of = [](nn::GPT& model, const std::string& name) {
+    auto g = model.parameter(name).grad_values();
+    return std::vector<float>(g.begin(), g.end());
+  };
+  for (nn::GPT* part : {&first, &middle, &last})
+    for (auto& [name, t] : part->parameters()) {
+      if (name == "transformer.wte.weight") continue;
+      INFO(name);
+      const auto ours = grad_of(*part, name), theirs = grad_of(whole, name);
+      for (std::size_t i = 0; i < ours.size(); ++i) CHECK(ours[i] == Approx(theirs[i]).margin(1e-6));
+    }
+  // The tied embedding: the whole model's wte gradient is the sum of the two copies'.
+  const auto g_first = grad_of(first, "transformer.wte.weight"), g_last = grad_of(last, "transformer.wte.weight");
+  const auto g_whole = grad_of(whole, "transformer.wte.weight");
+  for (std::size_t i = 0; i < g_whole.size(); ++i) CHECK(g_first[i] + g_last[i] == Approx(g_whole[i]).margin(1e-6));
+}

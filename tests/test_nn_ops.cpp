@@ -246,3 +246,58 @@ TEST_CASE("threads: the default shares the cores among the ranks on a node") {
   nn::set_compute_threads(cores);
   CHECK_THROWS_AS(nn::set_compute_threads(0), nn::Error);
 }
+
+TEST_CASE("autograd: backward from a non-scalar output given its gradient (a pipeline stage's entry point)") {
+  // backward(y, g) must give what backward(Σ y·g) gives: checked against finite differences.
+  nn::Tensor x = nn_test::random_tensor({3, 4, 8}, 1), w = nn_test::random_tensor({6, 8}, 2, 0.3f);
+  nn::Tensor y = nn::gelu(nn::linear(x, w));  // [3,4,6]
+  nn::Tensor g = nn_test::random_tensor(y.shape(), 3, 1.0f, false);
+  nn::autograd::backward(y, g.values());
+  std::vector<float> dx(x.grad(), x.grad() + x.numel()), dw(w.grad(), w.grad() + w.numel());
+  nn_test::check_gradients([&](std::vector<nn::Tensor>& in) { return nn::mul(nn::gelu(nn::linear(in[0], in[1])), g); },
+                           {x, w});  // check_gradients recomputes x.grad, w.grad for Σ (y·g)·r
+  x.zero_grad();
+  w.zero_grad();
+  nn::Tensor loss = nn::sum(nn::mul(nn::gelu(nn::linear(x, w)), g));
+  nn::autograd::backward(loss);
+  for (int64_t i = 0; i < x.numel(); ++i) CHECK(dx[static_cast<std::size_t>(i)] == Approx(x.grad()[i]).margin(1e-5));
+  for (int64_t i = 0; i < w.numel(); ++i) CHECK(dw[static_cast<std::size_t>(i)] == Approx(w.grad()[i]).margin(1e-5));
+  CHECK_THROWS_WITH(nn::autograd::backward(y, std::span<const float>(g.values()).first(5)),
+                    Catch::Contains("5 gradient values for an output of shape"));
+}
+
+TEST_CASE("autograd: several forward passes alive at once, each on its own tape, backward in any order") {
+  nn::Tensor w = nn_test::random_tensor({5, 8}, 4, 0.3f);
+  nn::Tensor a = nn_test::random_tensor({2, 8}, 5, 1.0f, false), b = nn_test::random_tensor({2, 8}, 6, 1.0f, false);
+  // Reference: two passes one after the other on the thread's tape.
+  for (const nn::Tensor* in : {&a, &b}) {
+    nn::Tensor loss = nn::sum(nn::gelu(nn::linear(*in, w)));
+    nn::autograd::backward(loss);
+  }
+  std::vector<float> reference(w.grad(), w.grad() + w.numel());
+  w.zero_grad();
+  // Both forwards first (on tapes A and B), then B's backward, then A's.
+  nn::autograd::Tape tape_a, tape_b;
+  nn::Tensor loss_a, loss_b;
+  {
+    nn::autograd::TapeScope scope(tape_a);
+    loss_a = nn::sum(nn::gelu(nn::linear(a, w)));
+  }
+  {
+    nn::autograd::TapeScope scope(tape_b);
+    loss_b = nn::sum(nn::gelu(nn::linear(b, w)));
+  }
+  CHECK(nn::autograd::tape_size() == 0);  // nothing landed on the thread's own tape
+  CHECK(tape_a.size() > 0);
+  CHECK(tape_b.size() == tape_a.size());
+  {
+    nn::autograd::TapeScope scope(tape_b);
+    nn::autograd::backward(loss_b);
+  }
+  {
+    nn::autograd::TapeScope scope(tape_a);
+    nn::autograd::backward(loss_a);
+  }
+  CHECK(tape_a.size() == 0);
+  for (int64_t i = 0; i < w.numel(); ++i) CHECK(w.grad()[i] == Approx(reference[static_cast<std::size_t>(i)]).margin(1e-6));
+}
