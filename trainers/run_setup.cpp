@@ -1,0 +1,248 @@
+// What every trainer does before step 0 (see run_setup.hpp).
+#include "trainers/run_setup.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/runtime.hpp"
+#include "nn/atomic_file.hpp"
+#include "nn/checkpoint.hpp"
+#include "nn/error.hpp"
+#include "nn/memory_estimate.hpp"
+
+namespace trainers {
+namespace fs = std::filesystem;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Streams of randomness, each a pure function of (seed, purpose, rank, step): a resumed run
+// draws exactly the numbers an uninterrupted one would, and no RNG state needs saving beyond
+// the seed and the step.
+uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
+  return nn::hash64(nn::hash64(seed ^ (static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL), a), b);
+}
+
+// Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
+// instead of the other ranks waiting forever for what rank 0 was about to send them.
+void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work) {
+  std::array<int32_t, 1> failed{0};
+  std::string message;
+  if (world.rank() == 0) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      failed[0] = 1;
+      message = e.what();
+    }
+  }
+  world.broadcast(std::span<int32_t>(failed), 0);
+  if (failed[0]) throw comm::UsageError(message);  // printed once, by rank 0
+}
+
+// Rank 0's string on every rank (a length, then the bytes as int32s).
+void broadcast_text(comm::Communicator& world, std::string& text) {
+  std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
+  world.broadcast(std::span<int64_t>(size), 0);
+  std::vector<int32_t> chars(text.begin(), text.end());
+  chars.resize(static_cast<std::size_t>(size[0]));
+  world.broadcast(std::span<int32_t>(chars), 0);
+  text.assign(chars.begin(), chars.end());
+}
+
+// ---- the data --------------------------------------------------------------------------
+
+
+// Rank 0 prepares the data (finding or downloading the text) and says where it is; then
+// every rank reads it.
+Splits load_data(const TrainOptions& o, comm::Communicator& world) {
+  const std::optional<fs::path> text = o.text.empty() ? std::nullopt : std::optional<fs::path>(o.text);
+  std::string dir, origin;
+  on_rank0_then_agree(world, [&] {
+    const nn::PreparedData prepared = nn::prepare_shakespeare(o.data_dir, text);
+    dir = prepared.dir.string();
+    origin = prepared.reused ? fmt::format("prepared earlier from {}", prepared.source)
+                             : fmt::format("prepared now from {} ({})", prepared.source, prepared.source_how);
+  });
+  broadcast_text(world, dir);
+  broadcast_text(world, origin);
+  try {
+    Splits s;
+    const auto prepared = nn::read_prepared_data(dir);
+    if (!prepared) nn::fail("{}: the prepared data is gone", dir);
+    s.origin = origin;
+    s.dir = prepared->dir;
+    s.vocabulary = prepared->vocabulary;
+    s.train = nn::load_tokens(s.dir / "train.bin", s.vocabulary.size());
+    s.val = nn::load_tokens(s.dir / "val.bin", s.vocabulary.size());
+    return s;
+  } catch (const nn::Error& e) {
+    throw comm::UsageError(e.what());  // the same files, the same failure on every rank
+  }
+}
+
+void check_fits(const Splits& data, int block_size) {
+  for (auto [name, split] : {std::pair{"train", &data.train}, std::pair{"val", &data.val}})
+    if (static_cast<int64_t>(split->size()) < block_size + 1)
+      throw comm::UsageError(fmt::format("--block-size {} is longer than the data: the {} split of {} has {} tokens "
+                                         "(a window needs block_size + 1)",
+                                         block_size, name, data.dir.string(), split->size()));
+}
+
+void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab, const fs::path& data_dir) {
+  const std::string saved = train_state.value("vocabulary", std::string());
+  if (saved != data_vocab.chars())
+    throw comm::UsageError(fmt::format("vocabulary mismatch: the checkpoint was trained on {} characters, the data in {} "
+                                       "has {} — a different text",
+                                       saved.size(), data_dir.string(), data_vocab.size()));
+}
+
+// Samples start from --prompt: every character must be in the vocabulary (checked before
+// training, not at the first evaluation).
+void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabulary) {
+  try {
+    vocabulary.encode(prompt);
+  } catch (const nn::Error& e) {
+    throw comm::UsageError(fmt::format("--prompt: {}", e.what()));
+  }
+}
+
+// Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
+// times the ranks on a node exceeds what the node has — one line instead of std::bad_alloc
+// or the kernel's OOM killer after minutes.
+void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world) {
+  const nn::MemoryEstimate need = nn::estimate_memory(config, batch_size, training);
+  const int ranks_here = comm::runtime().local_size();
+  std::array<double, 1> budget{comm::available_memory_bytes() / ranks_here};  // this rank's share of its node
+  world.allreduce(std::span<double>(budget), comm::ReduceOp::min);
+  if (budget[0] > 0 && need.total() > budget[0])
+    throw comm::UsageError(fmt::format("this configuration needs about {} per rank, but a rank's share of the "
+                                       "available memory is {} ({} rank(s) on a node): make the model, "
+                                       "--batch-size or --block-size smaller",
+                                       need.describe(), nn::format_bytes(budget[0]), ranks_here));
+}
+
+// Every place the run will write must be writable before step 0, not at the first checkpoint.
+void check_writable(const fs::path& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path probe = dir / fmt::format(".write-test-{}", ::getpid());
+  std::FILE* file = ec ? nullptr : std::fopen(probe.c_str(), "w");
+  if (!file) throw comm::UsageError(fmt::format("{} {}: cannot write there ({})", flag, dir.string(),
+                                                ec ? ec.message() : std::strerror(errno)));
+  std::fclose(file);
+  fs::remove(probe, ec);
+}
+
+// ---- step 1: the same start on every rank -----------------------------------------------
+
+void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& world) {
+  for (auto& p : model.parameters()) world.broadcast(p.tensor.values(), 0);
+  if (!optimizer) return;
+  for (auto& m : optimizer->exp_avg()) world.broadcast(m.values(), 0);
+  for (auto& v : optimizer->exp_avg_sq()) world.broadcast(v.values(), 0);
+  std::array<int64_t, 1> steps{optimizer->steps()};
+  world.broadcast(std::span<int64_t>(steps), 0);
+  optimizer->set_steps(steps[0]);
+}
+
+// Check mode: every rank hashes its parameters and compares with rank 0's.
+void verify_identical(const nn::GPT& model, comm::Communicator& world) {
+  uint64_t hash = 0;
+  for (const auto& p : model.parameters()) {
+    auto v = p.tensor.values();
+    hash = nn::mix64(hash ^ nn::fnv1a64({reinterpret_cast<const char*>(v.data()), v.size_bytes()}));
+  }
+  std::vector<int64_t> all(static_cast<std::size_t>(world.size()));
+  const std::array<int64_t, 1> mine{static_cast<int64_t>(hash)};
+  world.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all));
+  std::string differ;
+  for (int r = 1; r < world.size(); ++r)
+    if (all[static_cast<std::size_t>(r)] != all[0]) differ += fmt::format(" {}", r);
+  if (!differ.empty()) nn::fail("check: after the broadcast, the parameters of rank(s){} differ from rank 0's", differ);
+  comm::say("check: parameters identical on all {} ranks after the broadcast (hash {:016x})", world.size(), hash);
+}
+
+Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Communicator& world) {
+  Start start{o.model, nlohmann::json()};
+  if (checkpoint.empty()) return start;
+  std::string shared;
+  on_rank0_then_agree(world, [&] {
+    nn::CheckpointInfo info = nn::read_checkpoint_info(checkpoint);
+    shared = nlohmann::json{{"config", info.config.to_json()}, {"train_state", info.train_state}}.dump();
+  });
+  broadcast_text(world, shared);
+  const auto j = nlohmann::json::parse(shared);
+  start.config = nn::GPTConfig::from_json(j.at("config"));
+  start.train_state = j.at("train_state");
+  trainers::check_config_against_flags(start.config, o);
+  return start;
+}
+
+// The command that continues this run, for the interrupt note.
+std::string resume_command(const TrainOptions& o, int N) {
+  std::string command = fmt::format("mpiexec -n {} {} --resume", N, o.program);
+  if (o.explicit_flags.count("--out-dir")) command += " --out-dir " + o.out_dir;
+  if (o.explicit_flags.count("--data-dir")) command += " --data-dir " + o.data_dir;
+  if (!o.text.empty()) command += " --text " + o.text;
+  return command;
+}
+
+RunStart begin_run(const TrainOptions& options, comm::Communicator& world) {
+  RunStart run;
+  run.o = options;
+  TrainOptions& o = run.o;
+  const int N = world.size();
+  run.checkpoint_dir = fs::path(o.out_dir) / "checkpoint";
+  if (o.resume && !fs::exists(run.checkpoint_dir) && !fs::exists(run.checkpoint_dir.string() + ".prev"))
+    throw comm::UsageError(fmt::format("--resume: there is no checkpoint in {}", run.checkpoint_dir.string()));
+  if (o.crash_at_step >= 0 && o.crash_rank >= N)
+    throw comm::UsageError(fmt::format("--crash-rank {} does not exist: the job has ranks 0 to {}", o.crash_rank, N - 1));
+  on_rank0_then_agree(world, [&] {
+    check_writable(o.out_dir, "--out-dir");
+    check_writable(fs::path(o.metrics).has_parent_path() ? fs::path(o.metrics).parent_path() : fs::path("."), "--metrics");
+  });
+  run.load_from = o.resume ? run.checkpoint_dir : fs::path(o.init_from);
+  run.start = read_start(o, run.load_from, world);
+  if (o.resume) run.changed = continue_saved_run(run.start.train_state.value("options", nlohmann::json::object()), o);
+  if (o.schedule.decay && o.max_iters > 0 && o.max_iters <= o.schedule.warmup_iters)
+    comm::say("warning: --max-iters {} ≤ --warmup-iters {}: the learning rate never leaves its warm-up", o.max_iters,
+              o.schedule.warmup_iters);
+  run.data = load_data(o, world);
+  if (!run.load_from.empty()) check_vocabulary(run.start.train_state, run.data.vocabulary, run.data.dir);
+  run.start.config.vocab_size = run.data.vocabulary.size();
+  check_fits(run.data, run.start.config.block_size);
+  check_prompt(o.prompt, run.data.vocabulary);
+  return run;
+}
+
+void say_resume(const RunStart& run, int world_size) {
+  if (!run.o.resume) return;
+  comm::say("resuming from {} at step {} of {}, with the checkpoint's settings", run.checkpoint_dir.string(),
+            run.first_step(), run.o.max_iters);
+  if (!run.changed.empty()) comm::say("note: flags change the run's settings: {}", fmt::join(run.changed, ", "));
+  const int was_world = run.start.train_state.value("world_size", world_size);
+  if (was_world != world_size)
+    comm::say("note: the checkpoint was written by {} ranks, this job has {}: training continues, but each step "
+              "sees {} instead of {} micro-batches",
+              was_world, world_size, world_size, was_world);
+}
+
+nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const std::optional<float>& val_loss) {
+  const TrainOptions& o = run.o;
+  nlohmann::json state = {{"step", steps_done},
+                          {"world_size", world_size},
+                          {"vocabulary", run.data.vocabulary.chars()},
+                          {"options", to_json(o)},
+                          // Every random stream is a function of (seed, rank, step): see stream_seed.
+                          {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * o.grad_accum}, {"ranks", world_size}}}};
+  if (val_loss) state["val_loss"] = *val_loss;
+  return state;
+}
+
+}  // namespace trainers

@@ -1,0 +1,108 @@
+// What every trainer does before step 0 — the same in train_dp, train_pp and the ones after:
+// the random streams, rank-0-then-agree, the data and its checks, the memory and output
+// checks, reading the checkpoint to start from, and the same start on every replica.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.hpp"
+#include "nn/adamw.hpp"
+#include "nn/data.hpp"
+#include "nn/gpt.hpp"
+#include "trainers/train_options.hpp"
+
+namespace trainers {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start);
+
+// Streams of randomness, each a pure function of (seed, purpose, rank, step): a resumed run
+// draws exactly the numbers an uninterrupted one would, and no RNG state needs saving beyond
+// the seed and the step.
+enum class Stream : uint64_t { init = 1, dropout = 2, eval = 3, sample = 4 };
+uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b = 0);
+
+// Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
+// instead of the other ranks waiting forever for what rank 0 was about to send them.
+void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work);
+
+// Rank 0's string on every rank.
+void broadcast_text(comm::Communicator& world, std::string& text);
+
+// ---- the data ----------------------------------------------------------------------------
+
+struct Splits {
+  nn::CharVocabulary vocabulary;
+  std::vector<int32_t> train, val;
+  std::filesystem::path dir;
+  std::string origin;  // where the text came from, for the log
+};
+
+// Rank 0 prepares the data (finding or downloading the text) and says where it is; then
+// every rank reads it.
+Splits load_data(const TrainOptions& o, comm::Communicator& world);
+
+// One-line errors (comm::UsageError) for a block_size longer than a split, a checkpoint
+// trained on another text, a prompt character outside the vocabulary.
+void check_fits(const Splits& data, int block_size);
+void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab,
+                      const std::filesystem::path& data_dir);
+void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabulary);
+
+// Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
+// times the ranks on a node exceeds what the node has.
+void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world);
+
+// Every place the run will write must be writable before step 0, not at the first checkpoint.
+void check_writable(const std::filesystem::path& dir, const std::string& flag);
+
+// ---- the same start on every replica -------------------------------------------------------
+
+// Rank 0's parameters (and optimizer moments and step) on every rank of `group`.
+void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& group);
+
+// Check mode: every rank hashes its parameters and compares with rank 0's.
+void verify_identical(const nn::GPT& model, comm::Communicator& group);
+
+// Loads --init-from / --resume's config and training state on rank 0 (after every rank
+// agreed on the flags) and shares it.
+struct Start {
+  nn::GPTConfig config;
+  nlohmann::json train_state;  // empty when starting fresh
+};
+Start read_start(const TrainOptions& o, const std::filesystem::path& checkpoint, comm::Communicator& world);
+
+// The command that continues this run, for the interrupt note.
+std::string resume_command(const TrainOptions& o, int ranks);
+
+// ---- the start of a training run -----------------------------------------------------------
+
+// What every trainer checks and loads before it builds its model: outputs writable, the
+// crash rank in range, the checkpoint to load (with --resume, the checkpoint's settings unless
+// a flag overrides them), the data and its checks against the checkpoint and the prompt.
+struct RunStart {
+  TrainOptions o;  // the options in force (with --resume: the checkpoint's settings filled in)
+  std::filesystem::path checkpoint_dir;  // <out-dir>/checkpoint
+  std::filesystem::path load_from;       // --resume: checkpoint_dir; --init-from; or empty
+  Start start;                           // start.config.vocab_size is the data's
+  Splits data;
+  std::vector<std::string> changed;  // settings a flag changed on --resume ("max_iters 800 → 1000")
+  int64_t first_step() const { return o.resume ? start.train_state.at("step").get<int64_t>() : 0; }
+};
+RunStart begin_run(const TrainOptions& options, comm::Communicator& world);
+
+// "resuming from … at step S of M, with the checkpoint's settings", and notes on what differs.
+void say_resume(const RunStart& run, int world_size);
+
+// The training state a checkpoint records beside the weights (step, world size, vocabulary,
+// the run's settings, the seed), with the last evaluation's val loss when there is one.
+nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const std::optional<float>& val_loss);
+
+}  // namespace trainers
