@@ -13,6 +13,11 @@ struct BufferPool {
   // How many blocks came from the system (not from the cache) so far: flat across steps
   // once the cache is warm.
   static std::size_t system_allocations();
+  // Tensor memory in use now (handed out, not yet released), and the most since reset_peak():
+  // what a pipeline stage's activations take, measured rather than estimated.
+  static std::size_t bytes_in_use();
+  static std::size_t peak_bytes_in_use();
+  static void reset_peak();
 };
 
 }  // namespace nn

@@ -235,6 +235,36 @@ Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets,
   return cross_entropy(forward(ids, B, T), targets);
 }
 
+void GPT::next_token_logits(const Tensor& x, int64_t T, float temperature, std::span<float> logits) {
+  const int64_t V = config_.vocab_size, C = config_.n_embd;
+  Tensor h = final_norm(x);  // [1,T,C]
+  // Logits of the last position only, divided by the temperature: h[T-1] · wteᵀ / temperature.
+  gemm(false, true, 1, V, C, 1.0f / temperature, h.data() + (T - 1) * C, C, wte_.data(), C, 0.0f, logits.data(), V);
+}
+
+int32_t sample_token(std::span<float> logits, int top_k, Rng& rng) {
+  const auto V = static_cast<int64_t>(logits.size());
+  if (top_k > 0 && top_k < V) {
+    std::vector<float> sorted(logits.begin(), logits.end());
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+    const float kth = sorted[static_cast<std::size_t>(top_k - 1)];
+    for (float& z : logits)
+      if (z < kth) z = -INFINITY;
+  }
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (float& z : logits) total += z = std::exp(z - max);
+  // Inverse-CDF sampling from the softmax.
+  double u = rng.uniform() * total, running = 0.0;
+  int32_t next = -1;
+  for (int64_t j = 0; j < V && (next < 0 || running <= u); ++j) {
+    if (logits[static_cast<std::size_t>(j)] == 0.0f) continue;  // excluded by top-k
+    running += logits[static_cast<std::size_t>(j)];
+    next = static_cast<int32_t>(j);  // the last candidate so far; kept once running > u
+  }
+  return next;
+}
+
 std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature, int top_k,
                                    Rng& rng) {
   require_whole("generate");
@@ -243,33 +273,12 @@ std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_toke
   autograd::NoGrad no_grad;
   const bool was_training = training_;
   training_ = false;
-  const int64_t V = config_.vocab_size, C = config_.n_embd;
-  std::vector<float> logits(V), sorted(V);
+  std::vector<float> logits(static_cast<std::size_t>(config_.vocab_size));
   for (int step = 0; step < max_new_tokens; ++step) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
     std::span<const int32_t> context(tokens.data() + tokens.size() - T, T);
-    Tensor h = hidden_states(context, 1, T);
-    // Logits of the last position only: h[T-1] · wteᵀ.
-    gemm(false, true, 1, V, C, 1.0f / temperature, h.data() + (T - 1) * C, C, wte_.data(), C, 0.0f, logits.data(), V);
-    if (top_k > 0 && top_k < V) {
-      sorted = logits;
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
-      const float kth = sorted[top_k - 1];
-      for (float& z : logits)
-        if (z < kth) z = -INFINITY;
-    }
-    const float max = *std::max_element(logits.begin(), logits.end());
-    double total = 0.0;
-    for (float& z : logits) total += z = std::exp(z - max);
-    // Inverse-CDF sampling from the softmax.
-    double u = rng.uniform() * total, running = 0.0;
-    int32_t next = -1;
-    for (int64_t j = 0; j < V && (next < 0 || running <= u); ++j) {
-      if (logits[j] == 0.0f) continue;  // excluded by top-k
-      running += logits[j];
-      next = static_cast<int32_t>(j);  // the last candidate so far; kept once running > u
-    }
-    tokens.push_back(next);
+    next_token_logits(run_blocks(embed(context, 1, T)), T, temperature, logits);
+    tokens.push_back(sample_token(logits, top_k, rng));
   }
   training_ = was_training;
   return tokens;

@@ -81,6 +81,9 @@ class GPT {
   // block_size tokens, logits divided by temperature, only the top_k kept (0 = all).
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k,
                                 Rng& rng);
+  // The head's part of one generation step: x [1,T,C] after the blocks → the logits of the
+  // next token (after position T−1) divided by the temperature, into `logits` [V].
+  void next_token_logits(const Tensor& x, int64_t T, float temperature, std::span<float> logits);
 
   // The distinct parameter tensors this object holds, in state_dict order (lm_head.weight is
   // wte, not listed).
@@ -132,5 +135,9 @@ class GPT {
   std::vector<int> embedding_group_, ln_f_group_;  // indices into parameters_
   std::vector<std::vector<int>> block_groups_;
 };
+
+// Draws a token from softmax(logits) (already divided by the temperature), among the top_k
+// largest only when top_k > 0. `logits` is used as scratch.
+int32_t sample_token(std::span<float> logits, int top_k, Rng& rng);
 
 }  // namespace nn

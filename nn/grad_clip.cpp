@@ -5,6 +5,10 @@
 namespace nn {
 
 float grad_norm(std::vector<NamedTensor>& parameters) {
+  return static_cast<float>(std::sqrt(squared_grad_norm(parameters)));
+}
+
+double squared_grad_norm(std::vector<NamedTensor>& parameters) {
   double total = 0.0;
   for (auto& p : parameters) {
     const float* g = p.tensor.grad();
@@ -14,18 +18,22 @@ float grad_norm(std::vector<NamedTensor>& parameters) {
     for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
     total += sq;
   }
-  return static_cast<float>(std::sqrt(total));
+  return total;
 }
 
 float clip_grad_norm(std::vector<NamedTensor>& parameters, float max_norm) {
   const float norm = grad_norm(parameters);
-  if (max_norm <= 0.0f) return norm;
+  clip_to_norm(parameters, max_norm, norm);
+  return norm;
+}
+
+void clip_to_norm(std::vector<NamedTensor>& parameters, float max_norm, float norm) {
+  if (max_norm <= 0.0f) return;
   const float coef = max_norm / (norm + 1e-6f);
   if (coef < 1.0f) {
     for (auto& p : parameters)
       for (float& g : p.tensor.grad_values()) g *= coef;
   }
-  return norm;
 }
 
 }  // namespace nn

@@ -13,4 +13,9 @@ float grad_norm(std::vector<NamedTensor>& parameters);
 // Clips in place; returns the norm before clipping. max_norm ≤ 0 only measures.
 float clip_grad_norm(std::vector<NamedTensor>& parameters, float max_norm);
 
+// The two halves, for a model split over ranks: Σ g² of these parameters (ranks add theirs
+// up), then the scaling every rank applies once the global norm is known.
+double squared_grad_norm(std::vector<NamedTensor>& parameters);
+void clip_to_norm(std::vector<NamedTensor>& parameters, float max_norm, float norm);
+
 }  // namespace nn

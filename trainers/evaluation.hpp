@@ -3,14 +3,41 @@
 // allreduce averages them, so every rank ends with the same number.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "nn/autograd.hpp"
 #include "nn/data.hpp"
 #include "nn/gpt.hpp"
 
 namespace trainers {
+
+// Evaluation mode for one scope: no tape, no dropout; training mode restored afterwards.
+class EvalMode {
+ public:
+  explicit EvalMode(nn::GPT& model) : model_(model), was_training_(model.training()) { model.set_training(false); }
+  ~EvalMode() { model_.set_training(was_training_); }
+
+ private:
+  nn::GPT& model_;
+  bool was_training_;
+  nn::autograd::NoGrad no_grad_;
+};
+
+
+// The loss of one batch (ids, targets [B,T]) under evaluation (no dropout, no tape): the
+// same number on every rank that calls it. For one model: model.loss; for a pipeline: the
+// last stage's loss, shared with the others (parallel/pp_inference.hpp).
+using BatchLoss = std::function<float(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
+                                      int64_t T)>;
+
+// The same measurements for any BatchLoss; `group` holds the ranks that share out the work
+// (the data-parallel replicas) and average the result.
+float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int B, int T, int iters, uint64_t seed,
+                    comm::Communicator& group);
+double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group);
 
 // Mean loss over `iters` random batches of B windows per rank (drawn from stream `seed`,
 // which differs per rank), averaged over ranks: nanoGPT's estimate_loss().

@@ -75,6 +75,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--init-from", o.init_from, "load this checkpoint directory (with --eval-only / --sample-only)");
   app.add_flag("--eval-only", o.eval_only, "print the exact val loss of --init-from and stop");
   app.add_flag("--sample-only", o.sample_only, "print a sample from --init-from and stop");
+  app.add_option("--trace", o.trace, "write a timeline of the first --trace-steps steps (Chrome trace JSON; "
+                 "scripts/plot_trace.py draws it)");
+  app.add_option("--trace-steps", o.trace_steps, "steps in the --trace timeline")->check(whole(1, 1000))->capture_default_str();
   app.add_option("--crash-at-step", o.crash_at_step, "testing: rank --crash-rank kills itself at this step")->check(whole(0));
   app.add_option("--crash-rank", o.crash_rank, "testing: which rank --crash-at-step kills")->check(whole(0));
 }

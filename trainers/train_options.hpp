@@ -62,6 +62,9 @@ struct TrainOptions {
   std::string init_from;    // a checkpoint directory to load
   bool eval_only = false;
   bool sample_only = false;
+  // a Chrome-trace / Perfetto timeline of the first trace_steps steps (empty: none)
+  std::string trace;
+  int trace_steps = 3;
   // fault injection, for the tests and the lecture: rank crash_rank kills itself (SIGKILL)
   int crash_at_step = -1;
   int crash_rank = 1;

@@ -1,0 +1,26 @@
+// Pipeline schedules: the order in which a stage runs the forwards and backwards of a step's
+// M micro-batches and exchanges activations. They know nothing of the model: they drive a
+// PipelineStage (parallel/pp_stage.hpp). p stages, this one is stage r.
+//
+//   gpipe  all forwards, then all backwards (pp_gpipe.cpp). The naive baseline: simple, but
+//          a stage holds the activations of all M micro-batches at once.
+//   1f1b   p − r − 1 warm-up forwards, then one forward, one backward, …, then the remaining
+//          backwards (pp_1f1b.cpp). The same bubble, but at most p − r micro-batches in flight.
+//
+// Both give bit-identical gradients: each micro-batch's forward and backward is the same
+// computation, and both run the backwards in the order 0, 1, …, M−1, so every parameter's
+// gradient sums the micro-batches in the same order (the tests check it bit for bit).
+#pragma once
+#include <string_view>
+
+#include "parallel/pp_stage.hpp"
+
+namespace parallel {
+
+void run_gpipe(PipelineStage& stage);
+void run_1f1b(PipelineStage& stage);
+
+// "gpipe" or "1f1b"; throws comm::UsageError for anything else.
+void run_schedule(std::string_view name, PipelineStage& stage);
+
+}  // namespace parallel
