@@ -36,6 +36,7 @@ double available_memory_bytes() {
 }
 
 void add_options(CLI::App& app, Options& options) {
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
     app.add_option("--backend", options.backend, "collective backend: mpi, ring or naive")
         ->envname("NANODIST_BACKEND")
         ->check(CLI::IsMember(backend_names()))

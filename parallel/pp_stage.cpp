@@ -117,7 +117,7 @@ void PipelineStage::recv_forward(int m) {
 }
 
 void PipelineStage::send_forward(int m) {
-  if (is_last()) return;
+  if (is_last() || skip_sends) return;
   exchange(outputs_[static_cast<std::size_t>(m)].values(), pp_.rank() + 1, {}, -1, "send x");
 }
 
@@ -139,7 +139,8 @@ void PipelineStage::send_forward_recv_backward(int send_m, int recv_m) {
   if (is_last()) return;
   auto& g = grad_outputs_[static_cast<std::size_t>(recv_m)];
   g.resize(static_cast<std::size_t>(activation_size()));
-  exchange(outputs_[static_cast<std::size_t>(send_m)].values(), pp_.rank() + 1, g, pp_.rank() + 1, "send x, recv dx");
+  std::span<const float> out = outputs_[static_cast<std::size_t>(send_m)].values();
+  exchange(skip_sends ? std::span<const float>() : out, pp_.rank() + 1, g, pp_.rank() + 1, "send x, recv dx");
 }
 
 void PipelineStage::send_backward_recv_forward(int send_m, int recv_m) {

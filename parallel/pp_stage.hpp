@@ -82,6 +82,9 @@ class PipelineStage {
   // For --trace: called with (name, category, start, end in seconds) of every forward,
   // backward and wait in send/recv.
   std::function<void(const std::string&, const char*, double, double)> on_span;
+  // Fault injection for the tests and the lecture: while true, activations are not sent on
+  // (the bug "a stage skips a send"); the next stage waits, and the watchdog names this one.
+  bool skip_sends = false;
   // Called before each backward (the data-parallel averager arms itself on the last one).
   std::function<void(int m)> before_backward;
 

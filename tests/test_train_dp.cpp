@@ -12,85 +12,14 @@
 #include "nn/checkpoint.hpp"
 #include "nn/rng.hpp"
 #include "run_command.hpp"
+#include "trainer_test_util.hpp"
 #include "trainers/batches.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kWork = fs::path(TEST_WORK_DIR);
-const bool kFreshRuns = (fs::remove_all(kWork / "runs"), true);  // no run of an earlier invocation is ever compared
-
-// A text with a small vocabulary and some structure to learn: words from a list, lines of them.
-fs::path synthetic_text(const std::string& name, const std::vector<std::string>& words, int n_words) {
-  const fs::path file = kWork / name;
-  if (fs::exists(file)) return file;
-  fs::create_directories(kWork);
-  nn::Rng rng(42);
-  std::string text;
-  for (int i = 0; i < n_words; ++i) {
-    text += words[rng.next_u64() % words.size()];
-    text += (i % 9 == 8) ? ".\n" : " ";
-  }
-  std::ofstream(file) << text;
-  return file;
-}
-
-fs::path shakespeareish() {
-  return synthetic_text("words.txt", {"the", "king", "shall", "speak", "and", "thou", "art", "my", "lord", "what", "noble",
-                                      "heart", "doth", "love", "o", "come", "hither", "good", "night", "sweet"}, 6000);
-}
-
-// The tiny model and quiet settings every run here uses (the data is prepared into `data`).
-std::string tiny(const fs::path& text, const std::string& data = "data") {
-  return fmt::format("--text {} --data-dir {} --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --eval-interval 0 "
-                     "--eval-iters 2 --no-full-val --sample-tokens 0 --log-interval 1 --threads 1 --timeout 30 "
-                     "--learning-rate 1e-3 --warmup-iters 2",
-                     text.string(), (kWork / data).string());
-}
-
-CommandResult train_dp(int ranks, const std::string& args) {
-  CommandResult r = run_command(mpirun(ranks, TRAIN_DP, args));
-  UNSCOPED_INFO("$ train_dp -n " << ranks << " " << args << "\n" << r.output);
-  return r;
-}
-
-std::string out(const std::string& name) { return (kWork / "runs" / name).string(); }
-fs::path checkpoint(const std::string& name) { return kWork / "runs" / name / "checkpoint"; }
-
-std::vector<std::vector<float>> parameters_of(const fs::path& dir) {
-  nn::CheckpointInfo info = nn::read_checkpoint_info(dir);
-  nn::GPT model(info.config, 0);
-  nn::load_checkpoint(dir, model, nullptr);
-  std::vector<std::vector<float>> values;
-  for (auto& p : model.parameters()) values.emplace_back(p.tensor.values().begin(), p.tensor.values().end());
-  return values;
-}
-
-float max_difference(const fs::path& a, const fs::path& b) {
-  auto pa = parameters_of(a), pb = parameters_of(b);
-  REQUIRE(pa.size() == pb.size());
-  float worst = 0.0f;
-  for (std::size_t i = 0; i < pa.size(); ++i) {
-    REQUIRE(pa[i].size() == pb[i].size());
-    for (std::size_t j = 0; j < pa[i].size(); ++j) worst = std::max(worst, std::abs(pa[i][j] - pb[i][j]));
-  }
-  return worst;
-}
-
-bool same_bytes(const fs::path& a, const fs::path& b) { return nn::read_whole_file(a) == nn::read_whole_file(b); }
-
-// One line saying what was wrong, a non-zero exit, and no crash dump.
-void clean_failure(const CommandResult& r, const std::string& expected) {
-  CHECK(r.status != 0);
-  CHECK_THAT(r.output, Catch::Contains(expected));
-  CHECK_THAT(r.output, !Catch::Contains("terminate called") && !Catch::Contains("Segmentation") &&
-                           !Catch::Contains("MPI_ABORT") && !Catch::Contains("core dumped"));
-  std::size_t error_lines = 0;
-  for (std::size_t at = r.output.find("error"); at != std::string::npos; at = r.output.find("error", at + 1))
-    if (at == 0 || r.output[at - 1] == '\n') ++error_lines;
-  CHECK(error_lines == 1);
-}
+CommandResult train_dp(int ranks, const std::string& args) { return run_trainer(TRAIN_DP, ranks, args); }
 
 // Data-parallel runs are compared after kSteps optimizer steps. Float sums in another order
 // differ in the last bits; the tolerance is far below one step's change (≈ lr = 1e-3).
@@ -293,11 +222,6 @@ TEST_CASE("a rank killed mid-training: the others stop with the watchdog's repor
 
 namespace {
 
-// exit status 2 and one error line: the checks of clean_failure, plus the status.
-void usage_failure(const CommandResult& r, const std::string& expected) {
-  clean_failure(r, expected);
-  CHECK(r.status == 2);
-}
 
 std::vector<std::string> lines_of(const fs::path& file) {
   std::ifstream in(file);

@@ -53,6 +53,7 @@ struct PipelineOptions {
   int micro_batches = 4;
   std::vector<int> stage_layers;  // empty: even
   int dp = 1;
+  int skip_send_at_step = -1;  // testing: rank --crash-rank skips its sends at this step
 };
 
 // Everything a rank holds: its place in the grid, its stage's piece of the model.
@@ -237,6 +238,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
   for (int64_t step = first_step; step < o.max_iters; ++step) {
     if (step == o.crash_at_step && rank == o.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
     trace.on = !o.trace.empty() && step < first_step + o.trace_steps;
+    stage.skip_sends = step == p.skip_send_at_step && rank == o.crash_rank;
     if (o.eval_interval > 0 && step > first_step && step % o.eval_interval == 0) {
       const auto t0 = Clock::now();
       evaluate(step);
@@ -371,6 +373,8 @@ int main(int argc, char** argv) {
     app.add_option("--dp", p.dp, "data-parallel replicas of the pipeline (world = dp × stages)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
+    app.add_option("--skip-send-at-step", p.skip_send_at_step, "testing: rank --crash-rank skips its sends at this step")
+        ->check(comm::cli::whole(0));
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];

@@ -1,0 +1,117 @@
+// train_pp end to end, under mpiexec: a pipeline (× data parallelism) ends where one process
+// with the same global batch ends; GPipe and 1F1B agree bit for bit; the tied embedding stays
+// identical; checkpoints load in train_dp and resume exactly; a stage that dies or skips a
+// send is named by the watchdog; bad input is one line and exit status 2.
+#define CATCH_CONFIG_MAIN
+#include "trainer_test_util.hpp"
+
+namespace {
+
+CommandResult train_pp(int ranks, const std::string& args) { return run_trainer(TRAIN_PP, ranks, args); }
+CommandResult train_dp(int ranks, const std::string& args) { return run_trainer(TRAIN_DP, ranks, args); }
+
+constexpr int kSteps = 5;
+constexpr float kTolerance = 2e-5f;  // as the data-parallel test: float sums in another order
+
+// 4 blocks (enough for 4 stages), partition sampling (so data parallelism splits one batch).
+std::string common() { return tiny(shakespeareish(), "data", 4) + fmt::format(" --sampling partition --max-iters {}", kSteps); }
+
+// One process with batch B: the reference every pipeline with that global batch must match.
+fs::path reference(int B) {
+  const std::string name = fmt::format("pp_ref_b{}", B);
+  if (!fs::exists(checkpoint(name) / "model.safetensors"))
+    REQUIRE(train_dp(1, common() + fmt::format(" --batch-size {} --out-dir {}", B, out(name))).status == 0);
+  return checkpoint(name);
+}
+
+}  // namespace
+
+TEST_CASE("P stages × M micro-batches end where one process with the same batch ends; GPipe ≡ 1F1B bit for bit") {
+  for (int P : {2, 3, 4})
+    for (int M : {1, P, 2 * P + 1}) {
+      const int B = 2 * M;  // micro-batches of 2
+      std::string runs[2];
+      for (int s = 0; s < 2; ++s) {
+        const std::string schedule = s == 0 ? "gpipe" : "1f1b";
+        runs[s] = fmt::format("pp{}_m{}_{}", P, M, schedule);
+        auto r = train_pp(P, common() + fmt::format(" --batch-size {} --micro-batches {} --schedule {} --out-dir {}", B, M,
+                                                    schedule, out(runs[s])));
+        REQUIRE(r.status == 0);
+        const float diff = max_difference(checkpoint(runs[s]), reference(B));
+        INFO(runs[s] << ": largest parameter difference from one process with batch " << B << " is " << diff);
+        CHECK(diff <= kTolerance);
+      }
+      CHECK(same_bytes(checkpoint(runs[0]) / "model.safetensors", checkpoint(runs[1]) / "model.safetensors"));
+    }
+}
+
+TEST_CASE("pipeline × data parallelism, and an uneven split, match one process too") {
+  // 2 pipelines of 2 stages, 4 per replica → one process with batch 8.
+  auto r = train_pp(4, common() + " --dp 2 --batch-size 4 --micro-batches 2 --out-dir " + out("pp2_dp2"));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("rank 3 = dp 1 · pp 1"));
+  CHECK(max_difference(checkpoint("pp2_dp2"), reference(8)) <= kTolerance);
+  SECTION("the comparison has teeth: random sampling (other data per replica) ends far away") {
+    auto other = train_pp(4, common() + " --dp 2 --batch-size 4 --micro-batches 2 --sampling random --out-dir " +
+                                 out("pp2_dp2_random"));
+    REQUIRE(other.status == 0);
+    CHECK(max_difference(checkpoint("pp2_dp2_random"), reference(8)) > 100 * kTolerance);
+  }
+  auto uneven = train_pp(3, common() + " --stage-layers 2,1,1 --batch-size 6 --micro-batches 3 --out-dir " + out("pp3_uneven"));
+  REQUIRE(uneven.status == 0);
+  CHECK_THAT(uneven.output, Catch::Contains("stages: 2/1/1 blocks"));
+  CHECK(max_difference(checkpoint("pp3_uneven"), reference(6)) <= kTolerance);
+}
+
+TEST_CASE("the tied embedding stays identical; a pipeline checkpoint loads in train_dp; resume is exact") {
+  const std::string run = common() + " --batch-size 4 --micro-batches 2 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 2";
+  // Check mode verifies the two copies of wte bit for bit at the start and the end.
+  auto straight = train_pp(3, run + " --max-iters 8 --check-collectives --out-dir " + out("pp_straight"));
+  REQUIRE(straight.status == 0);
+  CHECK_THAT(straight.output, !Catch::Contains("differ"));
+  // The same val_loss_full from train_dp (one whole model) and train_pp (3 stages).
+  auto value = [](const std::string& output) {
+    const auto at = output.find("val_loss_full=");
+    REQUIRE(at != std::string::npos);
+    return output.substr(at + 14, 8);
+  };
+  auto dp = train_dp(2, common() + " --eval-only --init-from " + checkpoint("pp_straight").string());
+  auto pp = train_pp(2, common() + " --eval-only --init-from " + checkpoint("pp_straight").string());
+  REQUIRE(dp.status == 0);
+  REQUIRE(pp.status == 0);
+  CHECK(value(dp.output) == value(pp.output));
+  // 4 steps, then 4 more resumed: bit-identical to 8 in one run (dropout on).
+  REQUIRE(train_pp(3, run + " --max-iters 4 --out-dir " + out("pp_resumed")).status == 0);
+  auto resumed = train_pp(3, run + " --max-iters 8 --resume --out-dir " + out("pp_resumed"));
+  REQUIRE(resumed.status == 0);
+  CHECK(same_bytes(checkpoint("pp_straight") / "model.safetensors", checkpoint("pp_resumed") / "model.safetensors"));
+  CHECK(same_bytes(checkpoint("pp_straight") / "optimizer.safetensors", checkpoint("pp_resumed") / "optimizer.safetensors"));
+  // And under another number of stages and schedule it resumes too (not bit-exact: other dropout streams per stage).
+  REQUIRE(train_pp(2, run + " --max-iters 4 --out-dir " + out("pp_other")).status == 0);
+  auto other = train_pp(4, run + " --max-iters 6 --resume --schedule gpipe --out-dir " + out("pp_other"));
+  CHECK(other.status == 0);
+  CHECK(nn::read_checkpoint_info(checkpoint("pp_other")).train_state.at("step") == 6);
+}
+
+TEST_CASE("a stage that dies or skips a send is named by the watchdog, and the job ends") {
+  const std::string run = common() + " --batch-size 4 --micro-batches 2 --max-iters 8 --timeout 3";
+  auto killed = train_pp(3, run + " --crash-at-step 3 --crash-rank 1 --out-dir " + out("pp_killed"));
+  CHECK(killed.status != 0);
+  CHECK_THAT(killed.output, Catch::Contains("rank 1 is dead"));
+  auto skipped = train_pp(3, run + " --skip-send-at-step 3 --crash-rank 1 --out-dir " + out("pp_skipped"));
+  CHECK(skipped.status != 0);
+  CHECK(skipped.seconds < 3 + 10);
+  CHECK_THAT(skipped.output, Catch::Contains("[watchdog] diagnosis"));
+  CHECK_THAT(skipped.output, Catch::Contains("recv") && Catch::Contains("rank 1"));
+}
+
+TEST_CASE("bad pipeline input: one line, exit status 2") {
+  const std::string run = common() + " --batch-size 4 --out-dir " + out("pp_bad");
+  usage_failure(train_pp(3, tiny(shakespeareish(), "data", 2) + " --out-dir " + out("pp_bad")),
+                "3 pipeline stages for 2 blocks");
+  usage_failure(train_pp(2, run + " --stage-layers 3,2"), "--stage-layers adds up to 5 blocks, but the model has n_layer = 4");
+  usage_failure(train_pp(2, run + " --stage-layers 4,0"), "every stage needs at least one block");
+  usage_failure(train_pp(2, run + " --micro-batches 0"), "--micro-batches must be a whole number ≥ 1, got 0");
+  usage_failure(train_pp(2, run + " --micro-batches 3"), "--micro-batches 3 does not divide --batch-size 4");
+  usage_failure(train_pp(3, run + " --dp 2"), "--dp 2 does not divide the world size 3");
+}
