@@ -348,14 +348,16 @@ void Watchdog::end_job(const std::string& report, bool first) {
     [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
     board_.mine().state = static_cast<std::int64_t>(RankState::reported);
     if (first) {
-        // Give the other ranks a moment to stop and say their line, then end the job. Only
-        // this rank calls MPI_Abort: several at once make the launcher print stray errors.
+        // Give the other ranks a moment to stop and say their line, then end this process
+        // with the watchdog's status: the launcher ends the others when one exits non-zero.
+        // (Not MPI_Abort: its banner message to the launcher, cut short by the teardown,
+        // makes OpenMPI print a stray "ORTE_ERROR_LOG: Data unpack would read past end of
+        // buffer" after the report.)
         std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-        MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode);
         _exit(kWatchdogExitCode);
     }
-    // Wait for the first rank's MPI_Abort to end this process; end it ourselves if it never comes
-    // (the first rank died, or runs on a node that lost its launcher).
+    // Wait for the launcher to end this process once the first rank has exited; end it
+    // ourselves if that never comes (the first rank died, or runs on a node that lost its launcher).
     std::this_thread::sleep_for(std::chrono::seconds(10));
     _exit(kWatchdogExitCode);
 }
