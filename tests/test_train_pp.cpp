@@ -115,3 +115,28 @@ TEST_CASE("bad pipeline input: one line, exit status 2") {
   usage_failure(train_pp(2, run + " --micro-batches 3"), "--micro-batches 3 does not divide --batch-size 4");
   usage_failure(train_pp(3, run + " --dp 2"), "--dp 2 does not divide the world size 3");
 }
+
+TEST_CASE("--trace: one row per rank with every micro-batch's forward and backward, in train_pp and train_dp") {
+  const fs::path file = kWork / "runs" / "pp_trace.json";
+  fs::create_directories(file.parent_path());
+  auto r = train_pp(3, common() + " --batch-size 8 --micro-batches 4 --trace " + file.string() + " --trace-steps 2 --out-dir " +
+                           out("pp_trace"));
+  REQUIRE(r.status == 0);
+  const auto trace = nlohmann::json::parse(nn::read_whole_file(file));
+  std::map<std::pair<int, std::string>, int> count;  // (rank, category) → spans
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "X") ++count[{e.at("tid").get<int>(), e.at("cat").get<std::string>()}];
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    CHECK(count[{rank, "forward"}] == 4 * 2);  // M micro-batches × 2 steps
+    CHECK(count[{rank, "backward"}] == 4 * 2);
+    CHECK(count[{rank, "optimizer"}] == 2);
+  }
+  CHECK(count[{0, "wait"}] > 0);
+  const fs::path dp_file = kWork / "runs" / "dp_trace.json";
+  REQUIRE(train_dp(2, common() + " --batch-size 4 --trace " + dp_file.string() + " --out-dir " + out("dp_trace")).status == 0);
+  int dp_forwards = 0;
+  for (const auto& e : nlohmann::json::parse(nn::read_whole_file(dp_file)).at("traceEvents"))
+    dp_forwards += e.value("cat", "") == "forward";
+  CHECK(dp_forwards == 2 * 3);  // 2 ranks × the default 3 traced steps
+}

@@ -40,6 +40,7 @@
 #include "trainers/gradient_averaging.hpp"
 #include "trainers/metrics_file.hpp"
 #include "trainers/run_setup.hpp"
+#include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
 #include "trainers/train_options.hpp"
 
@@ -160,9 +161,15 @@ void train(const TrainOptions& options, comm::Communicator& world) {
 
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
+  Trace trace(world);  // --trace: spans of the first --trace-steps steps
+  auto span = [&](const std::string& name, const char* cat, Clock::time_point start) {
+    const double end = Trace::now_s();
+    trace.add(name, cat, end - seconds_since(start), end);
+  };
   Batch batch;
   for (int64_t step = first_step; step < o.max_iters; ++step) {
     if (step == o.crash_at_step && rank == o.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
+    trace.on = !o.trace.empty() && step < first_step + o.trace_steps;
     if (o.eval_interval > 0 && step > first_step && step % o.eval_interval == 0) {
       const auto t0 = Clock::now();
       evaluate_and_sample(step);
@@ -186,17 +193,20 @@ void train(const TrainOptions& options, comm::Communicator& world) {
       step_loss += loss.item() / static_cast<float>(K);
       if (K > 1) loss = nn::scale(loss, 1.0f / static_cast<float>(K));  // the step's gradient is the mean over micro-steps
       window.forward += seconds_since(t);
+      span(fmt::format("F{}", micro), "forward", t);
 
       // 3a. Backward; on the last micro-step the bucketed averager starts allreduces from inside it.
       t = Clock::now();
       averager->before_backward(micro == K - 1);
       nn::autograd::backward(loss);
       window.backward += seconds_since(t);
+      span(fmt::format("B{}", micro), "backward", t);
     }
     // 3b. Every gradient averaged over the ranks (the part of communication not hidden by overlap).
     auto t = Clock::now();
     averager->finish();
     window.comm += seconds_since(t);
+    span("grad sync", "comm", t);
 
     // 4. The same update everywhere.
     t = Clock::now();
@@ -205,6 +215,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     optimizer.step(lr);
     optimizer.zero_grad();
     window.optimizer += seconds_since(t);
+    span("AdamW", "optimizer", t);
     window.total += seconds_since(step_start);
     ++window.steps;
 
@@ -216,6 +227,12 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     }
     if (o.ckpt_interval > 0 && done % o.ckpt_interval == 0 && done != o.max_iters) save(done);
     log.update_interrupt_note(done);
+    if (!o.trace.empty() && done == first_step + o.trace_steps) {
+      std::vector<std::string> rows;
+      for (int r = 0; r < N; ++r) rows.push_back(fmt::format("rank {}", r));
+      trace.write(o.trace, rows);
+      comm::say("trace of steps {}-{} in {} (scripts/plot_trace.py draws it)", first_step + 1, done, o.trace);
+    }
   }
 
   // The end: evaluate, the exact val loss, a checkpoint, a sample.
