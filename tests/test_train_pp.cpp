@@ -136,7 +136,8 @@ TEST_CASE("--trace: one row per rank with every micro-batch's forward and backwa
   const fs::path dp_file = kWork / "runs" / "dp_trace.json";
   REQUIRE(train_dp(2, common() + " --batch-size 4 --trace " + dp_file.string() + " --out-dir " + out("dp_trace")).status == 0);
   int dp_forwards = 0;
-  for (const auto& e : nlohmann::json::parse(nn::read_whole_file(dp_file)).at("traceEvents"))
+  const auto dp_trace = nlohmann::json::parse(nn::read_whole_file(dp_file));
+  for (const auto& e : dp_trace.at("traceEvents"))
     dp_forwards += e.value("cat", "") == "forward";
   CHECK(dp_forwards == 2 * 3);  // 2 ranks × the default 3 traced steps
 }
