@@ -67,6 +67,18 @@ void check_close(const std::string& what, const float* ours, const std::vector<d
   CHECK(bad == 0);
 }
 
+// 3 blocks, 2 heads, 16 wide, block 8, vocabulary 11, with biases: every parameter kind, fast.
+nn::GPTConfig three_small_blocks() {
+  nn::GPTConfig config;
+  config.n_layer = 3;
+  config.n_head = 2;
+  config.n_embd = 16;
+  config.block_size = 8;
+  config.vocab_size = 11;
+  config.bias = true;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("GPT matches PyTorch's nanoGPT: names, count, loss, every gradient") {
@@ -216,13 +228,7 @@ TEST_CASE("training: a small GPT learns a repeating sequence; no memory taken af
 }
 
 TEST_CASE("grad-ready hook: every parameter reported once, last layer first, with its final gradient") {
-  nn::GPTConfig config;
-  config.n_layer = 3;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.block_size = 8;
-  config.vocab_size = 11;
-  config.bias = true;
+  const nn::GPTConfig config = three_small_blocks();
   nn::GPT model(config, 5);
   std::vector<int32_t> ids(2 * 8), targets(2 * 8);
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -272,13 +278,7 @@ TEST_CASE("grad-ready hook: every parameter reported once, last layer first, wit
 }
 
 TEST_CASE("GPT in parts: three stages start from the whole model's numbers and give its loss and gradients") {
-  nn::GPTConfig config;
-  config.n_layer = 3;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.block_size = 8;
-  config.vocab_size = 11;
-  config.bias = true;
+  const nn::GPTConfig config = three_small_blocks();
   nn::GPT whole(config, 7);
   // Stage 0: embedding + block 0; stage 1: block 1; stage 2: block 2 + head (own copy of wte).
   nn::GPT first(config, 7, {true, 0, 1, false}), middle(config, 7, {false, 1, 2, false}), last(config, 7, {false, 2, 3, true});

@@ -80,6 +80,12 @@ TEST_CASE("the tied embedding stays identical; a pipeline checkpoint loads in tr
   REQUIRE(dp.status == 0);
   REQUIRE(pp.status == 0);
   CHECK(value(dp.output) == value(pp.output));
+  // Samples through the pipeline: the last stage draws each token and sends it to all.
+  auto sample = train_pp(3, "--sample-only --sample-tokens 30 --prompt 'the king' --init-from " +
+                                checkpoint("pp_straight").string());
+  REQUIRE(sample.status == 0);
+  CHECK_THAT(sample.output, Catch::StartsWith("the king"));
+  CHECK(sample.output.size() >= 38);
   // 4 steps, then 4 more resumed: bit-identical to 8 in one run (dropout on).
   REQUIRE(train_pp(3, run + " --max-iters 4 --out-dir " + out("pp_resumed")).status == 0);
   auto resumed = train_pp(3, run + " --max-iters 8 --resume --out-dir " + out("pp_resumed"));
