@@ -23,249 +23,282 @@ namespace {
 using comm::Communicator;
 
 struct Settings {
-    comm::Options comm;
-    std::string operation = "allreduce";
-    std::string begin = "8", end = "64M";
-    double factor = 2;
-    int iterations = 20, warmup = 5;
-    std::string type = "float", op = "sum";
-    int root = 0;
-    bool in_place = false;
-    std::vector<std::string> compare;
-    std::string csv;
+  comm::Options comm;
+  std::string operation = "allreduce";
+  std::string begin = "8", end = "64M";
+  double factor = 2;
+  int iterations = 20, warmup = 5;
+  std::string type = "float", op = "sum";
+  int root = 0;
+  bool in_place = false;
+  std::vector<std::string> compare;
+  std::string csv;
 };
 
 struct Result {
-    double mean_us = 0, min_us = 0, max_us = 0;
-    double algbw = 0, busbw = 0;  // GB/s
-    std::size_t wrong = 0;
+  double mean_us = 0, min_us = 0, max_us = 0;
+  double algbw = 0, busbw = 0;  // GB/s
+  std::size_t wrong = 0;
 };
 
 // Runs one collective of `c` on the given buffers (sizes from bench::Shape).
 template <class T>
 void run_once(Communicator& comm, const bench::Case& c, std::vector<T>& send, std::vector<T>& recv) {
-    const std::string& op = c.operation;
-    const int n = comm.size();
-    if (op == "allreduce") {
-        if (c.in_place) comm.allreduce(std::span(recv), c.op);
-        else comm.allreduce(std::span<const T>(send), std::span(recv), c.op);
-    } else if (op == "reduce") {
-        if (c.in_place && comm.rank() == c.root) comm.reduce(std::span(recv), c.op, c.root);
-        else comm.reduce(std::span<const T>(send), std::span(recv), c.op, c.root);
-    } else if (op == "broadcast") {
-        comm.broadcast(std::span(recv), c.root);
-    } else if (op == "allgather") {
-        if (c.in_place) comm.allgather(std::span(recv));
-        else comm.allgather(std::span<const T>(send), std::span(recv));
-    } else if (op == "gather") {
-        comm.gather(std::span<const T>(send), std::span(recv), c.root);
-    } else if (op == "scatter") {
-        comm.scatter(std::span<const T>(send), std::span(recv), c.root);
-    } else if (op == "reduce_scatter") {
-        comm.reduce_scatter(std::span<const T>(send), std::span(recv), c.op);
-    } else if (op == "sendrecv") {
-        comm.send_recv(std::span<const T>(send), (comm.rank() + 1) % n, std::span(recv), (comm.rank() + n - 1) % n);
-    }
+  const std::string& op = c.operation;
+  const int n = comm.size();
+  if (op == "allreduce") {
+    if (c.in_place)
+      comm.allreduce(std::span(recv), c.op);
+    else
+      comm.allreduce(std::span<const T>(send), std::span(recv), c.op);
+  } else if (op == "reduce") {
+    if (c.in_place && comm.rank() == c.root)
+      comm.reduce(std::span(recv), c.op, c.root);
+    else
+      comm.reduce(std::span<const T>(send), std::span(recv), c.op, c.root);
+  } else if (op == "broadcast") {
+    comm.broadcast(std::span(recv), c.root);
+  } else if (op == "allgather") {
+    if (c.in_place)
+      comm.allgather(std::span(recv));
+    else
+      comm.allgather(std::span<const T>(send), std::span(recv));
+  } else if (op == "gather") {
+    comm.gather(std::span<const T>(send), std::span(recv), c.root);
+  } else if (op == "scatter") {
+    comm.scatter(std::span<const T>(send), std::span(recv), c.root);
+  } else if (op == "reduce_scatter") {
+    comm.reduce_scatter(std::span<const T>(send), std::span(recv), c.op);
+  } else if (op == "sendrecv") {
+    comm.send_recv(std::span<const T>(send), (comm.rank() + 1) % n, std::span(recv), (comm.rank() + n - 1) % n);
+  }
 }
 
 // Buffers as the collective expects them, holding this rank's inputs.
-template <class T> void prepare(Communicator& comm, const bench::Case& c, const bench::Shape& s, std::vector<T>& send,
-                                std::vector<T>& recv) {
-    send.assign(s.send, T{});
-    bench::fill_inputs<T>(c, comm.rank(), std::span(send));
-    recv.assign(s.recv, T{});
-    const bool in_place_input = c.in_place && (c.operation == "allreduce" || (c.operation == "reduce" && comm.rank() == c.root));
-    if (in_place_input || (c.operation == "broadcast" && comm.rank() == c.root)) {
-        std::vector<T> inputs(s.recv);
-        bench::fill_inputs<T>(c, comm.rank(), std::span(inputs));
-        recv = inputs;
-    }
-    if (c.in_place && c.operation == "allgather")
-        std::copy(send.begin(), send.end(), recv.begin() + static_cast<std::ptrdiff_t>(bench::own_block_offset(s.per_rank, comm.rank())));
+template <class T>
+void prepare(Communicator& comm, const bench::Case& c, const bench::Shape& s, std::vector<T>& send,
+             std::vector<T>& recv) {
+  send.assign(s.send, T{});
+  bench::fill_inputs<T>(c, comm.rank(), std::span(send));
+  recv.assign(s.recv, T{});
+  const bool in_place_input =
+      c.in_place && (c.operation == "allreduce" || (c.operation == "reduce" && comm.rank() == c.root));
+  if (in_place_input || (c.operation == "broadcast" && comm.rank() == c.root)) {
+    std::vector<T> inputs(s.recv);
+    bench::fill_inputs<T>(c, comm.rank(), std::span(inputs));
+    recv = inputs;
+  }
+  if (c.in_place && c.operation == "allgather")
+    std::copy(send.begin(), send.end(),
+              recv.begin() + static_cast<std::ptrdiff_t>(bench::own_block_offset(s.per_rank, comm.rank())));
 }
 
 template <class T>
-Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes, const Settings& settings) {
-    const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, comm.size(), comm.rank(), c.root);
-    std::vector<T> send, recv;
+Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes,
+               const Settings& settings) {
+  const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, comm.size(), comm.rank(), c.root);
+  std::vector<T> send, recv;
 
-    // Correctness first: one run on known inputs, every element checked.
-    prepare(comm, c, s, send, recv);
-    run_once(comm, c, send, recv);
-    std::int64_t wrong = static_cast<std::int64_t>(bench::count_wrong<T>(c, comm.rank(), comm.size(), s.per_rank, recv));
-    prepare(comm, c, s, send, recv);
+  // Correctness first: one run on known inputs, every element checked.
+  prepare(comm, c, s, send, recv);
+  run_once(comm, c, send, recv);
+  std::int64_t wrong = static_cast<std::int64_t>(bench::count_wrong<T>(c, comm.rank(), comm.size(), s.per_rank, recv));
+  prepare(comm, c, s, send, recv);
 
-    for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, send, recv);
-    clock.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, send, recv);
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
-                      std::max(1, settings.iterations);
+  for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, send, recv);
+  clock.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, send, recv);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                    std::max(1, settings.iterations);
 
-    // Every rank's time: mean, min, max; wrong elements summed over ranks.
-    double sum = 0, lo = 0, hi = 0;
-    clock.allreduce(std::span<const double>(&us, 1), std::span(&sum, 1), comm::ReduceOp::sum);
-    clock.allreduce(std::span<const double>(&us, 1), std::span(&lo, 1), comm::ReduceOp::min);
-    clock.allreduce(std::span<const double>(&us, 1), std::span(&hi, 1), comm::ReduceOp::max);
-    clock.allreduce(std::span(&wrong, 1), comm::ReduceOp::sum);
+  // Every rank's time: mean, min, max; wrong elements summed over ranks.
+  double sum = 0, lo = 0, hi = 0;
+  clock.allreduce(std::span<const double>(&us, 1), std::span(&sum, 1), comm::ReduceOp::sum);
+  clock.allreduce(std::span<const double>(&us, 1), std::span(&lo, 1), comm::ReduceOp::min);
+  clock.allreduce(std::span<const double>(&us, 1), std::span(&hi, 1), comm::ReduceOp::max);
+  clock.allreduce(std::span(&wrong, 1), comm::ReduceOp::sum);
 
-    Result r;
-    r.mean_us = sum / comm.size();
-    r.min_us = lo;
-    r.max_us = hi;
-    const double reported_bytes = static_cast<double>(s.reported * comm::size_of(c.type));
-    r.algbw = r.mean_us > 0 ? reported_bytes / (r.mean_us * 1e-6) / 1e9 : 0;
-    r.busbw = r.algbw * bench::bus_factor(c.operation, comm.size());
-    r.wrong = static_cast<std::size_t>(wrong);
-    return r;
+  Result r;
+  r.mean_us = sum / comm.size();
+  r.min_us = lo;
+  r.max_us = hi;
+  const double reported_bytes = static_cast<double>(s.reported * comm::size_of(c.type));
+  r.algbw = r.mean_us > 0 ? reported_bytes / (r.mean_us * 1e-6) / 1e9 : 0;
+  r.busbw = r.algbw * bench::bus_factor(c.operation, comm.size());
+  r.wrong = static_cast<std::size_t>(wrong);
+  return r;
 }
 
-Result measure_any(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes, const Settings& s) {
-    switch (c.type) {
-    case comm::DataType::f32: return measure<float>(comm, clock, c, bytes, s);
-    case comm::DataType::f64: return measure<double>(comm, clock, c, bytes, s);
-    case comm::DataType::i32: return measure<std::int32_t>(comm, clock, c, bytes, s);
-    case comm::DataType::i64: return measure<std::int64_t>(comm, clock, c, bytes, s);
-    }
-    return {};
+Result measure_any(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes,
+                   const Settings& s) {
+  switch (c.type) {
+    case comm::DataType::f32:
+      return measure<float>(comm, clock, c, bytes, s);
+    case comm::DataType::f64:
+      return measure<double>(comm, clock, c, bytes, s);
+    case comm::DataType::i32:
+      return measure<std::int32_t>(comm, clock, c, bytes, s);
+    case comm::DataType::i64:
+      return measure<std::int64_t>(comm, clock, c, bytes, s);
+  }
+  return {};
 }
 
 // Refuses, on every rank alike, a largest size whose buffers (send, receive, and the inputs
 // kept for checking) do not fit in this rank's share of the machine's memory.
 void check_memory(Communicator& world, const bench::Case& c, std::size_t bytes) {
-    const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), world.rank(), c.root);
-    std::array<double, 2> need_and_budget{static_cast<double>((s.send + 2 * s.recv) * comm::size_of(c.type)),
-                                          -comm::available_memory_bytes() / comm::runtime().local_size()};
-    world.allreduce(std::span<double>(need_and_budget), comm::ReduceOp::max);  // the largest need, the smallest budget
-    const double need = need_and_budget[0], budget = -need_and_budget[1];
-    if (budget > 0 && need > budget)
-        throw comm::UsageError(fmt::format("-e {} B: the largest size needs {:.3g} GiB of buffers per rank, but a rank's "
-                                           "share of the available memory is {:.3g} GiB: pick a smaller -e",
-                                           bytes, need / (1 << 30), budget / (1 << 30)));
+  const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), world.rank(), c.root);
+  std::array<double, 2> need_and_budget{static_cast<double>((s.send + 2 * s.recv) * comm::size_of(c.type)),
+                                        -comm::available_memory_bytes() / comm::runtime().local_size()};
+  world.allreduce(std::span<double>(need_and_budget), comm::ReduceOp::max);  // the largest need, the smallest budget
+  const double need = need_and_budget[0], budget = -need_and_budget[1];
+  if (budget > 0 && need > budget)
+    throw comm::UsageError(
+        fmt::format("-e {} B: the largest size needs {:.3g} GiB of buffers per rank, but a rank's "
+                    "share of the available memory is {:.3g} GiB: pick a smaller -e",
+                    bytes, need / (1 << 30), budget / (1 << 30)));
 }
 
 void run(comm::Runtime& runtime, const Settings& settings) {
-    Communicator& world = runtime.world();
-    bench::Case c;
-    c.operation = settings.operation;
-    c.type = comm::parse_datatype(settings.type);
-    c.op = comm::parse_reduce_op(settings.op);
-    c.root = settings.root;
-    c.in_place = settings.in_place;
-    if (c.root < 0 || c.root >= world.size())
-        throw comm::UsageError(fmt::format("--root {} is not a rank of this {}-rank job", c.root, world.size()));
-    std::vector<std::size_t> sizes;
-    try {
-        sizes = bench::size_sweep(bench::parse_size(settings.begin), bench::parse_size(settings.end), settings.factor);
-    } catch (const comm::Error& e) {
-        throw comm::UsageError(e.what());
-    }
+  Communicator& world = runtime.world();
+  bench::Case c;
+  c.operation = settings.operation;
+  c.type = comm::parse_datatype(settings.type);
+  c.op = comm::parse_reduce_op(settings.op);
+  c.root = settings.root;
+  c.in_place = settings.in_place;
+  if (c.root < 0 || c.root >= world.size())
+    throw comm::UsageError(fmt::format("--root {} is not a rank of this {}-rank job", c.root, world.size()));
+  std::vector<std::size_t> sizes;
+  try {
+    sizes = bench::size_sweep(bench::parse_size(settings.begin), bench::parse_size(settings.end), settings.factor);
+  } catch (const comm::Error& e) {
+    throw comm::UsageError(e.what());
+  }
 
-    if (c.in_place && !bench::has_in_place_form(c.operation))
-        throw comm::UsageError(fmt::format("--in-place: {} has no in-place form (allreduce, reduce, allgather and "
-                                           "broadcast have)", c.operation));
-    check_memory(world, c, sizes.back());  // the backends take turns on buffers of the same size
+  if (c.in_place && !bench::has_in_place_form(c.operation))
+    throw comm::UsageError(
+        fmt::format("--in-place: {} has no in-place form (allreduce, reduce, allgather and "
+                    "broadcast have)",
+                    c.operation));
+  check_memory(world, c, sizes.back());  // the backends take turns on buffers of the same size
 
-    std::vector<std::string> backends = settings.compare;
-    if (backends.empty()) backends.push_back(settings.comm.backend);
-    std::vector<Communicator> comms;
-    for (const auto& name : backends) comms.push_back(world.with_backend(name));
-    Communicator clock = world.with_backend("mpi");
+  std::vector<std::string> backends = settings.compare;
+  if (backends.empty()) backends.push_back(settings.comm.backend);
+  std::vector<Communicator> comms;
+  for (const auto& name : backends) comms.push_back(world.with_backend(name));
+  Communicator clock = world.with_backend("mpi");
 
-    const bool has_op = bench::uses_reduce_op(c.operation);
-    const bool has_root = bench::uses_root(c.operation);
-    comm::say("# comm_bench: {} on {} ranks, type {}, redop {}, root {}, {}, {} iterations after {} warm-up", c.operation,
-              world.size(), settings.type, has_op ? settings.op : "none", has_root ? c.root : -1,
-              c.in_place ? "in place" : "out of place", settings.iterations, settings.warmup);
-    comm::say("# time: mean over ranks of the time per iteration (min, max); algbw = size / time; busbw = algbw × {:.3g}",
-              bench::bus_factor(c.operation, world.size()));
-    std::string head = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
-    std::string columns = head;
-    for (const auto& name : backends) {
-        head += fmt::format(" | {:^54}", name);
-        columns += fmt::format(" | {:>10} {:>9} {:>9} {:>7} {:>7} {:>6}", "time(us)", "min", "max", "algbw", "busbw", "#wrong");
-    }
-    for (std::size_t k = 1; k < backends.size(); ++k) {
-        head += fmt::format(" | {:>10}", backends[k] + "/" + backends[0]);
-        columns += fmt::format(" | {:>10}", "speed");
-    }
-    comm::say("#{}", head.substr(1));
-    comm::say("#{}", columns.substr(1));
+  const bool has_op = bench::uses_reduce_op(c.operation);
+  const bool has_root = bench::uses_root(c.operation);
+  comm::say("# comm_bench: {} on {} ranks, type {}, redop {}, root {}, {}, {} iterations after {} warm-up", c.operation,
+            world.size(), settings.type, has_op ? settings.op : "none", has_root ? c.root : -1,
+            c.in_place ? "in place" : "out of place", settings.iterations, settings.warmup);
+  comm::say("# time: mean over ranks of the time per iteration (min, max); algbw = size / time; busbw = algbw × {:.3g}",
+            bench::bus_factor(c.operation, world.size()));
+  std::string head = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
+  std::string columns = head;
+  for (const auto& name : backends) {
+    head += fmt::format(" | {:^54}", name);
+    columns +=
+        fmt::format(" | {:>10} {:>9} {:>9} {:>7} {:>7} {:>6}", "time(us)", "min", "max", "algbw", "busbw", "#wrong");
+  }
+  for (std::size_t k = 1; k < backends.size(); ++k) {
+    head += fmt::format(" | {:>10}", backends[k] + "/" + backends[0]);
+    columns += fmt::format(" | {:>10}", "speed");
+  }
+  comm::say("#{}", head.substr(1));
+  comm::say("#{}", columns.substr(1));
 
-    std::ofstream csv;
-    if (!settings.csv.empty() && world.rank() == 0) {
-        csv.open(settings.csv);
-        if (!csv) throw comm::UsageError(fmt::format("cannot write '{}'", settings.csv));
-        csv << "operation,backend,ranks,size_bytes,count,type,redop,root,in_place,time_us,time_us_min,time_us_max,"
-               "algbw_GBps,busbw_GBps,wrong\n";
-    }
+  std::ofstream csv;
+  if (!settings.csv.empty() && world.rank() == 0) {
+    csv.open(settings.csv);
+    if (!csv) throw comm::UsageError(fmt::format("cannot write '{}'", settings.csv));
+    csv << "operation,backend,ranks,size_bytes,count,type,redop,root,in_place,time_us,time_us_min,time_us_max,"
+           "algbw_GBps,busbw_GBps,wrong\n";
+  }
 
-    std::size_t total_wrong = 0;
-    std::vector<double> busbw_sum(backends.size(), 0.0);
-    int measured = 0;
-    std::vector<std::size_t> skipped;
-    for (std::size_t bytes : sizes) {
-        const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), 0, c.root);
-        if (s.per_rank == 0 && bytes > 0) {  // e.g. 8 B of reduce_scatter on 3 ranks: nothing would move
-            skipped.push_back(bytes);
-            continue;
-        }
-        ++measured;
-        const std::size_t reported_bytes = s.reported * comm::size_of(c.type);
-        std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", reported_bytes, s.reported, settings.type,
-                                      has_op ? settings.op : "none", has_root ? c.root : -1);
-        std::vector<Result> results;
-        for (std::size_t k = 0; k < comms.size(); ++k) {  // interleaved: every backend at this size, then the next size
-            Result r = measure_any(comms[k], clock, c, bytes, settings);
-            total_wrong += r.wrong;
-            busbw_sum[k] += r.busbw;
-            results.push_back(r);
-            row += fmt::format(" | {:>10.2f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f} {:>6}", r.mean_us, r.min_us, r.max_us,
-                               r.algbw, r.busbw, r.wrong);
-            if (csv)
-                csv << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{}\n", c.operation,
-                                   backends[k], world.size(), reported_bytes, s.reported, settings.type,
-                                   has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? 1 : 0, r.mean_us,
-                                   r.min_us, r.max_us, r.algbw, r.busbw, r.wrong);
-        }
-        for (std::size_t k = 1; k < results.size(); ++k)
-            row += fmt::format(" | {:>9.2f}x", results[k].mean_us > 0 ? results[0].mean_us / results[k].mean_us : 0.0);
-        comm::say("{}", row);
+  std::size_t total_wrong = 0;
+  std::vector<double> busbw_sum(backends.size(), 0.0);
+  int measured = 0;
+  std::vector<std::size_t> skipped;
+  for (std::size_t bytes : sizes) {
+    const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), 0, c.root);
+    if (s.per_rank == 0 && bytes > 0) {  // e.g. 8 B of reduce_scatter on 3 ranks: nothing would move
+      skipped.push_back(bytes);
+      continue;
     }
-    if (!skipped.empty())
-        comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
-                  settings.type, world.size());
-    comm::say("# wrong elements in all: {}", total_wrong);
-    for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over the sizes
-        comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", measured ? busbw_sum[k] / measured : 0.0,
-                  backends.size() > 1 ? fmt::format(" ({})", backends[k]) : std::string());
-    if (total_wrong > 0) throw comm::Error(fmt::format("{} wrong elements: a backend computed a wrong result", total_wrong));
+    ++measured;
+    const std::size_t reported_bytes = s.reported * comm::size_of(c.type);
+    std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", reported_bytes, s.reported, settings.type,
+                                  has_op ? settings.op : "none", has_root ? c.root : -1);
+    std::vector<Result> results;
+    for (std::size_t k = 0; k < comms.size(); ++k) {  // interleaved: every backend at this size, then the next size
+      Result r = measure_any(comms[k], clock, c, bytes, settings);
+      total_wrong += r.wrong;
+      busbw_sum[k] += r.busbw;
+      results.push_back(r);
+      row += fmt::format(" | {:>10.2f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f} {:>6}", r.mean_us, r.min_us, r.max_us,
+                         r.algbw, r.busbw, r.wrong);
+      if (csv)
+        csv << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{}\n", c.operation,
+                           backends[k], world.size(), reported_bytes, s.reported, settings.type,
+                           has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? 1 : 0, r.mean_us,
+                           r.min_us, r.max_us, r.algbw, r.busbw, r.wrong);
+    }
+    for (std::size_t k = 1; k < results.size(); ++k)
+      row += fmt::format(" | {:>9.2f}x", results[k].mean_us > 0 ? results[0].mean_us / results[k].mean_us : 0.0);
+    comm::say("{}", row);
+  }
+  if (!skipped.empty())
+    comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
+              settings.type, world.size());
+  comm::say("# wrong elements in all: {}", total_wrong);
+  for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over the sizes
+    comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", measured ? busbw_sum[k] / measured : 0.0,
+              backends.size() > 1 ? fmt::format(" ({})", backends[k]) : std::string());
+  if (total_wrong > 0)
+    throw comm::Error(fmt::format("{} wrong elements: a backend computed a wrong result", total_wrong));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    comm::Runtime runtime(argc, argv);
-    return runtime.run([&] {
-        CLI::App app{"comm_bench: bandwidth and latency of one collective over a sweep of message sizes (nccl-tests style)"};
-        Settings s;
-        comm::add_options(app, s.comm);
-        app.add_option("--op", s.operation, "collective")->check(CLI::IsMember(bench::operation_names()))->capture_default_str();
-        app.add_option("-b,--minbytes", s.begin, "first message size (8, 1K, 256M, ...)")->capture_default_str();
-        app.add_option("-e,--maxbytes", s.end, "last message size")->capture_default_str();
-        app.add_option("-f,--stepfactor", s.factor, "multiply the size by this each step")->check(comm::cli::real(1.0, 1e6))->capture_default_str();
-        app.add_option("-n,--iters", s.iterations, "timed iterations per size")->check(comm::cli::whole(1, 1000000))->capture_default_str();
-        app.add_option("-w,--warmup_iters", s.warmup, "untimed iterations first")->check(comm::cli::whole(0, 1000000))->capture_default_str();
-        app.add_option("-d,--datatype", s.type, "element type")->check(CLI::IsMember({"float", "double", "int32", "int64"}))->capture_default_str();
-        app.add_option("-o,--op_type", s.op, "reduction")->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}))->capture_default_str();
-        app.add_option("-r,--root", s.root, "root rank")->check(comm::cli::whole(0))->capture_default_str();
-        app.add_flag("--in-place", s.in_place, "the in-place form (allreduce, reduce, allgather; broadcast always is)");
-        app.add_option("--compare", s.compare, "backends to run side by side, e.g. mpi,ring,naive")
-            ->delimiter(',')
-            ->check(CLI::IsMember(comm::backend_names()));
-        app.add_option("--csv", s.csv, "also write the results to this CSV file");
-        comm::parse(app, argc, argv);
-        runtime.start(s.comm);
-        run(runtime, s);
-    });
+  comm::Runtime runtime(argc, argv);
+  return runtime.run([&] {
+    CLI::App app{
+        "comm_bench: bandwidth and latency of one collective over a sweep of message sizes (nccl-tests style)"};
+    Settings s;
+    comm::add_options(app, s.comm);
+    app.add_option("--op", s.operation, "collective")
+        ->check(CLI::IsMember(bench::operation_names()))
+        ->capture_default_str();
+    app.add_option("-b,--minbytes", s.begin, "first message size (8, 1K, 256M, ...)")->capture_default_str();
+    app.add_option("-e,--maxbytes", s.end, "last message size")->capture_default_str();
+    app.add_option("-f,--stepfactor", s.factor, "multiply the size by this each step")
+        ->check(comm::cli::real(1.0, 1e6))
+        ->capture_default_str();
+    app.add_option("-n,--iters", s.iterations, "timed iterations per size")
+        ->check(comm::cli::whole(1, 1000000))
+        ->capture_default_str();
+    app.add_option("-w,--warmup_iters", s.warmup, "untimed iterations first")
+        ->check(comm::cli::whole(0, 1000000))
+        ->capture_default_str();
+    app.add_option("-d,--datatype", s.type, "element type")
+        ->check(CLI::IsMember({"float", "double", "int32", "int64"}))
+        ->capture_default_str();
+    app.add_option("-o,--op_type", s.op, "reduction")
+        ->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}))
+        ->capture_default_str();
+    app.add_option("-r,--root", s.root, "root rank")->check(comm::cli::whole(0))->capture_default_str();
+    app.add_flag("--in-place", s.in_place, "the in-place form (allreduce, reduce, allgather; broadcast always is)");
+    app.add_option("--compare", s.compare, "backends to run side by side, e.g. mpi,ring,naive")
+        ->delimiter(',')
+        ->check(CLI::IsMember(comm::backend_names()));
+    app.add_option("--csv", s.csv, "also write the results to this CSV file");
+    comm::parse(app, argc, argv);
+    runtime.start(s.comm);
+    run(runtime, s);
+  });
 }

@@ -82,19 +82,23 @@ int main(int argc, char** argv) {
     const double step = median(total), tokens = static_cast<double>(B * T);
     const double flops = model.flops_per_token(T) * tokens / step;
     if (json) {
-      fmt::print("{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
-                 "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, \"optimizer_ms\": {:.2f}}}\n",
-                 preset, threads, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, tokens / step, median(forward) * 1e3, median(backward) * 1e3,
-                 median(update) * 1e3);
+      fmt::print(
+          "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
+          "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
+          "\"optimizer_ms\": {:.2f}}}\n",
+          preset, threads, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, tokens / step,
+          median(forward) * 1e3, median(backward) * 1e3, median(update) * 1e3);
     } else {
-      fmt::print("preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-                 "{} threads; GEMM: {}\n",
-                 preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, threads,
-                 nn::gemm_library());
-      fmt::print("median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
-                 "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
-                 steps, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, median(forward) * 1e3, median(backward) * 1e3, median(update) * 1e3,
-                 tokens / step, flops / 1e9);
+      fmt::print(
+          "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
+          "{} threads; GEMM: {}\n",
+          preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, threads,
+          nn::gemm_library());
+      fmt::print(
+          "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
+          "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
+          steps, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, median(forward) * 1e3,
+          median(backward) * 1e3, median(update) * 1e3, tokens / step, flops / 1e9);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

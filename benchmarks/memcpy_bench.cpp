@@ -14,43 +14,45 @@
 #include "comm/runtime.hpp"
 
 int main(int argc, char** argv) {
-    comm::Runtime runtime(argc, argv);
-    return runtime.run([&] {
-        CLI::App app{"memcpy_bench: memory-copy bandwidth, every rank copying at once"};
-        comm::Options options;
-        comm::add_options(app, options);
-        std::string begin = "1M", end = "256M";
-        double factor = 4;
-        int repeats = 10;
-        app.add_option("-b,--minbytes", begin, "first size")->capture_default_str();
-        app.add_option("-e,--maxbytes", end, "last size")->capture_default_str();
-        app.add_option("-f,--stepfactor", factor, "size factor")->capture_default_str();
-        app.add_option("-n,--iters", repeats, "repeats per size")->check(comm::cli::whole(1, 100000))->capture_default_str();
-        comm::parse(app, argc, argv);
-        comm::Communicator& world = runtime.start(options);
-        std::vector<std::size_t> sizes;
-        try {
-            sizes = bench::size_sweep(bench::parse_size(begin), bench::parse_size(end), factor);
-        } catch (const comm::Error& e) {
-            throw comm::UsageError(e.what());
-        }
-        comm::say("# memcpy_bench: {} ranks copying at once; GB/s per rank (median of {})", world.size(), repeats);
-        comm::say("# {:>10} {:>12} {:>12}", "size", "time(us)", "GB/s");
-        for (std::size_t bytes : sizes) {
-            std::vector<char> from(bytes, 1), to(bytes, 0);
-            std::vector<double> times;
-            for (int i = 0; i < repeats + 1; ++i) {
-                world.barrier();
-                auto start = std::chrono::steady_clock::now();
-                std::memcpy(to.data(), from.data(), bytes);
-                times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-            }
-            times.erase(times.begin());  // the first touches fresh pages
-            std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
-            double median = times[static_cast<std::size_t>(repeats / 2)];
-            double worst = 0;
-            world.allreduce(std::span<const double>(&median, 1), std::span(&worst, 1), comm::ReduceOp::max);
-            comm::say("  {:>10} {:>12.2f} {:>12.2f}", bytes, worst, static_cast<double>(bytes) / (worst * 1e-6) / 1e9);
-        }
-    });
+  comm::Runtime runtime(argc, argv);
+  return runtime.run([&] {
+    CLI::App app{"memcpy_bench: memory-copy bandwidth, every rank copying at once"};
+    comm::Options options;
+    comm::add_options(app, options);
+    std::string begin = "1M", end = "256M";
+    double factor = 4;
+    int repeats = 10;
+    app.add_option("-b,--minbytes", begin, "first size")->capture_default_str();
+    app.add_option("-e,--maxbytes", end, "last size")->capture_default_str();
+    app.add_option("-f,--stepfactor", factor, "size factor")->capture_default_str();
+    app.add_option("-n,--iters", repeats, "repeats per size")
+        ->check(comm::cli::whole(1, 100000))
+        ->capture_default_str();
+    comm::parse(app, argc, argv);
+    comm::Communicator& world = runtime.start(options);
+    std::vector<std::size_t> sizes;
+    try {
+      sizes = bench::size_sweep(bench::parse_size(begin), bench::parse_size(end), factor);
+    } catch (const comm::Error& e) {
+      throw comm::UsageError(e.what());
+    }
+    comm::say("# memcpy_bench: {} ranks copying at once; GB/s per rank (median of {})", world.size(), repeats);
+    comm::say("# {:>10} {:>12} {:>12}", "size", "time(us)", "GB/s");
+    for (std::size_t bytes : sizes) {
+      std::vector<char> from(bytes, 1), to(bytes, 0);
+      std::vector<double> times;
+      for (int i = 0; i < repeats + 1; ++i) {
+        world.barrier();
+        auto start = std::chrono::steady_clock::now();
+        std::memcpy(to.data(), from.data(), bytes);
+        times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      }
+      times.erase(times.begin());  // the first touches fresh pages
+      std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
+      double median = times[static_cast<std::size_t>(repeats / 2)];
+      double worst = 0;
+      world.allreduce(std::span<const double>(&median, 1), std::span(&worst, 1), comm::ReduceOp::max);
+      comm::say("  {:>10} {:>12.2f} {:>12.2f}", bytes, worst, static_cast<double>(bytes) / (worst * 1e-6) / 1e9);
+    }
+  });
 }

@@ -21,44 +21,42 @@ namespace comm {
 
 // An operation started but not finished (the asynchronous allreduce).
 class PendingOp {
-public:
-    virtual ~PendingOp() = default;
-    // Advances without waiting: completes what has arrived and posts the next messages.
-    // Returns true once the whole operation is done.
-    virtual bool progress() = 0;
-    // The requests it is blocked on when progress() returned false.
-    virtual std::vector<MPI_Request>& blocked_on() = 0;
+ public:
+  virtual ~PendingOp() = default;
+  // Advances without waiting: completes what has arrived and posts the next messages.
+  // Returns true once the whole operation is done.
+  virtual bool progress() = 0;
+  // The requests it is blocked on when progress() returned false.
+  virtual std::vector<MPI_Request>& blocked_on() = 0;
 };
 
 class Backend {
-public:
-    virtual ~Backend() = default;
-    virtual std::string_view name() const = 0;
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
 
-    virtual void allreduce(const Transport& t, const void* send, void* recv, std::size_t count,
-                           DataType type, ReduceOp op) = 0;
-    // recv is only used on the root.
-    virtual void reduce(const Transport& t, const void* send, void* recv, std::size_t count,
-                        DataType type, ReduceOp op, int root) = 0;
-    virtual void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) = 0;
-    // recv holds size × count elements: rank r's block at r × count.
-    virtual void allgather(const Transport& t, const void* send, void* recv, std::size_t count,
-                           DataType type) = 0;
-    // recv (size × count) is only used on the root.
-    virtual void gather(const Transport& t, const void* send, void* recv, std::size_t count,
-                        DataType type, int root) = 0;
-    // send (size × count) is only used on the root.
-    virtual void scatter(const Transport& t, const void* send, void* recv, std::size_t count,
-                         DataType type, int root) = 0;
-    // send holds size × count elements; rank r receives the reduction of block r.
-    virtual void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count,
-                                DataType type, ReduceOp op) = 0;
-    virtual void barrier(const Transport& t) = 0;
+  virtual void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                         ReduceOp op) = 0;
+  // recv is only used on the root.
+  virtual void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                      int root) = 0;
+  virtual void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) = 0;
+  // recv holds size × count elements: rank r's block at r × count.
+  virtual void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) = 0;
+  // recv (size × count) is only used on the root.
+  virtual void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) = 0;
+  // send (size × count) is only used on the root.
+  virtual void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                       int root) = 0;
+  // send holds size × count elements; rank r receives the reduction of block r.
+  virtual void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                              ReduceOp op) = 0;
+  virtual void barrier(const Transport& t) = 0;
 
-    // Starts an in-place allreduce that completes through PendingOp::progress(). The default
-    // runs it to the end right away: no overlap, but the same results.
-    virtual std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count,
-                                                       DataType type, ReduceOp op);
+  // Starts an in-place allreduce that completes through PendingOp::progress(). The default
+  // runs it to the end right away: no overlap, but the same results.
+  virtual std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
+                                                     ReduceOp op);
 };
 
 // "mpi", "ring" or "naive"; throws comm::Error naming the choices for anything else.

@@ -16,52 +16,52 @@ std::string bound(double x) { return fmt::format("{}", x); }  // shortest form: 
 }  // namespace
 
 CLI::Validator whole(std::int64_t min, std::int64_t max) {
-    const std::string want = max == std::numeric_limits<int>::max()
-                                 ? fmt::format("{}a whole number ≥ {}", kMarker, min)
-                                 : fmt::format("{}a whole number from {} to {}", kMarker, min, max);
-    return CLI::Validator(
-        [=](std::string& text) -> std::string {
-            errno = 0;
-            char* end = nullptr;
-            const long long value = std::strtoll(text.c_str(), &end, 10);
-            const bool number = !text.empty() && end && *end == '\0' && errno == 0;
-            if (!number || value < min || value > max) return fmt::format("{}, got {}", want, text);
-            return {};
-        },
-        want.substr(std::string(kMarker).size()));
+  const std::string want = max == std::numeric_limits<int>::max()
+                               ? fmt::format("{}a whole number ≥ {}", kMarker, min)
+                               : fmt::format("{}a whole number from {} to {}", kMarker, min, max);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long value = std::strtoll(text.c_str(), &end, 10);
+        const bool number = !text.empty() && end && *end == '\0' && errno == 0;
+        if (!number || value < min || value > max) return fmt::format("{}, got {}", want, text);
+        return {};
+      },
+      want.substr(std::string(kMarker).size()));
 }
 
 CLI::Validator real(double min, double max, bool above) {
-    std::string want = fmt::format("{}a number {} {}", kMarker, above ? ">" : "≥", bound(min));
-    if (max < std::numeric_limits<double>::max()) want += fmt::format(" and ≤ {}", bound(max));
-    return CLI::Validator(
-        [=](std::string& text) -> std::string {
-            char* end = nullptr;
-            const double value = std::strtod(text.c_str(), &end);
-            const bool number = !text.empty() && end && *end == '\0' && std::isfinite(value);
-            if (!number || value < min || (above && value == min) || value > max)
-                return fmt::format("{}, got {}", want, text);
-            return {};
-        },
-        want.substr(std::string(kMarker).size()));
+  std::string want = fmt::format("{}a number {} {}", kMarker, above ? ">" : "≥", bound(min));
+  if (max < std::numeric_limits<double>::max()) want += fmt::format(" and ≤ {}", bound(max));
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        const bool number = !text.empty() && end && *end == '\0' && std::isfinite(value);
+        if (!number || value < min || (above && value == min) || value > max)
+          return fmt::format("{}, got {}", want, text);
+        return {};
+      },
+      want.substr(std::string(kMarker).size()));
 }
 
 std::string readable(const CLI::ParseError& error) {
-    std::string text = error.what();
-    const std::string joint = std::string(": ") + kMarker;
-    if (const auto at = text.find(joint); at != std::string::npos) text.replace(at, 2, " ");
-    return text;
+  std::string text = error.what();
+  const std::string joint = std::string(": ") + kMarker;
+  if (const auto at = text.find(joint); at != std::string::npos) text.replace(at, 2, " ");
+  return text;
 }
 
 int parse_or_exit_status(CLI::App& app, int argc, char** argv) {
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        if (e.get_exit_code() == 0) return app.exit(e);  // --help
-        fmt::print(stderr, "error: {}\n", readable(e));
-        return 2;
-    }
-    return -1;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    fmt::print(stderr, "error: {}\n", readable(e));
+    return 2;
+  }
+  return -1;
 }
 
 }  // namespace comm::cli

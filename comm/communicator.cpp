@@ -7,7 +7,7 @@
 namespace comm {
 namespace {
 
-constexpr int kCheckLane = 0;   // lanes 1..8: one per collective kind (OpKind value)
+constexpr int kCheckLane = 0;  // lanes 1..8: one per collective kind (OpKind value)
 constexpr int kPointToPointLane = 9;
 constexpr int kAsyncLane = 10;
 constexpr int kSplitLane = 11;
@@ -16,237 +16,243 @@ constexpr int kAsyncTags = 32000;  // MPI guarantees tags up to 32767
 // Mixes parent id, split number and color into the new communicator's id: equal on all its
 // members, different from its siblings'.
 std::int64_t derive_id(std::int64_t parent, std::int64_t split, int color) {
-    std::uint64_t x = static_cast<std::uint64_t>(parent) * 0x9E3779B97F4A7C15ull;
-    x ^= static_cast<std::uint64_t>(split) + 0x632BE59BD9B4E019ull + (x << 6) + (x >> 2);
-    x ^= static_cast<std::uint64_t>(color) + 0x8CB92BA72F3D8DD7ull + (x << 6) + (x >> 2);
-    return static_cast<std::int64_t>(x & 0x7FFFFFFFFFFFFFFFull) | 1;  // positive, never 0 (= empty slot)
+  std::uint64_t x = static_cast<std::uint64_t>(parent) * 0x9E3779B97F4A7C15ull;
+  x ^= static_cast<std::uint64_t>(split) + 0x632BE59BD9B4E019ull + (x << 6) + (x >> 2);
+  x ^= static_cast<std::uint64_t>(color) + 0x8CB92BA72F3D8DD7ull + (x << 6) + (x >> 2);
+  return static_cast<std::int64_t>(x & 0x7FFFFFFFFFFFFFFFull) | 1;  // positive, never 0 (= empty slot)
 }
 
 }  // namespace
 
 MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
-    std::swap(comm_, o.comm_);
-    return *this;
+  std::swap(comm_, o.comm_);
+  return *this;
 }
 
 MpiComm::~MpiComm() {
-    if (comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
 }
 
 Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend)
     : backend_(std::move(backend)), name_(std::move(name)), id_(id), group_(group) {
-    check_mpi(MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check_mpi(MPI_Comm_rank(group, &rank_), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(group, &size_), "MPI_Comm_size");
+  check_mpi(MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(group, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(group, &size_), "MPI_Comm_size");
 
-    // Which world rank is each of our ranks (the status board is indexed by world rank).
-    MPI_Group mine, world;
-    MPI_Comm_group(group, &mine);
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    std::vector<int> ours(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) ours[static_cast<std::size_t>(r)] = r;
-    members_.resize(static_cast<std::size_t>(size_));
-    MPI_Group_translate_ranks(mine, size_, ours.data(), world, members_.data());
-    MPI_Group_free(&mine);
-    MPI_Group_free(&world);
+  // Which world rank is each of our ranks (the status board is indexed by world rank).
+  MPI_Group mine, world;
+  MPI_Comm_group(group, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ours(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) ours[static_cast<std::size_t>(r)] = r;
+  members_.resize(static_cast<std::size_t>(size_));
+  MPI_Group_translate_ranks(mine, size_, ours.data(), world, members_.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
 
-    for (auto& lane : lanes_) {
-        MPI_Comm copy;
-        check_mpi(MPI_Comm_dup(group, &copy), "MPI_Comm_dup");
-        lane = MpiComm(copy);
-    }
+  for (auto& lane : lanes_) {
+    MPI_Comm copy;
+    check_mpi(MPI_Comm_dup(group, &copy), "MPI_Comm_dup");
+    lane = MpiComm(copy);
+  }
 }
 
 Communicator::~Communicator() {
-    // Its row in the status board's table of communicators can go to the next one.
-    if (group_.get() != MPI_COMM_NULL && has_watchdog()) watchdog().forget(id_);
+  // Its row in the status board's table of communicators can go to the next one.
+  if (group_.get() != MPI_COMM_NULL && has_watchdog()) watchdog().forget(id_);
 }
 
 MPI_Comm Communicator::lane(OpKind kind) const {
-    switch (kind) {
+  switch (kind) {
     case OpKind::send:
     case OpKind::recv:
-    case OpKind::sendrecv: return lanes_[kPointToPointLane].get();
-    case OpKind::split: return lanes_[kSplitLane].get();
-    default: return lanes_[static_cast<std::size_t>(kind)].get();
-    }
+    case OpKind::sendrecv:
+      return lanes_[kPointToPointLane].get();
+    case OpKind::split:
+      return lanes_[kSplitLane].get();
+    default:
+      return lanes_[static_cast<std::size_t>(kind)].get();
+  }
 }
 
 void Communicator::usage_error(OpKind kind, const std::string& what) const {
-    fail("rank {}: {} on '{}': {}", rank_, name_of(kind), name_, what);
+  fail("rank {}: {} on '{}': {}", rank_, name_of(kind), name_, what);
 }
 
 void Communicator::require_root(OpKind kind, int root) const {
-    if (root < 0 || root >= size_)
-        usage_error(kind, fmt::format("{} {} is not a rank of this {}-rank communicator",
-                                      kind == OpKind::send || kind == OpKind::recv ? "peer" : "root", root, size_));
+  if (root < 0 || root >= size_)
+    usage_error(kind, fmt::format("{} {} is not a rank of this {}-rank communicator",
+                                  kind == OpKind::send || kind == OpKind::recv ? "peer" : "root", root, size_));
 }
 
 OpCall Communicator::begin(OpKind kind, std::size_t count, DataType type, int op, int root) {
-    OpCall call;
-    call.kind = kind;
-    call.comm_id = id_;
-    call.comm_name = name_;
-    call.members = &members_;
-    call.comm_rank = rank_;
-    call.count = static_cast<std::int64_t>(count);
-    call.type = type;
-    call.op = op;
-    call.root = root;
-    return call;
+  OpCall call;
+  call.kind = kind;
+  call.comm_id = id_;
+  call.comm_name = name_;
+  call.members = &members_;
+  call.comm_rank = rank_;
+  call.count = static_cast<std::int64_t>(count);
+  call.type = type;
+  call.op = op;
+  call.root = root;
+  return call;
 }
 
 // Every collective: number it, enter the watchdog's scope, check arguments, run the body.
 template <class Body>
 void Communicator::collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body) {
-    OpCall call = begin(kind, count, type, op, root);
-    call.seq = next_seq_++;
-    OpScope scope(call);
-    watchdog().count_entry(id_);
-    if (watchdog().check_mode()) watchdog().verify_same_call(lanes_[kCheckLane].get());
-    body(Transport(lane(kind), rank_, size_), call);
+  OpCall call = begin(kind, count, type, op, root);
+  call.seq = next_seq_++;
+  OpScope scope(call);
+  watchdog().count_entry(id_);
+  if (watchdog().check_mode()) watchdog().verify_same_call(lanes_[kCheckLane].get());
+  body(Transport(lane(kind), rank_, size_), call);
 }
 
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-    collective(OpKind::allreduce, count, type, static_cast<int>(op), -1, [&](const Transport& transport, const OpCall&) {
-        backend_->allreduce(transport, send, recv, count, type, op);
-    });
+  collective(OpKind::allreduce, count, type, static_cast<int>(op), -1, [&](const Transport& transport, const OpCall&) {
+    backend_->allreduce(transport, send, recv, count, type, op);
+  });
 }
 
 void Communicator::run_reduce(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type,
                               ReduceOp op, int root) {
-    require_root(OpKind::reduce, root);
-    if (rank_ == root && recv_size != count)
-        usage_error(OpKind::reduce, fmt::format("the root's recv has {} elements, send {}", recv_size, count));
-    collective(OpKind::reduce, count, type, static_cast<int>(op), root, [&](const Transport& transport, const OpCall&) {
-        backend_->reduce(transport, send, recv, count, type, op, root);
-    });
+  require_root(OpKind::reduce, root);
+  if (rank_ == root && recv_size != count)
+    usage_error(OpKind::reduce, fmt::format("the root's recv has {} elements, send {}", recv_size, count));
+  collective(OpKind::reduce, count, type, static_cast<int>(op), root, [&](const Transport& transport, const OpCall&) {
+    backend_->reduce(transport, send, recv, count, type, op, root);
+  });
 }
 
 void Communicator::run_broadcast(void* data, std::size_t count, DataType type, int root) {
-    require_root(OpKind::broadcast, root);
-    collective(OpKind::broadcast, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
-        backend_->broadcast(transport, data, count, type, root);
-    });
+  require_root(OpKind::broadcast, root);
+  collective(OpKind::broadcast, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
+    backend_->broadcast(transport, data, count, type, root);
+  });
 }
 
 void Communicator::run_allgather(const void* send, void* recv, std::size_t count, std::size_t recv_size,
                                  DataType type) {
-    if (recv_size != count * static_cast<std::size_t>(size_))
-        usage_error(OpKind::allgather, fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
-    collective(OpKind::allgather, count, type, -1, -1, [&](const Transport& transport, const OpCall&) {
-        backend_->allgather(transport, send, recv, count, type);
-    });
+  if (recv_size != count * static_cast<std::size_t>(size_))
+    usage_error(OpKind::allgather,
+                fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  collective(OpKind::allgather, count, type, -1, -1, [&](const Transport& transport, const OpCall&) {
+    backend_->allgather(transport, send, recv, count, type);
+  });
 }
 
 void Communicator::run_gather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type,
                               int root) {
-    require_root(OpKind::gather, root);
-    if (rank_ == root && recv_size != count * static_cast<std::size_t>(size_))
-        usage_error(OpKind::gather,
-                    fmt::format("the root's recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
-    collective(OpKind::gather, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
-        backend_->gather(transport, send, recv, count, type, root);
-    });
+  require_root(OpKind::gather, root);
+  if (rank_ == root && recv_size != count * static_cast<std::size_t>(size_))
+    usage_error(OpKind::gather,
+                fmt::format("the root's recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  collective(OpKind::gather, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
+    backend_->gather(transport, send, recv, count, type, root);
+  });
 }
 
 void Communicator::run_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                                int root) {
-    require_root(OpKind::scatter, root);
-    if (rank_ == root && send_size != count * static_cast<std::size_t>(size_))
-        usage_error(OpKind::scatter,
-                    fmt::format("the root's send has {} elements, expected {} ranks × {}", send_size, size_, count));
-    collective(OpKind::scatter, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
-        backend_->scatter(transport, send, recv, count, type, root);
-    });
+  require_root(OpKind::scatter, root);
+  if (rank_ == root && send_size != count * static_cast<std::size_t>(size_))
+    usage_error(OpKind::scatter,
+                fmt::format("the root's send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  collective(OpKind::scatter, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
+    backend_->scatter(transport, send, recv, count, type, root);
+  });
 }
 
 void Communicator::run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count,
                                       DataType type, ReduceOp op) {
-    if (send_size != count * static_cast<std::size_t>(size_))
-        usage_error(OpKind::reduce_scatter,
-                    fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
-    collective(OpKind::reduce_scatter, count, type, static_cast<int>(op), -1, [&](const Transport& transport, const OpCall&) {
-        backend_->reduce_scatter(transport, send, recv, count, type, op);
-    });
+  if (send_size != count * static_cast<std::size_t>(size_))
+    usage_error(OpKind::reduce_scatter,
+                fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  collective(OpKind::reduce_scatter, count, type, static_cast<int>(op), -1,
+             [&](const Transport& transport, const OpCall&) {
+               backend_->reduce_scatter(transport, send, recv, count, type, op);
+             });
 }
 
 void Communicator::barrier() {
-    collective(OpKind::barrier, 0, DataType::i32, -1, -1, [&](const Transport& transport, const OpCall&) {
-        backend_->barrier(transport);
-    });
+  collective(OpKind::barrier, 0, DataType::i32, -1, -1,
+             [&](const Transport& transport, const OpCall&) { backend_->barrier(transport); });
 }
 
 Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
-    Work work;
-    collective(OpKind::allreduce, count, type, static_cast<int>(op), -1, [&](const Transport&, const OpCall& call) {
-        // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
-        const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
-        work.op_ = backend_->start_allreduce(async, data, count, type, op);
-        work.call_ = call;
-        work.start_ns_ = now_ns();
-    });
-    return work;
+  Work work;
+  collective(OpKind::allreduce, count, type, static_cast<int>(op), -1, [&](const Transport&, const OpCall& call) {
+    // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
+    const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
+    work.op_ = backend_->start_allreduce(async, data, count, type, op);
+    work.call_ = call;
+    work.start_ns_ = now_ns();
+  });
+  return work;
 }
 
 void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer) {
-    require_root(kind, peer);
-    OpCall call = begin(kind, count, type, -1, peer);
-    call.seq = next_p2p_seq_++;
-    OpScope scope(call);
-    const Transport transport(lane(kind), rank_, size_);
-    if (kind == OpKind::send) transport.send(data, count, type, peer);
-    else transport.recv(data, count, type, peer);
+  require_root(kind, peer);
+  OpCall call = begin(kind, count, type, -1, peer);
+  call.seq = next_p2p_seq_++;
+  OpScope scope(call);
+  const Transport transport(lane(kind), rank_, size_);
+  if (kind == OpKind::send)
+    transport.send(data, count, type, peer);
+  else
+    transport.recv(data, count, type, peer);
 }
 
 void Communicator::run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count,
                                  int source, DataType type) {
-    require_root(OpKind::send, dest);
-    require_root(OpKind::recv, source);
-    OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
-    call.seq = next_p2p_seq_++;
-    OpScope scope(call);
-    Transport(lane(OpKind::sendrecv), rank_, size_).send_recv(out, out_count, dest, in, in_count, source, type);
+  require_root(OpKind::send, dest);
+  require_root(OpKind::recv, source);
+  OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
+  call.seq = next_p2p_seq_++;
+  OpScope scope(call);
+  Transport(lane(OpKind::sendrecv), rank_, size_).send_recv(out, out_count, dest, in, in_count, source, type);
 }
 
 Communicator Communicator::split(int color, int key) {
-    if (color < 0) fail("rank {}: split on '{}': color {} is negative", rank_, name_, color);
-    return derive(color, key, backend_);
+  if (color < 0) fail("rank {}: split on '{}': color {} is negative", rank_, name_, color);
+  return derive(color, key, backend_);
 }
 
 Communicator Communicator::with_backend(std::string_view backend) {
-    // Color 0 for everyone: the same group, its own lanes, another backend.
-    return derive(0, rank_, make_backend(backend));
+  // Color 0 for everyone: the same group, its own lanes, another backend.
+  return derive(0, rank_, make_backend(backend));
 }
 
 Communicator Communicator::derive(int color, int key, std::shared_ptr<Backend> backend) {
-    // First make sure every rank is here (watched), so the blocking MPI calls below cannot hang.
-    collective(OpKind::split, 0, DataType::i32, -1, -1, [](const Transport& t, const OpCall&) {
-        MPI_Request arrived;
-        check_mpi(MPI_Ibarrier(t.mpi_comm(), &arrived), "MPI_Ibarrier");
-        watchdog().wait_all(1, &arrived);
-    });
-    MPI_Comm part;
-    check_mpi(MPI_Comm_split(group_.get(), color, key, &part), "MPI_Comm_split");
-    const std::int64_t number = splits_++;
-    return Communicator(part, fmt::format("{}/split{}:{}", name_, number, color), derive_id(id_, number, color),
-                        std::move(backend));
+  // First make sure every rank is here (watched), so the blocking MPI calls below cannot hang.
+  collective(OpKind::split, 0, DataType::i32, -1, -1, [](const Transport& t, const OpCall&) {
+    MPI_Request arrived;
+    check_mpi(MPI_Ibarrier(t.mpi_comm(), &arrived), "MPI_Ibarrier");
+    watchdog().wait_all(1, &arrived);
+  });
+  MPI_Comm part;
+  check_mpi(MPI_Comm_split(group_.get(), color, key, &part), "MPI_Comm_split");
+  const std::int64_t number = splits_++;
+  return Communicator(part, fmt::format("{}/split{}:{}", name_, number, color), derive_id(id_, number, color),
+                      std::move(backend));
 }
 
 Work::~Work() {
-    if (op_) wait();
+  if (op_) wait();
 }
 
 bool Work::test() {
-    if (op_ && op_->progress()) op_.reset();
-    return !op_;
+  if (op_ && op_->progress()) op_.reset();
+  return !op_;
 }
 
 void Work::wait() {
-    if (!op_) return;
-    OpScope scope(call_, start_ns_);
-    complete(*op_);
-    op_.reset();
+  if (!op_) return;
+  OpScope scope(call_, start_ns_);
+  complete(*op_);
+  op_.reset();
 }
 
 }  // namespace comm

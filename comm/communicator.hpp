@@ -31,177 +31,205 @@ class Communicator;
 
 // Handle of an asynchronous collective: the data must stay alive and untouched until wait().
 class Work {
-public:
-    Work() = default;
-    Work(Work&&) = default;
-    Work& operator=(Work&&) = default;
-    ~Work();
+ public:
+  Work() = default;
+  Work(Work&&) = default;
+  Work& operator=(Work&&) = default;
+  ~Work();
 
-    // Advances the operation without blocking; true once it is complete.
-    bool test();
-    // Blocks (under the watchdog, deadline counted from the start) until complete.
-    void wait();
-    bool done() const { return !op_; }
+  // Advances the operation without blocking; true once it is complete.
+  bool test();
+  // Blocks (under the watchdog, deadline counted from the start) until complete.
+  void wait();
+  bool done() const { return !op_; }
 
-private:
-    friend class Communicator;
-    std::unique_ptr<PendingOp> op_;
-    OpCall call_;
-    std::int64_t start_ns_ = 0;
+ private:
+  friend class Communicator;
+  std::unique_ptr<PendingOp> op_;
+  OpCall call_;
+  std::int64_t start_ns_ = 0;
 };
 
 // Owns one MPI communicator handle (freed on destruction unless it is MPI_COMM_WORLD).
 class MpiComm {
-public:
-    MpiComm() = default;
-    explicit MpiComm(MPI_Comm c) : comm_(c) {}
-    MpiComm(MpiComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
-    MpiComm& operator=(MpiComm&& o) noexcept;
-    ~MpiComm();
-    MPI_Comm get() const { return comm_; }
+ public:
+  MpiComm() = default;
+  explicit MpiComm(MPI_Comm c) : comm_(c) {}
+  MpiComm(MpiComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
+  MpiComm& operator=(MpiComm&& o) noexcept;
+  ~MpiComm();
+  MPI_Comm get() const { return comm_; }
 
-private:
-    MPI_Comm comm_ = MPI_COMM_NULL;
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
 class Communicator {
-public:
-    // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
-    Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend);
-    Communicator(Communicator&&) = default;
-    ~Communicator();
+ public:
+  // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
+  Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend);
+  Communicator(Communicator&&) = default;
+  ~Communicator();
 
-    int rank() const { return rank_; }
-    int size() const { return size_; }
-    const std::string& name() const { return name_; }
-    std::string_view backend_name() const { return backend_->name(); }
-    // The world rank of this communicator's rank r.
-    int world_rank_of(int r) const { return members_.at(static_cast<std::size_t>(r)); }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  std::string_view backend_name() const { return backend_->name(); }
+  // The world rank of this communicator's rank r.
+  int world_rank_of(int r) const { return members_.at(static_cast<std::size_t>(r)); }
 
-    // out-of-place: recv = send reduced over all ranks; in place: data reduced over all ranks.
-    template <class T> void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum);
-    template <class T> void allreduce(std::span<T> data, ReduceOp op = ReduceOp::sum);
-    // Only the root's recv is written (other ranks may pass an empty span).
-    template <class T> void reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root);
-    template <class T> void reduce(std::span<T> data, ReduceOp op, int root);
-    // The root's data is copied to every rank.
-    template <class T> void broadcast(std::span<T> data, int root);
-    // recv (size() × send.size()) gets every rank's send in rank order.
-    template <class T> void allgather(std::span<const T> send, std::span<T> recv);
-    // In place: this rank's block is already at rank() × (data.size() / size()).
-    template <class T> void allgather(std::span<T> data);
-    // The root's recv (size() × send.size()) gets every rank's send in rank order.
-    template <class T> void gather(std::span<const T> send, std::span<T> recv, int root);
-    // Rank r gets block r of the root's send (size() × recv.size()).
-    template <class T> void scatter(std::span<const T> send, std::span<T> recv, int root);
-    // send holds size() blocks of recv.size(); rank r gets block r reduced over all ranks.
-    template <class T> void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum);
-    void barrier();
+  // out-of-place: recv = send reduced over all ranks; in place: data reduced over all ranks.
+  template <class T>
+  void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum);
+  template <class T>
+  void allreduce(std::span<T> data, ReduceOp op = ReduceOp::sum);
+  // Only the root's recv is written (other ranks may pass an empty span).
+  template <class T>
+  void reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root);
+  template <class T>
+  void reduce(std::span<T> data, ReduceOp op, int root);
+  // The root's data is copied to every rank.
+  template <class T>
+  void broadcast(std::span<T> data, int root);
+  // recv (size() × send.size()) gets every rank's send in rank order.
+  template <class T>
+  void allgather(std::span<const T> send, std::span<T> recv);
+  // In place: this rank's block is already at rank() × (data.size() / size()).
+  template <class T>
+  void allgather(std::span<T> data);
+  // The root's recv (size() × send.size()) gets every rank's send in rank order.
+  template <class T>
+  void gather(std::span<const T> send, std::span<T> recv, int root);
+  // Rank r gets block r of the root's send (size() × recv.size()).
+  template <class T>
+  void scatter(std::span<const T> send, std::span<T> recv, int root);
+  // send holds size() blocks of recv.size(); rank r gets block r reduced over all ranks.
+  template <class T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum);
+  void barrier();
 
-    template <class T> void send(std::span<const T> data, int dest);
-    template <class T> void recv(std::span<T> data, int source);
-    // Sends to `dest` and receives from `source` at once (a ring step): cannot deadlock.
-    template <class T> void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
+  template <class T>
+  void send(std::span<const T> data, int dest);
+  template <class T>
+  void recv(std::span<T> data, int source);
+  // Sends to `dest` and receives from `source` at once (a ring step): cannot deadlock.
+  template <class T>
+  void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
 
-    // In-place allreduce that runs while the caller works; finish it with Work::wait().
-    template <class T> Work allreduce_async(std::span<T> data, ReduceOp op = ReduceOp::sum);
+  // In-place allreduce that runs while the caller works; finish it with Work::wait().
+  template <class T>
+  Work allreduce_async(std::span<T> data, ReduceOp op = ReduceOp::sum);
 
-    // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
-    Communicator split(int color, int key);
-    // The same ranks, running another backend ("mpi", "ring", "naive"): to compare them.
-    Communicator with_backend(std::string_view backend);
+  // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
+  Communicator split(int color, int key);
+  // The same ranks, running another backend ("mpi", "ring", "naive"): to compare them.
+  Communicator with_backend(std::string_view backend);
 
-private:
-    // The type-erased core every template above forwards to.
-    void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
-    void run_reduce(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type, ReduceOp op,
-                    int root);
-    void run_broadcast(void* data, std::size_t count, DataType type, int root);
-    void run_allgather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type);
-    void run_gather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type, int root);
-    void run_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type, int root);
-    void run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
-                            ReduceOp op);
-    void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
-    void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
-                       DataType type);
-    Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
+ private:
+  // The type-erased core every template above forwards to.
+  void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void run_reduce(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type, ReduceOp op,
+                  int root);
+  void run_broadcast(void* data, std::size_t count, DataType type, int root);
+  void run_allgather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type);
+  void run_gather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type, int root);
+  void run_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type, int root);
+  void run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
+                          ReduceOp op);
+  void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
+  void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
+                     DataType type);
+  Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
 
-    // A new communicator over the ranks of this one with the same color (split's core).
-    Communicator derive(int color, int key, std::shared_ptr<Backend> backend);
-    // Describes a call made on this communicator.
-    OpCall begin(OpKind kind, std::size_t count, DataType type, int op, int root);
-    // Runs body(transport, call) as the next collective on this communicator.
-    template <class Body>
-    void collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body);
-    [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
-    void require_root(OpKind kind, int root) const;
-    MPI_Comm lane(OpKind kind) const;
+  // A new communicator over the ranks of this one with the same color (split's core).
+  Communicator derive(int color, int key, std::shared_ptr<Backend> backend);
+  // Describes a call made on this communicator.
+  OpCall begin(OpKind kind, std::size_t count, DataType type, int op, int root);
+  // Runs body(transport, call) as the next collective on this communicator.
+  template <class Body>
+  void collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body);
+  [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
+  void require_root(OpKind kind, int root) const;
+  MPI_Comm lane(OpKind kind) const;
 
-    static constexpr int kLanes = 12;  // one per collective kind, point-to-point, async, check
-    std::shared_ptr<Backend> backend_;
-    std::string name_;
-    std::int64_t id_;
-    int rank_ = 0;
-    int size_ = 0;
-    std::vector<int> members_;
-    MpiComm group_;
-    std::array<MpiComm, kLanes> lanes_;
-    std::int64_t next_seq_ = 0;      // collectives, in the order every rank makes them
-    std::int64_t next_p2p_seq_ = 0;  // sends and receives, counted per rank
-    std::int64_t splits_ = 0;
+  static constexpr int kLanes = 12;  // one per collective kind, point-to-point, async, check
+  std::shared_ptr<Backend> backend_;
+  std::string name_;
+  std::int64_t id_;
+  int rank_ = 0;
+  int size_ = 0;
+  std::vector<int> members_;
+  MpiComm group_;
+  std::array<MpiComm, kLanes> lanes_;
+  std::int64_t next_seq_ = 0;      // collectives, in the order every rank makes them
+  std::int64_t next_p2p_seq_ = 0;  // sends and receives, counted per rank
+  std::int64_t splits_ = 0;
 };
 
 // ---- templates: check sizes, forward to the type-erased core ----
 
-template <class T> void Communicator::allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
-    if (send.size() != recv.size())
-        usage_error(OpKind::allreduce, fmt::format("send has {} elements, recv {}", send.size(), recv.size()));
-    run_allreduce(send.data(), recv.data(), send.size(), datatype_of<T>(), op);
+template <class T>
+void Communicator::allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  if (send.size() != recv.size())
+    usage_error(OpKind::allreduce, fmt::format("send has {} elements, recv {}", send.size(), recv.size()));
+  run_allreduce(send.data(), recv.data(), send.size(), datatype_of<T>(), op);
 }
-template <class T> void Communicator::allreduce(std::span<T> data, ReduceOp op) {
-    run_allreduce(data.data(), data.data(), data.size(), datatype_of<T>(), op);
+template <class T>
+void Communicator::allreduce(std::span<T> data, ReduceOp op) {
+  run_allreduce(data.data(), data.data(), data.size(), datatype_of<T>(), op);
 }
-template <class T> void Communicator::reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root) {
-    run_reduce(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>(), op, root);
+template <class T>
+void Communicator::reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root) {
+  run_reduce(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>(), op, root);
 }
-template <class T> void Communicator::reduce(std::span<T> data, ReduceOp op, int root) {
-    run_reduce(data.data(), data.data(), data.size(), data.size(), datatype_of<T>(), op, root);
+template <class T>
+void Communicator::reduce(std::span<T> data, ReduceOp op, int root) {
+  run_reduce(data.data(), data.data(), data.size(), data.size(), datatype_of<T>(), op, root);
 }
-template <class T> void Communicator::broadcast(std::span<T> data, int root) {
-    run_broadcast(data.data(), data.size(), datatype_of<T>(), root);
+template <class T>
+void Communicator::broadcast(std::span<T> data, int root) {
+  run_broadcast(data.data(), data.size(), datatype_of<T>(), root);
 }
-template <class T> void Communicator::allgather(std::span<const T> send, std::span<T> recv) {
-    run_allgather(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>());
+template <class T>
+void Communicator::allgather(std::span<const T> send, std::span<T> recv) {
+  run_allgather(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>());
 }
-template <class T> void Communicator::allgather(std::span<T> data) {
-    if (data.size() % static_cast<std::size_t>(size_) != 0)
-        usage_error(OpKind::allgather,
-                    fmt::format("in-place buffer of {} elements is not {} equal blocks", data.size(), size_));
-    const std::size_t count = data.size() / static_cast<std::size_t>(size_);
-    run_allgather(data.data() + count * static_cast<std::size_t>(rank_), data.data(), count, data.size(),
-                  datatype_of<T>());
+template <class T>
+void Communicator::allgather(std::span<T> data) {
+  if (data.size() % static_cast<std::size_t>(size_) != 0)
+    usage_error(OpKind::allgather,
+                fmt::format("in-place buffer of {} elements is not {} equal blocks", data.size(), size_));
+  const std::size_t count = data.size() / static_cast<std::size_t>(size_);
+  run_allgather(data.data() + count * static_cast<std::size_t>(rank_), data.data(), count, data.size(),
+                datatype_of<T>());
 }
-template <class T> void Communicator::gather(std::span<const T> send, std::span<T> recv, int root) {
-    run_gather(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>(), root);
+template <class T>
+void Communicator::gather(std::span<const T> send, std::span<T> recv, int root) {
+  run_gather(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>(), root);
 }
-template <class T> void Communicator::scatter(std::span<const T> send, std::span<T> recv, int root) {
-    run_scatter(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>(), root);
+template <class T>
+void Communicator::scatter(std::span<const T> send, std::span<T> recv, int root) {
+  run_scatter(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>(), root);
 }
-template <class T> void Communicator::reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
-    run_reduce_scatter(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>(), op);
+template <class T>
+void Communicator::reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  run_reduce_scatter(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>(), op);
 }
-template <class T> void Communicator::send(std::span<const T> data, int dest) {
-    run_point_to_point(OpKind::send, const_cast<T*>(data.data()), data.size(), datatype_of<T>(), dest);
+template <class T>
+void Communicator::send(std::span<const T> data, int dest) {
+  run_point_to_point(OpKind::send, const_cast<T*>(data.data()), data.size(), datatype_of<T>(), dest);
 }
-template <class T> void Communicator::recv(std::span<T> data, int source) {
-    run_point_to_point(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source);
+template <class T>
+void Communicator::recv(std::span<T> data, int source) {
+  run_point_to_point(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source);
 }
-template <class T> void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {
-    run_send_recv(out.data(), out.size(), dest, in.data(), in.size(), source, datatype_of<T>());
+template <class T>
+void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {
+  run_send_recv(out.data(), out.size(), dest, in.data(), in.size(), source, datatype_of<T>());
 }
-template <class T> Work Communicator::allreduce_async(std::span<T> data, ReduceOp op) {
-    return run_allreduce_async(data.data(), data.size(), datatype_of<T>(), op);
+template <class T>
+Work Communicator::allreduce_async(std::span<T> data, ReduceOp op) {
+  return run_allreduce_async(data.data(), data.size(), datatype_of<T>(), op);
 }
 
 }  // namespace comm

@@ -9,14 +9,14 @@
 namespace comm {
 
 class Error : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Throws comm::Error with a fmt-formatted message.
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
-    throw Error(fmt::format(format, std::forward<Args>(args)...));
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
 // Throws comm::Error naming the MPI call and MPI's own description of `code` when it is not MPI_SUCCESS.

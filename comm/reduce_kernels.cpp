@@ -11,84 +11,90 @@ namespace {
 
 // Integer sum and product wrap around like MPI's do; doing them in unsigned arithmetic
 // keeps that well-defined in C++ (signed overflow is undefined behaviour).
-template <class T> T add(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-        using U = std::make_unsigned_t<T>;
-        return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    } else {
-        return a + b;
-    }
+template <class T>
+T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
 }
-template <class T> T multiply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-        using U = std::make_unsigned_t<T>;
-        return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    } else {
-        return a * b;
-    }
+template <class T>
+T multiply(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
 }
 
 // One loop per (type, op) so the compiler vectorises each.
-template <class T> void reduce_typed(T* dst, const T* src, std::size_t n, ReduceOp op) {
-    switch (op) {
+template <class T>
+void reduce_typed(T* dst, const T* src, std::size_t n, ReduceOp op) {
+  switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
-        for (std::size_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]);
-        return;
+      for (std::size_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]);
+      return;
     case ReduceOp::prod:
-        for (std::size_t i = 0; i < n; ++i) dst[i] = multiply(dst[i], src[i]);
-        return;
+      for (std::size_t i = 0; i < n; ++i) dst[i] = multiply(dst[i], src[i]);
+      return;
     case ReduceOp::min:
-        for (std::size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
-        return;
+      for (std::size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      return;
     case ReduceOp::max:
-        for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
-        return;
-    }
+      for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      return;
+  }
 }
 
-template <class T> void divide_typed(T* data, std::size_t n, int ranks) {
-    const T divisor = static_cast<T>(ranks);
-    for (std::size_t i = 0; i < n; ++i) data[i] /= divisor;
+template <class T>
+void divide_typed(T* data, std::size_t n, int ranks) {
+  const T divisor = static_cast<T>(ranks);
+  for (std::size_t i = 0; i < n; ++i) data[i] /= divisor;
 }
 
 }  // namespace
 
 void reduce_into(void* dst, const void* src, std::size_t count, DataType type, ReduceOp op) {
-    switch (type) {
+  switch (type) {
     case DataType::f32:
-        return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, op);
+      return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, op);
     case DataType::f64:
-        return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, op);
+      return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, op);
     case DataType::i32:
-        return reduce_typed(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src),
-                            count, op);
+      return reduce_typed(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src), count, op);
     case DataType::i64:
-        return reduce_typed(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src),
-                            count, op);
-    }
+      return reduce_typed(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src), count, op);
+  }
 }
 
 void finish_average(void* data, std::size_t count, DataType type, ReduceOp op, int ranks) {
-    if (op != ReduceOp::avg) return;
-    switch (type) {
-    case DataType::f32: return divide_typed(static_cast<float*>(data), count, ranks);
-    case DataType::f64: return divide_typed(static_cast<double*>(data), count, ranks);
-    case DataType::i32: return divide_typed(static_cast<std::int32_t*>(data), count, ranks);
-    case DataType::i64: return divide_typed(static_cast<std::int64_t*>(data), count, ranks);
-    }
+  if (op != ReduceOp::avg) return;
+  switch (type) {
+    case DataType::f32:
+      return divide_typed(static_cast<float*>(data), count, ranks);
+    case DataType::f64:
+      return divide_typed(static_cast<double*>(data), count, ranks);
+    case DataType::i32:
+      return divide_typed(static_cast<std::int32_t*>(data), count, ranks);
+    case DataType::i64:
+      return divide_typed(static_cast<std::int64_t*>(data), count, ranks);
+  }
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
-    for (auto op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-        if (name == name_of(op)) return op;
-    fail("unknown reduction operator '{}' (expected sum, prod, min, max or avg)", name);
+  for (auto op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+    if (name == name_of(op)) return op;
+  fail("unknown reduction operator '{}' (expected sum, prod, min, max or avg)", name);
 }
 
 DataType parse_datatype(std::string_view name) {
-    for (auto t : {DataType::f32, DataType::f64, DataType::i32, DataType::i64})
-        if (name == name_of(t)) return t;
-    fail("unknown element type '{}' (expected float, double, int32 or int64)", name);
+  for (auto t : {DataType::f32, DataType::f64, DataType::i32, DataType::i64})
+    if (name == name_of(t)) return t;
+  fail("unknown element type '{}' (expected float, double, int32 or int64)", name);
 }
 
 }  // namespace comm

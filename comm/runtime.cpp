@@ -16,142 +16,145 @@ constexpr std::int64_t kFinalizeId = 2;  // the finalize meeting's own id (commu
 
 // Help was asked for, or the flags were wrong: leave run() with this status.
 struct ExitRequest {
-    int status;
+  int status;
 };
 
 }  // namespace
 
 Runtime& runtime() {
-    if (!g_runtime) fail("no comm::Runtime exists");
-    return *g_runtime;
+  if (!g_runtime) fail("no comm::Runtime exists");
+  return *g_runtime;
 }
 
 double available_memory_bytes() {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key, unit;
-    double kib = 0;
-    while (meminfo >> key >> kib >> unit)
-        if (key == "MemAvailable:") return kib * 1024;
-    return 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  double kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
 }
 
 void add_options(CLI::App& app, Options& options) {
-    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-    app.add_option("--backend", options.backend, "collective backend: mpi, ring or naive")
-        ->envname("NANODIST_BACKEND")
-        ->check(CLI::IsMember(backend_names()))
-        ->capture_default_str();
-    app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds")
-        ->envname("NANODIST_TIMEOUT")
-        ->check(cli::positive_real())
-        ->capture_default_str();
-    app.add_flag("--check-collectives", options.check,
-                 "before each collective, verify that all ranks called it with the same arguments")
-        ->envname("NANODIST_CHECK");
-    app.add_flag("--all-ranks", options.all_ranks_print, "every rank prints, prefixed with its rank")
-        ->envname("NANODIST_ALL_RANKS");
+  app.option_defaults()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
+  app.add_option("--backend", options.backend, "collective backend: mpi, ring or naive")
+      ->envname("NANODIST_BACKEND")
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
+  app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds")
+      ->envname("NANODIST_TIMEOUT")
+      ->check(cli::positive_real())
+      ->capture_default_str();
+  app.add_flag("--check-collectives", options.check,
+               "before each collective, verify that all ranks called it with the same arguments")
+      ->envname("NANODIST_CHECK");
+  app.add_flag("--all-ranks", options.all_ranks_print, "every rank prints, prefixed with its rank")
+      ->envname("NANODIST_ALL_RANKS");
 }
 
 void parse(CLI::App& app, int argc, char** argv) {
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        const bool me = g_runtime == nullptr || g_runtime->world_rank() == 0;
-        if (e.get_exit_code() == 0) {  // --help
-            if (me) app.exit(e);
-            throw ExitRequest{0};
-        }
-        if (me) fmt::print(stderr, "error: {}\n", cli::readable(e));
-        throw ExitRequest{2};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const bool me = g_runtime == nullptr || g_runtime->world_rank() == 0;
+    if (e.get_exit_code() == 0) {  // --help
+      if (me) app.exit(e);
+      throw ExitRequest{0};
     }
+    if (me) fmt::print(stderr, "error: {}\n", cli::readable(e));
+    throw ExitRequest{2};
+  }
 }
 
 Runtime::Runtime(int& argc, char**& argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &local_rank_);
-    MPI_Comm_size(local, &local_size_);
-    MPI_Comm_free(&local);
-    g_runtime = this;
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_size(local, &local_size_);
+  MPI_Comm_free(&local);
+  g_runtime = this;
 }
 
 Communicator& Runtime::start(const Options& options) {
-    if (world_) fail("comm::Runtime::start called twice");
-    options_ = options;
-    board_ = std::make_unique<StatusBoard>(MPI_COMM_WORLD);
-    watchdog_ = std::make_unique<Watchdog>(*board_, options.timeout_s, options.check);
-    set_watchdog(watchdog_.get());
-    install_termination_report();
-    MPI_Comm world;
-    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
-    world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend));
-    return *world_;
+  if (world_) fail("comm::Runtime::start called twice");
+  options_ = options;
+  board_ = std::make_unique<StatusBoard>(MPI_COMM_WORLD);
+  watchdog_ = std::make_unique<Watchdog>(*board_, options.timeout_s, options.check);
+  set_watchdog(watchdog_.get());
+  install_termination_report();
+  MPI_Comm world;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend));
+  return *world_;
 }
 
 Communicator& Runtime::world() {
-    if (!world_) fail("comm::Runtime::world called before start");
-    return *world_;
+  if (!world_) fail("comm::Runtime::world called before start");
+  return *world_;
 }
 
 void Runtime::shut_down() {
-    if (world_) {
-        // A last, watched, meeting: a rank that finishes while others still wait for it in a
-        // collective shows up in their report as "waiting in finalize", and times out itself.
-        OpCall call;
-        call.kind = OpKind::finalize;
-        call.comm_name = "world";
-        call.comm_id = kFinalizeId;
-        std::vector<int> everyone(static_cast<std::size_t>(world_size_));
-        for (int r = 0; r < world_size_; ++r) everyone[static_cast<std::size_t>(r)] = r;
-        call.members = &everyone;
-        call.comm_rank = world_rank_;
-        call.seq = 0;
-        OpScope scope(call);
-        watchdog_->count_entry(kFinalizeId);
-        MPI_Request done;
-        check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &done), "MPI_Ibarrier");
-        watchdog_->wait_all(1, &done);
-    }
+  if (world_) {
+    // A last, watched, meeting: a rank that finishes while others still wait for it in a
+    // collective shows up in their report as "waiting in finalize", and times out itself.
+    OpCall call;
+    call.kind = OpKind::finalize;
+    call.comm_name = "world";
+    call.comm_id = kFinalizeId;
+    std::vector<int> everyone(static_cast<std::size_t>(world_size_));
+    for (int r = 0; r < world_size_; ++r) everyone[static_cast<std::size_t>(r)] = r;
+    call.members = &everyone;
+    call.comm_rank = world_rank_;
+    call.seq = 0;
+    OpScope scope(call);
+    watchdog_->count_entry(kFinalizeId);
+    MPI_Request done;
+    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &done), "MPI_Ibarrier");
+    watchdog_->wait_all(1, &done);
+  }
 }
 
 Runtime::~Runtime() {
-    if (watchdog_) watchdog_->mark_finalizing();
-    uninstall_termination_report();
-    world_.reset();
-    set_watchdog(nullptr);
-    watchdog_.reset();
-    board_.reset();
-    g_runtime = nullptr;
-    MPI_Finalize();
+  if (watchdog_) watchdog_->mark_finalizing();
+  uninstall_termination_report();
+  world_.reset();
+  set_watchdog(nullptr);
+  watchdog_.reset();
+  board_.reset();
+  g_runtime = nullptr;
+  MPI_Finalize();
 }
 
 int Runtime::run(const std::function<void()>& body) {
-    try {
-        body();
-        shut_down();
-        return 0;
-    } catch (const ExitRequest& request) {
-        return request.status;  // every rank parsed the same flags: they all get here
-    } catch (const UsageError& e) {
-        if (world_rank_ == 0) fmt::print(stderr, "error: {}\n", e.what());
-        return 2;
-    } catch (const std::exception& e) {
-        // Not the same on every rank (an I/O error, memory that ran out on this rank):
-        // this rank says it and ends the job, so no other rank waits for it forever.
-        const std::string what = dynamic_cast<const std::bad_alloc*>(&e)
-                                     ? std::string("out of memory (an allocation failed: std::bad_alloc)")
-                                     : std::string(e.what());
-        if (world_size_ > 1) fmt::print(stderr, "error (rank {}): {}\n", world_rank_, what);
-        else fmt::print(stderr, "error: {}\n", what);
-        std::fflush(stderr);
-        if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-        return 1;
-    }
+  try {
+    body();
+    shut_down();
+    return 0;
+  } catch (const ExitRequest& request) {
+    return request.status;  // every rank parsed the same flags: they all get here
+  } catch (const UsageError& e) {
+    if (world_rank_ == 0) fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    // Not the same on every rank (an I/O error, memory that ran out on this rank):
+    // this rank says it and ends the job, so no other rank waits for it forever.
+    const std::string what = dynamic_cast<const std::bad_alloc*>(&e)
+                                 ? std::string("out of memory (an allocation failed: std::bad_alloc)")
+                                 : std::string(e.what());
+    if (world_size_ > 1)
+      fmt::print(stderr, "error (rank {}): {}\n", world_rank_, what);
+    else
+      fmt::print(stderr, "error: {}\n", what);
+    std::fflush(stderr);
+    if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
 }
 
 }  // namespace comm

@@ -33,58 +33,58 @@ namespace comm {
 
 // Options every program takes; each also reads an environment variable.
 struct Options {
-    std::string backend = "mpi";       // --backend, NANODIST_BACKEND
-    double timeout_s = 300;            // --timeout, NANODIST_TIMEOUT: deadline of every collective
-    bool check = false;                // --check-collectives, NANODIST_CHECK
-    bool all_ranks_print = false;      // --all-ranks, NANODIST_ALL_RANKS
+  std::string backend = "mpi";   // --backend, NANODIST_BACKEND
+  double timeout_s = 300;        // --timeout, NANODIST_TIMEOUT: deadline of every collective
+  bool check = false;            // --check-collectives, NANODIST_CHECK
+  bool all_ranks_print = false;  // --all-ranks, NANODIST_ALL_RANKS
 };
 
 void add_options(CLI::App& app, Options& options);
 
 // A mistake in what the user asked for, the same on every rank: reported once, exit 2.
 class UsageError : public Error {
-public:
-    using Error::Error;
+ public:
+  using Error::Error;
 };
 
 // Parses the command line; help and bad flags end the program through run().
 void parse(CLI::App& app, int argc, char** argv);
 
 class Runtime {
-public:
-    Runtime(int& argc, char**& argv);
-    ~Runtime();
-    Runtime(const Runtime&) = delete;
-    Runtime& operator=(const Runtime&) = delete;
+ public:
+  Runtime(int& argc, char**& argv);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
-    // Creates the status board, the watchdog and the world communicator.
-    Communicator& start(const Options& options);
-    Communicator& world();
-    const Options& options() const { return options_; }
+  // Creates the status board, the watchdog and the world communicator.
+  Communicator& start(const Options& options);
+  Communicator& world();
+  const Options& options() const { return options_; }
 
-    int world_rank() const { return world_rank_; }
-    int world_size() const { return world_size_; }
-    // Ranks of this job on this machine, and this rank's index among them.
-    int local_size() const { return local_size_; }
-    int local_rank() const { return local_rank_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  // Ranks of this job on this machine, and this rank's index among them.
+  int local_size() const { return local_size_; }
+  int local_rank() const { return local_rank_; }
 
-    // Runs the program body; returns the exit status (0, or 2 for bad usage).
-    int run(const std::function<void()>& body);
+  // Runs the program body; returns the exit status (0, or 2 for bad usage).
+  int run(const std::function<void()>& body);
 
-    // Should this rank print? Rank 0 always; every rank with --all-ranks.
-    bool prints() const { return world_rank_ == 0 || options_.all_ranks_print; }
+  // Should this rank print? Rank 0 always; every rank with --all-ranks.
+  bool prints() const { return world_rank_ == 0 || options_.all_ranks_print; }
 
-private:
-    void shut_down();
+ private:
+  void shut_down();
 
-    Options options_;
-    int world_rank_ = 0;
-    int world_size_ = 1;
-    int local_rank_ = 0;
-    int local_size_ = 1;
-    std::unique_ptr<StatusBoard> board_;
-    std::unique_ptr<Watchdog> watchdog_;
-    std::unique_ptr<Communicator> world_;
+  Options options_;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::unique_ptr<StatusBoard> board_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<Communicator> world_;
 };
 
 // The running Runtime (there is one per process).
@@ -95,13 +95,14 @@ double available_memory_bytes();
 
 // Prints a line on the ranks that print (see Runtime::prints), prefixed "[rank r] " when
 // every rank prints.
-template <class... Args> void say(fmt::format_string<Args...> format, Args&&... args) {
-    Runtime& rt = runtime();
-    if (!rt.prints()) return;
-    std::string line = fmt::format(format, std::forward<Args>(args)...);
-    if (rt.options().all_ranks_print) line = fmt::format("[rank {}] {}", rt.world_rank(), line);
-    fmt::print("{}\n", line);
-    std::fflush(stdout);
+template <class... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) {
+  Runtime& rt = runtime();
+  if (!rt.prints()) return;
+  std::string line = fmt::format(format, std::forward<Args>(args)...);
+  if (rt.options().all_ranks_print) line = fmt::format("[rank {}] {}", rt.world_rank(), line);
+  fmt::print("{}\n", line);
+  std::fflush(stdout);
 }
 
 }  // namespace comm

@@ -27,72 +27,72 @@ std::int64_t now_ns();
 
 // One collective call as the watchdog describes it.
 struct OpRecord {
-    std::atomic<std::int64_t> kind{0};     // OpKind
-    std::atomic<std::int64_t> comm_id{0};  // identifies the communicator on every member
-    std::atomic<std::int64_t> seq{0};      // n-th collective on that communicator, from 0
-    std::atomic<std::int64_t> count{0};    // elements per rank
-    std::atomic<std::int64_t> type{0};     // DataType
-    std::atomic<std::int64_t> op{-1};      // ReduceOp, or -1
-    std::atomic<std::int64_t> root{-1};    // root or peer rank, or -1
-    std::atomic<std::int64_t> start_ns{0}; // when it was entered
-    std::atomic<std::int64_t> end_ns{0};   // when it returned, 0 while in it
-    std::array<std::atomic<std::uint64_t>, 6> comm_name{};  // up to 47 chars, packed
+  std::atomic<std::int64_t> kind{0};                      // OpKind
+  std::atomic<std::int64_t> comm_id{0};                   // identifies the communicator on every member
+  std::atomic<std::int64_t> seq{0};                       // n-th collective on that communicator, from 0
+  std::atomic<std::int64_t> count{0};                     // elements per rank
+  std::atomic<std::int64_t> type{0};                      // DataType
+  std::atomic<std::int64_t> op{-1};                       // ReduceOp, or -1
+  std::atomic<std::int64_t> root{-1};                     // root or peer rank, or -1
+  std::atomic<std::int64_t> start_ns{0};                  // when it was entered
+  std::atomic<std::int64_t> end_ns{0};                    // when it returned, 0 while in it
+  std::array<std::atomic<std::uint64_t>, 6> comm_name{};  // up to 47 chars, packed
 
-    void set_name(std::string_view name);
-    std::string name() const;
+  void set_name(std::string_view name);
+  std::string name() const;
 };
 
 enum class RankState : std::int64_t { absent, running, in_collective, finalizing, reported };
 
 // How many collectives this rank has entered on one communicator.
 struct CommProgress {
-    std::atomic<std::int64_t> comm_id{0};
-    std::atomic<std::int64_t> entered{0};
+  std::atomic<std::int64_t> comm_id{0};
+  std::atomic<std::int64_t> entered{0};
 };
 
 struct RankSlot {
-    static constexpr int kTrackedComms = 32;
+  static constexpr int kTrackedComms = 32;
 
-    std::atomic<std::int64_t> pid{0};
-    std::atomic<std::int64_t> state{0};  // RankState
-    OpRecord current;                    // valid while state == in_collective
-    OpRecord last;                       // the latest collective entered
-    std::array<CommProgress, kTrackedComms> progress;
+  std::atomic<std::int64_t> pid{0};
+  std::atomic<std::int64_t> state{0};  // RankState
+  OpRecord current;                    // valid while state == in_collective
+  OpRecord last;                       // the latest collective entered
+  std::array<CommProgress, kTrackedComms> progress;
 };
 
 struct BoardHeader {
-    std::atomic<std::int64_t> world_size{0};
-    std::atomic<std::int64_t> aborting_rank{-1};  // first rank whose watchdog fired, or -1
+  std::atomic<std::int64_t> world_size{0};
+  std::atomic<std::int64_t> aborting_rank{-1};  // first rank whose watchdog fired, or -1
 };
 
 // Owns this process's mapping of the node's board. Created collectively by Runtime.
 class StatusBoard {
-public:
-    explicit StatusBoard(MPI_Comm world);
-    ~StatusBoard();
-    StatusBoard(const StatusBoard&) = delete;
-    StatusBoard& operator=(const StatusBoard&) = delete;
+ public:
+  explicit StatusBoard(MPI_Comm world);
+  ~StatusBoard();
+  StatusBoard(const StatusBoard&) = delete;
+  StatusBoard& operator=(const StatusBoard&) = delete;
 
-    BoardHeader& header() { return *header_; }
-    RankSlot& slot(int world_rank) { return slots_[world_rank]; }
-    RankSlot& mine() { return slots_[world_rank_]; }
-    int world_rank() const { return world_rank_; }
-    int world_size() const { return world_size_; }
+  BoardHeader& header() { return *header_; }
+  RankSlot& slot(int world_rank) { return slots_[world_rank]; }
+  RankSlot& mine() { return slots_[world_rank_]; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
 
-    // How many collectives `world_rank` has entered on communicator `comm_id`; -1 if unknown.
-    std::int64_t entered(int world_rank, std::int64_t comm_id);
-    // Records that this rank entered one more collective on `comm_id`.
-    void count_entry(std::int64_t comm_id);
-    // Frees this rank's table entry of a communicator that no longer exists.
-    void forget(std::int64_t comm_id);
+  // How many collectives `world_rank` has entered on communicator `comm_id`; -1 if unknown.
+  std::int64_t entered(int world_rank, std::int64_t comm_id);
+  // Records that this rank entered one more collective on `comm_id`.
+  void count_entry(std::int64_t comm_id);
+  // Frees this rank's table entry of a communicator that no longer exists.
+  void forget(std::int64_t comm_id);
 
-private:
-    void* memory_ = nullptr;
-    std::size_t bytes_ = 0;
-    BoardHeader* header_ = nullptr;
-    RankSlot* slots_ = nullptr;
-    int world_rank_ = 0;
-    int world_size_ = 0;
+ private:
+  void* memory_ = nullptr;
+  std::size_t bytes_ = 0;
+  BoardHeader* header_ = nullptr;
+  RankSlot* slots_ = nullptr;
+  int world_rank_ = 0;
+  int world_size_ = 0;
 };
 
 // Is the process with this pid (on this machine) still running? Zombies count as dead.

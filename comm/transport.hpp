@@ -18,31 +18,30 @@ MPI_Datatype mpi_type(DataType t);
 MPI_Op mpi_op(ReduceOp op);  // avg has no MPI equivalent: callers use sum, then divide
 
 class Transport {
-public:
-    Transport(MPI_Comm comm, int rank, int size, int tag = 0)
-        : comm_(comm), rank_(rank), size_(size), tag_(tag) {}
+ public:
+  Transport(MPI_Comm comm, int rank, int size, int tag = 0) : comm_(comm), rank_(rank), size_(size), tag_(tag) {}
 
-    int rank() const { return rank_; }
-    int size() const { return size_; }
-    MPI_Comm mpi_comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm mpi_comm() const { return comm_; }
 
-    // Nonblocking forms: start now, complete in wait_all().
-    MPI_Request isend(const void* data, std::size_t count, DataType type, int dest) const;
-    MPI_Request irecv(void* data, std::size_t count, DataType type, int source) const;
-    // Waits for all (watched); empties the vector.
-    void wait_all(std::vector<MPI_Request>& requests) const;
+  // Nonblocking forms: start now, complete in wait_all().
+  MPI_Request isend(const void* data, std::size_t count, DataType type, int dest) const;
+  MPI_Request irecv(void* data, std::size_t count, DataType type, int source) const;
+  // Waits for all (watched); empties the vector.
+  void wait_all(std::vector<MPI_Request>& requests) const;
 
-    void send(const void* data, std::size_t count, DataType type, int dest) const;
-    void recv(void* data, std::size_t count, DataType type, int source) const;
-    // Sends to `dest` and receives from `source` at the same time (the ring step).
-    void send_recv(const void* send_data, std::size_t send_count, int dest, void* recv_data,
-                   std::size_t recv_count, int source, DataType type) const;
+  void send(const void* data, std::size_t count, DataType type, int dest) const;
+  void recv(void* data, std::size_t count, DataType type, int source) const;
+  // Sends to `dest` and receives from `source` at the same time (the ring step).
+  void send_recv(const void* send_data, std::size_t send_count, int dest, void* recv_data, std::size_t recv_count,
+                 int source, DataType type) const;
 
-private:
-    MPI_Comm comm_;
-    int rank_;
-    int size_;
-    int tag_;
+ private:
+  MPI_Comm comm_;
+  int rank_;
+  int size_;
+  int tag_;
 };
 
 }  // namespace comm

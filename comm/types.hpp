@@ -12,88 +12,127 @@ enum class ReduceOp : int { sum, prod, min, max, avg };
 
 // Every operation the watchdog can name. The order is part of the status board's layout.
 enum class OpKind : int {
-    none,
-    allreduce,
-    reduce,
-    broadcast,
-    allgather,
-    gather,
-    scatter,
-    reduce_scatter,
-    barrier,
-    send,
-    recv,
-    sendrecv,
-    split,
-    finalize,
+  none,
+  allreduce,
+  reduce,
+  broadcast,
+  allgather,
+  gather,
+  scatter,
+  reduce_scatter,
+  barrier,
+  send,
+  recv,
+  sendrecv,
+  split,
+  finalize,
 };
 
 constexpr std::size_t size_of(DataType t) {
-    switch (t) {
-    case DataType::f32: return 4;
-    case DataType::f64: return 8;
-    case DataType::i32: return 4;
-    case DataType::i64: return 8;
-    }
-    return 0;
+  switch (t) {
+    case DataType::f32:
+      return 4;
+    case DataType::f64:
+      return 8;
+    case DataType::i32:
+      return 4;
+    case DataType::i64:
+      return 8;
+  }
+  return 0;
 }
 
 constexpr std::string_view name_of(DataType t) {
-    switch (t) {
-    case DataType::f32: return "float";
-    case DataType::f64: return "double";
-    case DataType::i32: return "int32";
-    case DataType::i64: return "int64";
-    }
-    return "?";
+  switch (t) {
+    case DataType::f32:
+      return "float";
+    case DataType::f64:
+      return "double";
+    case DataType::i32:
+      return "int32";
+    case DataType::i64:
+      return "int64";
+  }
+  return "?";
 }
 
 constexpr std::string_view name_of(ReduceOp op) {
-    switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::avg: return "avg";
-    }
-    return "?";
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::prod:
+      return "prod";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::avg:
+      return "avg";
+  }
+  return "?";
 }
 
 constexpr std::string_view name_of(OpKind k) {
-    switch (k) {
-    case OpKind::none: return "none";
-    case OpKind::allreduce: return "allreduce";
-    case OpKind::reduce: return "reduce";
-    case OpKind::broadcast: return "broadcast";
-    case OpKind::allgather: return "allgather";
-    case OpKind::gather: return "gather";
-    case OpKind::scatter: return "scatter";
-    case OpKind::reduce_scatter: return "reduce_scatter";
-    case OpKind::barrier: return "barrier";
-    case OpKind::send: return "send";
-    case OpKind::recv: return "recv";
-    case OpKind::sendrecv: return "sendrecv";
-    case OpKind::split: return "split";
-    case OpKind::finalize: return "finalize";
-    }
-    return "?";
+  switch (k) {
+    case OpKind::none:
+      return "none";
+    case OpKind::allreduce:
+      return "allreduce";
+    case OpKind::reduce:
+      return "reduce";
+    case OpKind::broadcast:
+      return "broadcast";
+    case OpKind::allgather:
+      return "allgather";
+    case OpKind::gather:
+      return "gather";
+    case OpKind::scatter:
+      return "scatter";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::barrier:
+      return "barrier";
+    case OpKind::send:
+      return "send";
+    case OpKind::recv:
+      return "recv";
+    case OpKind::sendrecv:
+      return "sendrecv";
+    case OpKind::split:
+      return "split";
+    case OpKind::finalize:
+      return "finalize";
+  }
+  return "?";
 }
 
 // Is this a collective whose arguments include a reduction operator / a root?
 constexpr bool has_reduce_op(OpKind k) {
-    return k == OpKind::allreduce || k == OpKind::reduce || k == OpKind::reduce_scatter;
+  return k == OpKind::allreduce || k == OpKind::reduce || k == OpKind::reduce_scatter;
 }
 constexpr bool has_root(OpKind k) {
-    return k == OpKind::reduce || k == OpKind::broadcast || k == OpKind::gather ||
-           k == OpKind::scatter;
+  return k == OpKind::reduce || k == OpKind::broadcast || k == OpKind::gather || k == OpKind::scatter;
 }
 
 // Maps a C++ element type to its DataType tag: datatype_of<float>() == DataType::f32.
-template <class T> constexpr DataType datatype_of();
-template <> constexpr DataType datatype_of<float>() { return DataType::f32; }
-template <> constexpr DataType datatype_of<double>() { return DataType::f64; }
-template <> constexpr DataType datatype_of<std::int32_t>() { return DataType::i32; }
-template <> constexpr DataType datatype_of<std::int64_t>() { return DataType::i64; }
+template <class T>
+constexpr DataType datatype_of();
+template <>
+constexpr DataType datatype_of<float>() {
+  return DataType::f32;
+}
+template <>
+constexpr DataType datatype_of<double>() {
+  return DataType::f64;
+}
+template <>
+constexpr DataType datatype_of<std::int32_t>() {
+  return DataType::i32;
+}
+template <>
+constexpr DataType datatype_of<std::int64_t>() {
+  return DataType::i64;
+}
 
 // Parses "sum", "max", ... ; throws comm::Error on anything else.
 ReduceOp parse_reduce_op(std::string_view name);

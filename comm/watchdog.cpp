@@ -19,7 +19,7 @@ namespace comm {
 namespace {
 
 Watchdog* g_watchdog = nullptr;
-std::atomic<StatusBoard*> g_board{nullptr};  // read by the signal handler
+std::atomic<StatusBoard*> g_board{nullptr};   // read by the signal handler
 volatile std::sig_atomic_t g_terminated = 0;  // set by SIGTERM while waiting
 volatile std::sig_atomic_t g_waiting = 0;     // inside wait_all
 
@@ -32,64 +32,64 @@ std::atomic<int> g_note_index{0};
 // Did the job fail (a rank on this node dead, or a watchdog fired), or is this a plain
 // Ctrl-C? Only async-signal-safe calls: atomics, kill(), open()/read().
 bool job_failed(StatusBoard* board) {
-    if (!board) return false;
-    if (board->header().aborting_rank.load() >= 0) return true;
-    for (int r = 0; r < board->world_size(); ++r) {
-        const std::int64_t pid = board->slot(r).pid.load();
-        if (pid != 0 && !process_alive(pid)) return true;
-    }
-    return false;
+  if (!board) return false;
+  if (board->header().aborting_rank.load() >= 0) return true;
+  for (int r = 0; r < board->world_size(); ++r) {
+    const std::int64_t pid = board->slot(r).pid.load();
+    if (pid != 0 && !process_alive(pid)) return true;
+  }
+  return false;
 }
 
 // SIGINT / SIGTERM. mpiexec passes a Ctrl-C on to every rank as SIGTERM, and also sends
 // SIGTERM when it tears the job down because a rank died. The first gets one line from
 // rank 0 (the note), the second the watchdog's report from the ranks that were waiting.
 void on_termination_signal(int signal) {
-    StatusBoard* board = g_board.load();
-    if (!job_failed(board)) {
-        if (board && board->world_rank() == 0) {
-            const char* note = g_notes[g_note_index.load()];
-            char line[kNoteSize + 64];
-            std::size_t n = 0;
-            auto put = [&](const char* text) {
-                while (*text && n < sizeof line - 1) line[n++] = *text++;
-            };
-            put(note[0] ? note : (signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"));
-            put("\n");
-            [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
-        }
-        _exit(128 + signal);
+  StatusBoard* board = g_board.load();
+  if (!job_failed(board)) {
+    if (board && board->world_rank() == 0) {
+      const char* note = g_notes[g_note_index.load()];
+      char line[kNoteSize + 64];
+      std::size_t n = 0;
+      auto put = [&](const char* text) {
+        while (*text && n < sizeof line - 1) line[n++] = *text++;
+      };
+      put(note[0] ? note : (signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"));
+      put("\n");
+      [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
     }
-    if (!g_waiting) {  // not in a collective: nothing to report, die as usual
-        std::signal(signal, SIG_DFL);
-        std::raise(signal);
-        return;
-    }
-    g_terminated = 1;
+    _exit(128 + signal);
+  }
+  if (!g_waiting) {  // not in a collective: nothing to report, die as usual
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    return;
+  }
+  g_terminated = 1;
 }
 
 void store(OpRecord& r, const OpCall& c, std::int64_t start_ns) {
-    r.kind = static_cast<std::int64_t>(c.kind);
-    r.comm_id = c.comm_id;
-    r.seq = c.seq;
-    r.count = c.count;
-    r.type = static_cast<std::int64_t>(c.type);
-    r.op = c.op;
-    r.root = c.root;
-    r.start_ns = start_ns;
-    r.end_ns = 0;
-    r.set_name(c.comm_name);
+  r.kind = static_cast<std::int64_t>(c.kind);
+  r.comm_id = c.comm_id;
+  r.seq = c.seq;
+  r.count = c.count;
+  r.type = static_cast<std::int64_t>(c.type);
+  r.op = c.op;
+  r.root = c.root;
+  r.start_ns = start_ns;
+  r.end_ns = 0;
+  r.set_name(c.comm_name);
 }
 
 std::string seconds(std::int64_t ns) { return fmt::format("{:.1f} s", static_cast<double>(ns) * 1e-9); }
 
 std::string arguments(OpKind kind, std::int64_t count, DataType type, int op, int root) {
-    std::string text = fmt::format("count {} {}", count, name_of(type));
-    if (has_reduce_op(kind) && op >= 0) text += fmt::format(", op {}", name_of(static_cast<ReduceOp>(op)));
-    if (has_root(kind)) text += fmt::format(", root {}", root);
-    if ((kind == OpKind::send || kind == OpKind::recv || kind == OpKind::sendrecv) && root >= 0)
-        text += fmt::format(", {} rank {}", kind == OpKind::send ? "to" : "from", root);
-    return text;
+  std::string text = fmt::format("count {} {}", count, name_of(type));
+  if (has_reduce_op(kind) && op >= 0) text += fmt::format(", op {}", name_of(static_cast<ReduceOp>(op)));
+  if (has_root(kind)) text += fmt::format(", root {}", root);
+  if ((kind == OpKind::send || kind == OpKind::recv || kind == OpKind::sendrecv) && root >= 0)
+    text += fmt::format(", {} rank {}", kind == OpKind::send ? "to" : "from", root);
+  return text;
 }
 
 // How the check mode describes one call: the fields every rank must agree on.
@@ -98,127 +98,125 @@ using CallKey = std::array<std::int64_t, 6>;  // kind, seq, count, type, op, roo
 }  // namespace
 
 std::string describe(const OpRecord& r) {
-    auto kind = static_cast<OpKind>(r.kind.load());
-    return fmt::format("{} #{} on '{}' ({})", name_of(kind), r.seq.load(), r.name(),
-                       arguments(kind, r.count, static_cast<DataType>(r.type.load()),
-                                 static_cast<int>(r.op), static_cast<int>(r.root)));
+  auto kind = static_cast<OpKind>(r.kind.load());
+  return fmt::format(
+      "{} #{} on '{}' ({})", name_of(kind), r.seq.load(), r.name(),
+      arguments(kind, r.count, static_cast<DataType>(r.type.load()), static_cast<int>(r.op), static_cast<int>(r.root)));
 }
 
 Watchdog& watchdog() {
-    if (!g_watchdog) fail("comm is not initialised: create a comm::Runtime first");
-    return *g_watchdog;
+  if (!g_watchdog) fail("comm is not initialised: create a comm::Runtime first");
+  return *g_watchdog;
 }
 void set_watchdog(Watchdog* w) { g_watchdog = w; }
 bool has_watchdog() { return g_watchdog != nullptr; }
 
 void install_termination_report() {
-    g_board = g_watchdog ? &g_watchdog->board() : nullptr;
-    std::signal(SIGTERM, on_termination_signal);
-    std::signal(SIGINT, on_termination_signal);
+  g_board = g_watchdog ? &g_watchdog->board() : nullptr;
+  std::signal(SIGTERM, on_termination_signal);
+  std::signal(SIGINT, on_termination_signal);
 }
 
 void uninstall_termination_report() {
-    g_board = nullptr;  // what the handler reads is about to go away; a late signal just ends the process
+  g_board = nullptr;  // what the handler reads is about to go away; a late signal just ends the process
 }
 
 void set_interrupt_note(std::string_view note) {
-    const int next = 1 - g_note_index.load();
-    const std::size_t n = std::min(note.size(), kNoteSize - 1);
-    std::memcpy(g_notes[next], note.data(), n);
-    g_notes[next][n] = '\0';
-    g_note_index.store(next);
+  const int next = 1 - g_note_index.load();
+  const std::size_t n = std::min(note.size(), kNoteSize - 1);
+  std::memcpy(g_notes[next], note.data(), n);
+  g_notes[next][n] = '\0';
+  g_note_index.store(next);
 }
 
 Watchdog::Watchdog(StatusBoard& board, double timeout_s, bool check_mode)
     : board_(board), timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)), check_mode_(check_mode) {}
 
 void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
-    call_ = call;
-    start_ns_ = start_ns;
-    inside_ = true;
-    RankSlot& me = board_.mine();
-    store(me.current, call, start_ns);
-    store(me.last, call, start_ns);
-    me.state = static_cast<std::int64_t>(RankState::in_collective);
+  call_ = call;
+  start_ns_ = start_ns;
+  inside_ = true;
+  RankSlot& me = board_.mine();
+  store(me.current, call, start_ns);
+  store(me.last, call, start_ns);
+  me.state = static_cast<std::int64_t>(RankState::in_collective);
 }
 
 void Watchdog::leave() {
-    RankSlot& me = board_.mine();
-    me.last.end_ns = now_ns();
-    me.state = static_cast<std::int64_t>(RankState::running);
-    inside_ = false;
+  RankSlot& me = board_.mine();
+  me.last.end_ns = now_ns();
+  me.state = static_cast<std::int64_t>(RankState::running);
+  inside_ = false;
 }
 
-void Watchdog::mark_finalizing() {
-    board_.mine().state = static_cast<std::int64_t>(RankState::finalizing);
-}
+void Watchdog::mark_finalizing() { board_.mine().state = static_cast<std::int64_t>(RankState::finalizing); }
 
 void Watchdog::wait_all(int n, MPI_Request* requests) {
-    if (!inside_) fail("internal error: a wait outside any operation");
-    // A rank that has finished (waiting in finalize) lets the ranks stuck in the real
-    // collective report first: they see more of what went wrong.
-    const std::int64_t grace = call_.kind == OpKind::finalize ? 1'000'000'000 : 0;
-    const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
-    g_waiting = 1;
-    for (unsigned spin = 0;; ++spin) {
-        int done = 0;
-        int code = MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
-        if (code != MPI_SUCCESS) {
-            g_waiting = 0;
-            check_mpi(code, "MPI_Testall");
-        }
-        if (done) break;
-        if (spin % 64 == 0) {  // look at the clock and the board now and then, not every poll
-            const std::int64_t now = now_ns();
-            const std::int64_t aborting = board_.header().aborting_rank.load();
-            if (g_terminated) {  // the launcher is ending the job and sends SIGKILL soon: say it and go
-                std::string text = report(now, "interrupted (the launcher is ending the job: a process failed)") + "\n";
-                [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
-                _exit(kWatchdogExitCode);
-            }
-            if (aborting >= 0 && aborting != board_.world_rank()) {
-                // Another rank fired first and prints the full report: one line from here, after it.
-                std::this_thread::sleep_for(std::chrono::milliseconds(300));
-                const std::string who = call_.comm_rank == board_.world_rank()
-                                            ? fmt::format("rank {}", call_.comm_rank)
-                                            : fmt::format("rank {} (world rank {})", call_.comm_rank, board_.world_rank());
-                end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who, describe(board_.mine().current),
-                                    seconds(now - start_ns_)),
-                        false);
-            }
-            if (now > deadline) {
-                std::int64_t none = -1;
-                const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
-                if (!first) continue;  // another rank won the race: the branch above handles it
-                end_job(report(now, "timed out"), true);
-            }
-        }
-        if (spin > 16) std::this_thread::yield();  // let an oversubscribed peer run
+  if (!inside_) fail("internal error: a wait outside any operation");
+  // A rank that has finished (waiting in finalize) lets the ranks stuck in the real
+  // collective report first: they see more of what went wrong.
+  const std::int64_t grace = call_.kind == OpKind::finalize ? 1'000'000'000 : 0;
+  const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
+  g_waiting = 1;
+  for (unsigned spin = 0;; ++spin) {
+    int done = 0;
+    int code = MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
+    if (code != MPI_SUCCESS) {
+      g_waiting = 0;
+      check_mpi(code, "MPI_Testall");
     }
-    g_waiting = 0;
+    if (done) break;
+    if (spin % 64 == 0) {  // look at the clock and the board now and then, not every poll
+      const std::int64_t now = now_ns();
+      const std::int64_t aborting = board_.header().aborting_rank.load();
+      if (g_terminated) {  // the launcher is ending the job and sends SIGKILL soon: say it and go
+        std::string text = report(now, "interrupted (the launcher is ending the job: a process failed)") + "\n";
+        [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+        _exit(kWatchdogExitCode);
+      }
+      if (aborting >= 0 && aborting != board_.world_rank()) {
+        // Another rank fired first and prints the full report: one line from here, after it.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        const std::string who = call_.comm_rank == board_.world_rank()
+                                    ? fmt::format("rank {}", call_.comm_rank)
+                                    : fmt::format("rank {} (world rank {})", call_.comm_rank, board_.world_rank());
+        end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who, describe(board_.mine().current),
+                            seconds(now - start_ns_)),
+                false);
+      }
+      if (now > deadline) {
+        std::int64_t none = -1;
+        const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
+        if (!first) continue;  // another rank won the race: the branch above handles it
+        end_job(report(now, "timed out"), true);
+      }
+    }
+    if (spin > 16) std::this_thread::yield();  // let an oversubscribed peer run
+  }
+  g_waiting = 0;
 }
 
 namespace {
 
 // "0-2, 5" for 0, 1, 2, 5.
 std::string rank_list(const std::vector<int>& ranks) {
-    std::string text;
-    for (std::size_t i = 0; i < ranks.size();) {
-        std::size_t j = i;
-        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-        if (!text.empty()) text += ", ";
-        text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-        i = j + 1;
-    }
-    return text;
+  std::string text;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!text.empty()) text += ", ";
+    text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return text;
 }
 
 std::string ranks_phrase(const std::vector<int>& ranks) {
-    return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", rank_list(ranks));
+  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", rank_list(ranks));
 }
 
 std::string short_call(const OpRecord& r) {  // "allreduce #3"
-    return fmt::format("{} #{}", name_of(static_cast<OpKind>(r.kind.load())), r.seq.load());
+  return fmt::format("{} #{}", name_of(static_cast<OpKind>(r.kind.load())), r.seq.load());
 }
 
 }  // namespace
@@ -226,140 +224,142 @@ std::string short_call(const OpRecord& r) {  // "allreduce #3"
 // What every member of the stuck call is doing, as far as this node can see: the full
 // report opens with a one-line diagnosis (who diverged), then a line per missing rank.
 std::string Watchdog::report(std::int64_t now, const char* what_happened) {
-    const std::string my_call = fmt::format("{} #{}", name_of(call_.kind), call_.seq);
-    std::vector<int> arrived = {call_.comm_rank};  // in this very call (me included)
-    std::vector<int> missing;
-    std::map<std::string, std::vector<int>> elsewhere;  // "barrier #1" → ranks in it
-    std::vector<std::string> diagnosis, lines;
-    auto add = [&](std::string phrase, std::vector<int>& ranks) {
-        if (!ranks.empty()) diagnosis.push_back(fmt::format("{} {}", ranks_phrase(ranks), phrase));
-    };
-    std::vector<int> dead, finished, outside, unknown;
-    const bool point_to_point = call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
-    for (int r = 0; r < static_cast<int>(call_.members->size()); ++r) {
-        if (r == call_.comm_rank) continue;
-        if (point_to_point && r != call_.root) continue;
-        const int w = (*call_.members)[r];
-        RankSlot& slot = board_.slot(w);
-        // It has arrived once it entered this collective (seq) on this communicator — and,
-        // when its latest call is this very one, with the same arguments.
-        const bool same_number = slot.last.comm_id.load() == call_.comm_id && slot.last.seq.load() == call_.seq;
-        const bool same_call = slot.last.kind.load() == static_cast<std::int64_t>(call_.kind) &&
-                               slot.last.count.load() == call_.count &&
-                               slot.last.type.load() == static_cast<std::int64_t>(call_.type) &&
-                               slot.last.op.load() == call_.op && slot.last.root.load() == call_.root;
-        if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq && (!same_number || same_call)) {
-            arrived.push_back(r);
-            continue;
-        }
-        missing.push_back(r);
-        const std::string who = w == r ? fmt::format("rank {}", r) : fmt::format("rank {} (world rank {})", r, w);
-        const auto state = static_cast<RankState>(slot.state.load());
-        std::string last;
-        if (slot.last.kind.load() != 0) {
-            const std::int64_t end = slot.last.end_ns.load();
-            last = end ? fmt::format("its last call, {}, returned {} ago", describe(slot.last), seconds(now - end))
-                       : fmt::format("its last call is {}, entered {} ago", describe(slot.last),
-                                     seconds(now - slot.last.start_ns));
-        } else {
-            last = "it has made no collective call yet";
-        }
-        if (slot.pid.load() == 0) {
-            unknown.push_back(r);
-            lines.push_back(fmt::format("{} runs on another node: its state is unknown from here", who));
-        } else if (!process_alive(slot.pid)) {
-            dead.push_back(r);
-            lines.push_back(fmt::format("{} is dead: process {} is gone (crashed or killed); {}", who, slot.pid.load(), last));
-        } else if (state == RankState::finalizing ||
-                   (state == RankState::in_collective &&
-                    slot.current.kind.load() == static_cast<std::int64_t>(OpKind::finalize))) {
-            finished.push_back(r);
-            lines.push_back(fmt::format("{} has finished its work and is shutting down (it skipped this collective)", who));
-        } else if (state == RankState::in_collective || state == RankState::reported) {
-            elsewhere[short_call(slot.current)].push_back(r);
-            lines.push_back(fmt::format("{} is waiting in a different call, {}, for {}", who, describe(slot.current),
-                                        seconds(now - slot.current.start_ns)));
-        } else {
-            outside.push_back(r);
-            lines.push_back(fmt::format("{} is not in any collective (computing, or stuck outside comm); {}", who, last));
-        }
+  const std::string my_call = fmt::format("{} #{}", name_of(call_.kind), call_.seq);
+  std::vector<int> arrived = {call_.comm_rank};  // in this very call (me included)
+  std::vector<int> missing;
+  std::map<std::string, std::vector<int>> elsewhere;  // "barrier #1" → ranks in it
+  std::vector<std::string> diagnosis, lines;
+  auto add = [&](std::string phrase, std::vector<int>& ranks) {
+    if (!ranks.empty()) diagnosis.push_back(fmt::format("{} {}", ranks_phrase(ranks), phrase));
+  };
+  std::vector<int> dead, finished, outside, unknown;
+  const bool point_to_point =
+      call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
+  for (int r = 0; r < static_cast<int>(call_.members->size()); ++r) {
+    if (r == call_.comm_rank) continue;
+    if (point_to_point && r != call_.root) continue;
+    const int w = (*call_.members)[r];
+    RankSlot& slot = board_.slot(w);
+    // It has arrived once it entered this collective (seq) on this communicator — and,
+    // when its latest call is this very one, with the same arguments.
+    const bool same_number = slot.last.comm_id.load() == call_.comm_id && slot.last.seq.load() == call_.seq;
+    const bool same_call = slot.last.kind.load() == static_cast<std::int64_t>(call_.kind) &&
+                           slot.last.count.load() == call_.count &&
+                           slot.last.type.load() == static_cast<std::int64_t>(call_.type) &&
+                           slot.last.op.load() == call_.op && slot.last.root.load() == call_.root;
+    if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq && (!same_number || same_call)) {
+      arrived.push_back(r);
+      continue;
     }
+    missing.push_back(r);
+    const std::string who = w == r ? fmt::format("rank {}", r) : fmt::format("rank {} (world rank {})", r, w);
+    const auto state = static_cast<RankState>(slot.state.load());
+    std::string last;
+    if (slot.last.kind.load() != 0) {
+      const std::int64_t end = slot.last.end_ns.load();
+      last = end ? fmt::format("its last call, {}, returned {} ago", describe(slot.last), seconds(now - end))
+                 : fmt::format("its last call is {}, entered {} ago", describe(slot.last),
+                               seconds(now - slot.last.start_ns));
+    } else {
+      last = "it has made no collective call yet";
+    }
+    if (slot.pid.load() == 0) {
+      unknown.push_back(r);
+      lines.push_back(fmt::format("{} runs on another node: its state is unknown from here", who));
+    } else if (!process_alive(slot.pid)) {
+      dead.push_back(r);
+      lines.push_back(
+          fmt::format("{} is dead: process {} is gone (crashed or killed); {}", who, slot.pid.load(), last));
+    } else if (state == RankState::finalizing ||
+               (state == RankState::in_collective &&
+                slot.current.kind.load() == static_cast<std::int64_t>(OpKind::finalize))) {
+      finished.push_back(r);
+      lines.push_back(fmt::format("{} has finished its work and is shutting down (it skipped this collective)", who));
+    } else if (state == RankState::in_collective || state == RankState::reported) {
+      elsewhere[short_call(slot.current)].push_back(r);
+      lines.push_back(fmt::format("{} is waiting in a different call, {}, for {}", who, describe(slot.current),
+                                  seconds(now - slot.current.start_ns)));
+    } else {
+      outside.push_back(r);
+      lines.push_back(fmt::format("{} is not in any collective (computing, or stuck outside comm); {}", who, last));
+    }
+  }
 
-    // The diagnosis: the ranks that diverged first, then where the others are. Ranks in a
-    // different collective are a group each; the largest group (on a tie, the one with the
-    // lowest rank) is taken as the program's intended path, so every rank would say the same.
-    std::sort(arrived.begin(), arrived.end());
-    elsewhere[my_call] = arrived;
-    auto majority = elsewhere.begin();
-    for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
-        if (it->second.size() > majority->second.size() ||
-            (it->second.size() == majority->second.size() && it->second.front() < majority->second.front()))
-            majority = it;
-    add(fmt::format("{} dead", dead.size() > 1 ? "are" : "is"), dead);
-    add(fmt::format("finished without calling {}", my_call), finished);
-    add(fmt::format("never called {}: not in any collective", my_call), outside);
-    add(fmt::format("did not arrive in {} and run{} on another node (state unknown here)", my_call,
-                    unknown.size() > 1 ? "" : "s"),
-        unknown);
-    for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
-        if (it != majority) add("called " + it->first, it->second);
-    const std::string line = diagnosis.empty()
-                                 ? std::string("every rank has arrived (the wait is inside the transport)")
-                                 : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
-                                               ranks_phrase(majority->second), majority->first);
-    std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
-    text += fmt::format("\n[watchdog] rank {}: {} {} after waiting {} (deadline {})", call_.comm_rank,
-                        describe(board_.mine().current), what_happened, seconds(now - start_ns_), seconds(timeout_ns_));
-    if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
-    for (const std::string& l : lines) text += "\n[watchdog]   " + l;
-    return text;
+  // The diagnosis: the ranks that diverged first, then where the others are. Ranks in a
+  // different collective are a group each; the largest group (on a tie, the one with the
+  // lowest rank) is taken as the program's intended path, so every rank would say the same.
+  std::sort(arrived.begin(), arrived.end());
+  elsewhere[my_call] = arrived;
+  auto majority = elsewhere.begin();
+  for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
+    if (it->second.size() > majority->second.size() ||
+        (it->second.size() == majority->second.size() && it->second.front() < majority->second.front()))
+      majority = it;
+  add(fmt::format("{} dead", dead.size() > 1 ? "are" : "is"), dead);
+  add(fmt::format("finished without calling {}", my_call), finished);
+  add(fmt::format("never called {}: not in any collective", my_call), outside);
+  add(fmt::format("did not arrive in {} and run{} on another node (state unknown here)", my_call,
+                  unknown.size() > 1 ? "" : "s"),
+      unknown);
+  for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
+    if (it != majority) add("called " + it->first, it->second);
+  const std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
+                                             : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
+                                                           ranks_phrase(majority->second), majority->first);
+  std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
+  text += fmt::format("\n[watchdog] rank {}: {} {} after waiting {} (deadline {})", call_.comm_rank,
+                      describe(board_.mine().current), what_happened, seconds(now - start_ns_), seconds(timeout_ns_));
+  if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
+  for (const std::string& l : lines) text += "\n[watchdog]   " + l;
+  return text;
 }
 
 void Watchdog::verify_same_call(MPI_Comm check_comm) {
-    const CallKey mine = {static_cast<std::int64_t>(call_.kind), call_.seq, call_.count,
-                          static_cast<std::int64_t>(call_.type), call_.op, call_.root};
-    const int n = static_cast<int>(call_.members->size());
-    std::vector<CallKey> all(static_cast<std::size_t>(n));
-    MPI_Request request;
-    check_mpi(MPI_Iallgather(mine.data(), 6, MPI_INT64_T, all.data(), 6, MPI_INT64_T, check_comm, &request),
-              "MPI_Iallgather");
-    wait_all(1, &request);
+  const CallKey mine = {static_cast<std::int64_t>(call_.kind), call_.seq, call_.count,
+                        static_cast<std::int64_t>(call_.type), call_.op,  call_.root};
+  const int n = static_cast<int>(call_.members->size());
+  std::vector<CallKey> all(static_cast<std::size_t>(n));
+  MPI_Request request;
+  check_mpi(MPI_Iallgather(mine.data(), 6, MPI_INT64_T, all.data(), 6, MPI_INT64_T, check_comm, &request),
+            "MPI_Iallgather");
+  wait_all(1, &request);
 
-    // Group ranks by the call they made; one group means everyone agrees.
-    std::map<CallKey, std::vector<int>> groups;
-    for (int r = 0; r < n; ++r) groups[all[static_cast<std::size_t>(r)]].push_back(r);
-    if (groups.size() == 1) return;
-    std::string text = fmt::format("[watchdog] rank {}: check mode: the ranks of '{}' disagree on collective #{}:",
-                                   call_.comm_rank, call_.comm_name, call_.seq);
-    for (const auto& [key, ranks] : groups) {
-        auto kind = static_cast<OpKind>(key[0]);
-        text += fmt::format("\n[watchdog]   rank{} {} called {} #{} ({})", ranks.size() > 1 ? "s" : "",
-                            fmt::join(ranks, ", "), name_of(kind), key[1],
-                            arguments(kind, key[2], static_cast<DataType>(key[3]),
-                                      static_cast<int>(key[4]), static_cast<int>(key[5])));
-    }
-    // Every rank found the same disagreement; the communicator's rank 0 says it.
-    end_job(call_.comm_rank == 0 ? text : std::string(), call_.comm_rank == 0);
+  // Group ranks by the call they made; one group means everyone agrees.
+  std::map<CallKey, std::vector<int>> groups;
+  for (int r = 0; r < n; ++r) groups[all[static_cast<std::size_t>(r)]].push_back(r);
+  if (groups.size() == 1) return;
+  std::string text =
+      fmt::format("[watchdog] rank {}: check mode: the ranks of '{}' disagree on collective #{}:", call_.comm_rank,
+                  call_.comm_name, call_.seq);
+  for (const auto& [key, ranks] : groups) {
+    auto kind = static_cast<OpKind>(key[0]);
+    text += fmt::format(
+        "\n[watchdog]   rank{} {} called {} #{} ({})", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "),
+        name_of(kind), key[1],
+        arguments(kind, key[2], static_cast<DataType>(key[3]), static_cast<int>(key[4]), static_cast<int>(key[5])));
+  }
+  // Every rank found the same disagreement; the communicator's rank 0 says it.
+  end_job(call_.comm_rank == 0 ? text : std::string(), call_.comm_rank == 0);
 }
 
 void Watchdog::end_job(const std::string& report, bool first) {
-    std::string text = report.empty() ? report : report + "\n";
-    if (first) text += fmt::format("[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
-    [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
-    board_.mine().state = static_cast<std::int64_t>(RankState::reported);
-    if (first) {
-        // Give the other ranks a moment to stop and say their line, then end this process
-        // with the watchdog's status: the launcher ends the others when one exits non-zero.
-        // (Not MPI_Abort: its banner message to the launcher, cut short by the teardown,
-        // makes OpenMPI print a stray "ORTE_ERROR_LOG: Data unpack would read past end of
-        // buffer" after the report.)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-        _exit(kWatchdogExitCode);
-    }
-    // Wait for the launcher to end this process once the first rank has exited; end it
-    // ourselves if that never comes (the first rank died, or runs on a node that lost its launcher).
-    std::this_thread::sleep_for(std::chrono::seconds(10));
+  std::string text = report.empty() ? report : report + "\n";
+  if (first) text += fmt::format("[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
+  [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+  board_.mine().state = static_cast<std::int64_t>(RankState::reported);
+  if (first) {
+    // Give the other ranks a moment to stop and say their line, then end this process
+    // with the watchdog's status: the launcher ends the others when one exits non-zero.
+    // (Not MPI_Abort: its banner message to the launcher, cut short by the teardown,
+    // makes OpenMPI print a stray "ORTE_ERROR_LOG: Data unpack would read past end of
+    // buffer" after the report.)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     _exit(kWatchdogExitCode);
+  }
+  // Wait for the launcher to end this process once the first rank has exited; end it
+  // ourselves if that never comes (the first rank died, or runs on a node that lost its launcher).
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  _exit(kWatchdogExitCode);
 }
 
 }  // namespace comm

@@ -28,51 +28,51 @@ inline constexpr int kWatchdogExitCode = 3;
 
 // A collective (or point-to-point) call as the caller made it.
 struct OpCall {
-    OpKind kind = OpKind::none;
-    std::int64_t comm_id = 0;
-    std::string_view comm_name;
-    const std::vector<int>* members = nullptr;  // world rank of each communicator rank
-    int comm_rank = 0;
-    std::int64_t seq = 0;    // per communicator: collectives count up together on all ranks
-    std::int64_t count = 0;  // elements per rank
-    DataType type = DataType::f32;
-    int op = -1;    // ReduceOp or -1
-    int root = -1;  // root (collectives) or peer (send/recv), or -1
+  OpKind kind = OpKind::none;
+  std::int64_t comm_id = 0;
+  std::string_view comm_name;
+  const std::vector<int>* members = nullptr;  // world rank of each communicator rank
+  int comm_rank = 0;
+  std::int64_t seq = 0;    // per communicator: collectives count up together on all ranks
+  std::int64_t count = 0;  // elements per rank
+  DataType type = DataType::f32;
+  int op = -1;    // ReduceOp or -1
+  int root = -1;  // root (collectives) or peer (send/recv), or -1
 };
 
 class Watchdog {
-public:
-    Watchdog(StatusBoard& board, double timeout_s, bool check_mode);
+ public:
+  Watchdog(StatusBoard& board, double timeout_s, bool check_mode);
 
-    double timeout_s() const { return timeout_ns_ * 1e-9; }
-    StatusBoard& board() { return board_; }
-    bool check_mode() const { return check_mode_; }
+  double timeout_s() const { return timeout_ns_ * 1e-9; }
+  StatusBoard& board() { return board_; }
+  bool check_mode() const { return check_mode_; }
 
-    // Marks this rank as inside `call` from `start_ns` on (its deadline counts from there).
-    void enter(const OpCall& call, std::int64_t start_ns);
-    // Marks this rank as out of it again.
-    void leave();
-    // Polls until every request completes; past the deadline, reports and ends the job.
-    void wait_all(int n, MPI_Request* requests);
-    // Check mode: all ranks of `call`'s communicator compare their calls over `check_comm`.
-    void verify_same_call(MPI_Comm check_comm);
-    // Records on the status board that this rank entered one more collective on `comm_id`.
-    void count_entry(std::int64_t comm_id) { board_.count_entry(comm_id); }
-    void forget(std::int64_t comm_id) { board_.forget(comm_id); }
-    // Called before MPI_Finalize so peers can tell "finished" from "stuck".
-    void mark_finalizing();
+  // Marks this rank as inside `call` from `start_ns` on (its deadline counts from there).
+  void enter(const OpCall& call, std::int64_t start_ns);
+  // Marks this rank as out of it again.
+  void leave();
+  // Polls until every request completes; past the deadline, reports and ends the job.
+  void wait_all(int n, MPI_Request* requests);
+  // Check mode: all ranks of `call`'s communicator compare their calls over `check_comm`.
+  void verify_same_call(MPI_Comm check_comm);
+  // Records on the status board that this rank entered one more collective on `comm_id`.
+  void count_entry(std::int64_t comm_id) { board_.count_entry(comm_id); }
+  void forget(std::int64_t comm_id) { board_.forget(comm_id); }
+  // Called before MPI_Finalize so peers can tell "finished" from "stuck".
+  void mark_finalizing();
 
-private:
-    // The full report of the call in progress: a one-line diagnosis, then each missing rank.
-    std::string report(std::int64_t now, const char* what_happened);
-    [[noreturn]] void end_job(const std::string& report, bool first);
+ private:
+  // The full report of the call in progress: a one-line diagnosis, then each missing rank.
+  std::string report(std::int64_t now, const char* what_happened);
+  [[noreturn]] void end_job(const std::string& report, bool first);
 
-    StatusBoard& board_;
-    std::int64_t timeout_ns_;
-    bool check_mode_;
-    OpCall call_;              // the call in progress
-    std::int64_t start_ns_ = 0;
-    bool inside_ = false;
+  StatusBoard& board_;
+  std::int64_t timeout_ns_;
+  bool check_mode_;
+  OpCall call_;  // the call in progress
+  std::int64_t start_ns_ = 0;
+  bool inside_ = false;
 };
 
 // The process's watchdog, set up by Runtime.
@@ -82,11 +82,11 @@ void set_watchdog(Watchdog* w);
 
 // RAII form of enter/leave.
 class OpScope {
-public:
-    OpScope(const OpCall& call, std::int64_t start_ns = now_ns()) { watchdog().enter(call, start_ns); }
-    ~OpScope() { watchdog().leave(); }
-    OpScope(const OpScope&) = delete;
-    OpScope& operator=(const OpScope&) = delete;
+ public:
+  OpScope(const OpCall& call, std::int64_t start_ns = now_ns()) { watchdog().enter(call, start_ns); }
+  ~OpScope() { watchdog().leave(); }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
 };
 
 // "allreduce #3 on 'world' (count 4 int32, op sum)"

@@ -3,13 +3,13 @@
 #include "demo.hpp"
 
 int main(int argc, char** argv) {
-    return demo::run(argc, argv, "allgather demo: every rank ends with every rank's data, in rank order", false, false,
-                     [](comm::Communicator& world, const demo::Settings& s) {
-                         std::vector<int> data(static_cast<std::size_t>(s.count), world.rank());
-                         std::vector<int> all(data.size() * static_cast<std::size_t>(world.size()));
-                         comm::say("allgather on {} ranks, backend {}", world.size(), world.backend_name());
-                         demo::show(world, "before:", data);
-                         world.allgather(std::span<const int>(data), std::span(all));
-                         demo::show(world, "after allgather", all);
-                     });
+  return demo::run(argc, argv, "allgather demo: every rank ends with every rank's data, in rank order", false, false,
+                   [](comm::Communicator& world, const demo::Settings& s) {
+                     std::vector<int> data(static_cast<std::size_t>(s.count), world.rank());
+                     std::vector<int> all(data.size() * static_cast<std::size_t>(world.size()));
+                     comm::say("allgather on {} ranks, backend {}", world.size(), world.backend_name());
+                     demo::show(world, "before:", data);
+                     world.allgather(std::span<const int>(data), std::span(all));
+                     demo::show(world, "after allgather", all);
+                   });
 }

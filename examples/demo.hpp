@@ -13,10 +13,10 @@
 namespace demo {
 
 struct Settings {
-    comm::Options comm;
-    int root = 0;
-    std::string op = "sum";
-    int count = 3;  // elements per rank
+  comm::Options comm;
+  int root = 0;
+  std::string op = "sum";
+  int count = 3;  // elements per rank
 };
 
 // Starts the runtime, parses --backend/--timeout/... plus --root/--op/--count as the demo

@@ -5,14 +5,14 @@
 #include "demo.hpp"
 
 int main(int argc, char** argv) {
-    return demo::run(argc, argv, "reduce demo: the root ends with the reduction of all ranks' data", true, true,
-                     [](comm::Communicator& world, const demo::Settings& s) {
-                         std::vector<int> data(static_cast<std::size_t>(s.count), world.rank());  // rank r holds [r r r]
-                         std::vector<int> result(world.rank() == s.root ? data.size() : 0);
-                         comm::say("reduce({}) to rank {} on {} ranks, backend {}", s.op, s.root, world.size(),
-                                   world.backend_name());
-                         demo::show(world, "before:", data);
-                         world.reduce(std::span<const int>(data), std::span(result), comm::parse_reduce_op(s.op), s.root);
-                         demo::show(world, fmt::format("after reduce({}) to rank {} (result buffers):", s.op, s.root), result);
-                     });
+  return demo::run(
+      argc, argv, "reduce demo: the root ends with the reduction of all ranks' data", true, true,
+      [](comm::Communicator& world, const demo::Settings& s) {
+        std::vector<int> data(static_cast<std::size_t>(s.count), world.rank());  // rank r holds [r r r]
+        std::vector<int> result(world.rank() == s.root ? data.size() : 0);
+        comm::say("reduce({}) to rank {} on {} ranks, backend {}", s.op, s.root, world.size(), world.backend_name());
+        demo::show(world, "before:", data);
+        world.reduce(std::span<const int>(data), std::span(result), comm::parse_reduce_op(s.op), s.root);
+        demo::show(world, fmt::format("after reduce({}) to rank {} (result buffers):", s.op, s.root), result);
+      });
 }

@@ -6,16 +6,16 @@
 #include "demo.hpp"
 
 int main(int argc, char** argv) {
-    return demo::run(argc, argv, "reduce_scatter demo: rank r ends with block r of the reduction", false, true,
-                     [](comm::Communicator& world, const demo::Settings& s) {
-                         const auto count = static_cast<std::size_t>(s.count);
-                         std::vector<int> data(count * static_cast<std::size_t>(world.size()));
-                         for (std::size_t i = 0; i < data.size(); ++i) data[i] = world.rank() + static_cast<int>(i);
-                         std::vector<int> mine(count);
-                         comm::say("reduce_scatter({}) on {} ranks, {} elements per block, backend {}", s.op, world.size(),
-                                   count, world.backend_name());
-                         demo::show(world, "before:", data);
-                         world.reduce_scatter(std::span<const int>(data), std::span(mine), comm::parse_reduce_op(s.op));
-                         demo::show(world, fmt::format("after reduce_scatter({}):", s.op), mine);
-                     });
+  return demo::run(argc, argv, "reduce_scatter demo: rank r ends with block r of the reduction", false, true,
+                   [](comm::Communicator& world, const demo::Settings& s) {
+                     const auto count = static_cast<std::size_t>(s.count);
+                     std::vector<int> data(count * static_cast<std::size_t>(world.size()));
+                     for (std::size_t i = 0; i < data.size(); ++i) data[i] = world.rank() + static_cast<int>(i);
+                     std::vector<int> mine(count);
+                     comm::say("reduce_scatter({}) on {} ranks, {} elements per block, backend {}", s.op, world.size(),
+                               count, world.backend_name());
+                     demo::show(world, "before:", data);
+                     world.reduce_scatter(std::span<const int>(data), std::span(mine), comm::parse_reduce_op(s.op));
+                     demo::show(world, fmt::format("after reduce_scatter({}):", s.op), mine);
+                   });
 }

@@ -5,16 +5,17 @@
 #include "demo.hpp"
 
 int main(int argc, char** argv) {
-    return demo::run(argc, argv, "scatter demo: rank r ends with block r of the root's data", true, false,
-                     [](comm::Communicator& world, const demo::Settings& s) {
-                         const auto count = static_cast<std::size_t>(s.count);
-                         std::vector<int> blocks;
-                         if (world.rank() == s.root)  // block r is [r r ...]
-                             for (int r = 0; r < world.size(); ++r) blocks.insert(blocks.end(), count, r);
-                         std::vector<int> mine(count, -1);
-                         comm::say("scatter from rank {} on {} ranks, backend {}", s.root, world.size(), world.backend_name());
-                         demo::show(world, "before (what each rank sends):", blocks);
-                         world.scatter(std::span<const int>(blocks), std::span(mine), s.root);
-                         demo::show(world, fmt::format("after scatter from rank {}:", s.root), mine);
-                     });
+  return demo::run(argc, argv, "scatter demo: rank r ends with block r of the root's data", true, false,
+                   [](comm::Communicator& world, const demo::Settings& s) {
+                     const auto count = static_cast<std::size_t>(s.count);
+                     std::vector<int> blocks;
+                     if (world.rank() == s.root)  // block r is [r r ...]
+                       for (int r = 0; r < world.size(); ++r) blocks.insert(blocks.end(), count, r);
+                     std::vector<int> mine(count, -1);
+                     comm::say("scatter from rank {} on {} ranks, backend {}", s.root, world.size(),
+                               world.backend_name());
+                     demo::show(world, "before (what each rank sends):", blocks);
+                     world.scatter(std::span<const int>(blocks), std::span(mine), s.root);
+                     demo::show(world, fmt::format("after scatter from rank {}:", s.root), mine);
+                   });
 }

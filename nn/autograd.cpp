@@ -9,8 +9,8 @@ namespace {
 
 struct State {
   bool enabled = true;
-  Tape own_tape;              // the thread's tape
-  Tape* tape = &own_tape;     // where ops record now (a TapeScope's, or own_tape)
+  Tape own_tape;           // the thread's tape
+  Tape* tape = &own_tape;  // where ops record now (a TapeScope's, or own_tape)
 };
 
 State& state() {

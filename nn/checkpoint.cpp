@@ -83,15 +83,18 @@ void save_checkpoint(const fs::path& dir, const GPT& model, const AdamW& optimiz
   write_safetensors(tmp / "optimizer.safetensors", moments);
 
   const AdamWConfig& c = optimizer.config();
-  nlohmann::json state = {
-      {"format", kFormat},
-      {"config", model.config().to_json()},
-      {"optimizer",
-       {{"steps", optimizer.steps()}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}},
-      {"train_state", train_state},
-      {"files",
-       {{"model.safetensors", describe_file(tmp / "model.safetensors")},
-        {"optimizer.safetensors", describe_file(tmp / "optimizer.safetensors")}}}};
+  nlohmann::json state = {{"format", kFormat},
+                          {"config", model.config().to_json()},
+                          {"optimizer",
+                           {{"steps", optimizer.steps()},
+                            {"beta1", c.beta1},
+                            {"beta2", c.beta2},
+                            {"eps", c.eps},
+                            {"weight_decay", c.weight_decay}}},
+                          {"train_state", train_state},
+                          {"files",
+                           {{"model.safetensors", describe_file(tmp / "model.safetensors")},
+                            {"optimizer.safetensors", describe_file(tmp / "optimizer.safetensors")}}}};
   write_file_atomically(tmp / "state.json", state.dump(2));
 
   // Swap the complete new directory in; the old one exists until the new one is in place.

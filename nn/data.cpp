@@ -38,8 +38,9 @@ std::vector<int32_t> CharVocabulary::encode(std::string_view text) const {
   std::vector<int32_t> ids(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
     int16_t id = id_of_byte_[static_cast<unsigned char>(text[i])];
-    if (id < 0) fail("the character {:?} (byte {}) is not in the {}-character vocabulary", text.substr(i, 1),
-                     static_cast<unsigned char>(text[i]), size());
+    if (id < 0)
+      fail("the character {:?} (byte {}) is not in the {}-character vocabulary", text.substr(i, 1),
+           static_cast<unsigned char>(text[i]), size());
     ids[i] = id;
   }
   return ids;
@@ -104,11 +105,12 @@ TextSource find_shakespeare_text(const fs::path& data_dir, const std::optional<f
     const fs::path copy = fs::path(mirror) / kShakespeareRelative;
     if (is_nonempty_file(copy)) return {copy, "mirror"};
   }
-  fail("no Shakespeare text: not in {}, the download of {} failed, and {} {} — put input.txt there, pass --text FILE, "
-       "or set {} to a folder holding {}",
-       local.string(), kShakespeareUrl, kMirrorVariable,
-       mirror && *mirror ? fmt::format("({}) has no {}", mirror, kShakespeareRelative) : std::string("is not set"),
-       kMirrorVariable, kShakespeareRelative);
+  fail(
+      "no Shakespeare text: not in {}, the download of {} failed, and {} {} — put input.txt there, pass --text FILE, "
+      "or set {} to a folder holding {}",
+      local.string(), kShakespeareUrl, kMirrorVariable,
+      mirror && *mirror ? fmt::format("({}) has no {}", mirror, kShakespeareRelative) : std::string("is not set"),
+      kMirrorVariable, kShakespeareRelative);
 }
 
 namespace {
@@ -164,9 +166,12 @@ PreparedData prepare_char_dataset(const TextSource& source, const fs::path& out_
   const auto split = static_cast<std::size_t>(static_cast<double>(ids.size()) * 0.9);  // nanoGPT: int(n*0.9)
   data.train_tokens = static_cast<int64_t>(split);
   data.val_tokens = static_cast<int64_t>(ids.size() - split);
-  nlohmann::json meta = {{"vocab_size", data.vocabulary.size()}, {"chars", data.vocabulary.chars()},
-                         {"train_tokens", data.train_tokens},    {"val_tokens", data.val_tokens},
-                         {"source", data.source},                {"source_how", data.source_how},
+  nlohmann::json meta = {{"vocab_size", data.vocabulary.size()},
+                         {"chars", data.vocabulary.chars()},
+                         {"train_tokens", data.train_tokens},
+                         {"val_tokens", data.val_tokens},
+                         {"source", data.source},
+                         {"source_how", data.source_how},
                          {"source_bytes", text.size()}};
 
   // The set is written into a temporary folder beside the real one, then renamed into place.
@@ -209,7 +214,8 @@ std::optional<PreparedData> read_prepared_data(const fs::path& dir) {
   }
   for (auto [name, tokens] : {std::pair{"train.bin", data.train_tokens}, std::pair{"val.bin", data.val_tokens}}) {
     const fs::path file = dir / name;
-    if (!fs::is_regular_file(file, ec)) fail("{} is incomplete ({} is missing or not a file): {}", dir.string(), name, rebuild);
+    if (!fs::is_regular_file(file, ec))
+      fail("{} is incomplete ({} is missing or not a file): {}", dir.string(), name, rebuild);
     const auto size = fs::file_size(file, ec);
     if (size != static_cast<uintmax_t>(tokens) * 2)
       fail("{} is inconsistent ({} has {} bytes, meta.json says {} tokens = {} bytes): {}", dir.string(), name, size,
@@ -221,7 +227,8 @@ std::optional<PreparedData> read_prepared_data(const fs::path& dir) {
 fs::path prepared_dir(const fs::path& data_dir, const std::optional<fs::path>& given) {
   if (!given) return data_dir / "shakespeare_char";
   std::string name;
-  for (char c : given->stem().string().substr(0, 40)) name += std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_';
+  for (char c : given->stem().string().substr(0, 40))
+    name += std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_';
   const std::vector<char> bytes = read_whole_file(*given);
   return data_dir / fmt::format("text_{}_{:016x}", name, fnv1a64(bytes));
 }
@@ -240,7 +247,8 @@ std::vector<int32_t> load_tokens(const fs::path& file, int vocab_size) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     uint16_t v;
     std::memcpy(&v, bytes.data() + 2 * i, 2);
-    if (v >= vocab_size) fail("{}: token {} at position {} is outside the {}-token vocabulary", file.string(), v, i, vocab_size);
+    if (v >= vocab_size)
+      fail("{}: token {} at position {} is outside the {}-token vocabulary", file.string(), v, i, vocab_size);
     ids[i] = v;
   }
   return ids;

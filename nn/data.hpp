@@ -57,7 +57,8 @@ inline constexpr const char* kMirrorVariable = "NANODIST_DATA_MIRROR";
 //   3. a download of kShakespeareUrl into that place (curl or wget, unless NANODIST_NO_DOWNLOAD=1);
 //   4. $NANODIST_DATA_MIRROR/tinyshakespeare/input.txt.
 // Throws nn::Error with one line that says what to do when all of them fail.
-TextSource find_shakespeare_text(const std::filesystem::path& data_dir, const std::optional<std::filesystem::path>& given);
+TextSource find_shakespeare_text(const std::filesystem::path& data_dir,
+                                 const std::optional<std::filesystem::path>& given);
 
 struct PreparedData {
   std::filesystem::path dir;  // <data_dir>/shakespeare_char or <data_dir>/text_<name>_<hash>
@@ -79,11 +80,13 @@ std::optional<PreparedData> read_prepared_data(const std::filesystem::path& dir)
 
 // Where the prepared data of a run lives: <data_dir>/shakespeare_char without `given`,
 // else <data_dir>/text_<file name>_<16 hex digits of the file's hash>.
-std::filesystem::path prepared_dir(const std::filesystem::path& data_dir, const std::optional<std::filesystem::path>& given);
+std::filesystem::path prepared_dir(const std::filesystem::path& data_dir,
+                                   const std::optional<std::filesystem::path>& given);
 
 // The whole data step: reuses the prepared folder when it exists (for --text, the hash in
 // its name says the text is the same); otherwise finds the text and prepares it.
-PreparedData prepare_shakespeare(const std::filesystem::path& data_dir, const std::optional<std::filesystem::path>& given);
+PreparedData prepare_shakespeare(const std::filesystem::path& data_dir,
+                                 const std::optional<std::filesystem::path>& given);
 
 // Loads a token file (train.bin / val.bin) as int32 ids, checking each is < vocab_size.
 std::vector<int32_t> load_tokens(const std::filesystem::path& file, int vocab_size);

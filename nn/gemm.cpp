@@ -23,8 +23,8 @@ namespace {
 void openblas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
-              alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, C, ldc);
 }
 
 // ---- Eigen: compiled for this CPU (-march=native), threaded by row bands below ----------
@@ -50,18 +50,22 @@ void gemm_one_thread(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   Map c(C, M, N, Eigen::OuterStride<>(ldc));
   ConstMap a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
   ConstMap b(B, trans_b ? N : K, trans_b ? K : N, Eigen::OuterStride<>(ldb));
-  if (trans_a && trans_b) multiply_into(c, a.transpose(), b.transpose(), alpha, beta);
-  else if (trans_a) multiply_into(c, a.transpose(), b, alpha, beta);
-  else if (trans_b) multiply_into(c, a, b.transpose(), alpha, beta);
-  else multiply_into(c, a, b, alpha, beta);
+  if (trans_a && trans_b)
+    multiply_into(c, a.transpose(), b.transpose(), alpha, beta);
+  else if (trans_a)
+    multiply_into(c, a.transpose(), b, alpha, beta);
+  else if (trans_b)
+    multiply_into(c, a, b.transpose(), alpha, beta);
+  else
+    multiply_into(c, a, b, alpha, beta);
 }
 
 // Threads split C into bands of rows (or, when C is wide and short, of columns); each band is
 // an independent GEMM. One parallel region per call, no synchronisation inside it — this
 // scales better on small matrices than Eigen's own threading. Inside an already parallel
 // loop (attention's per-head products) it runs on the calling thread only.
-void eigen_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void eigen_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (threads == 1 || M * N * K < 32 * 32 * 32) {
     gemm_one_thread(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

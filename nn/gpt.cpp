@@ -89,7 +89,8 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
       return Tensor{};
     }
     Tensor t = add_parameter(name, std::move(shape));
-    if (is_layernorm && !is_bias) std::fill_n(t.data(), t.numel(), 1.0f);
+    if (is_layernorm && !is_bias)
+      std::fill_n(t.data(), t.numel(), 1.0f);
     else if (random) {
       const float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
       for (float& v : t.values()) v = rng.normal(0.0f, stddev);
@@ -188,8 +189,8 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
   if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
     fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
-  mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
-  Tensor tok = embedding(wte_, ids, {B, T});                                              // [B,T,C]
+  mark_grad_ready(embedding_group_);          // recorded first, so it runs last: wte also serves lm_head
+  Tensor tok = embedding(wte_, ids, {B, T});  // [B,T,C]
   Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
   return maybe_dropout(add(tok, pos));
 }
@@ -220,7 +221,9 @@ Tensor GPT::final_norm(const Tensor& x) {
 
 Tensor GPT::head_logits(const Tensor& x) { return linear(final_norm(x), wte_); }  // lm_head tied to wte: [B,T,V]
 
-Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) { return cross_entropy(head_logits(x), targets); }
+Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) {
+  return cross_entropy(head_logits(x), targets);
+}
 
 Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
   return final_norm(run_blocks(embed(ids, B, T)));

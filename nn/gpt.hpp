@@ -67,10 +67,10 @@ class GPT {
   const GPTPart& part() const { return part_; }
 
   // The pieces, for a pipeline stage (forward and backward of each are on the tape):
-  Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T);               // ids [B,T] → x [B,T,C]
-  Tensor run_blocks(Tensor x);                                                    // x [B,T,C] → [B,T,C]
-  Tensor head_logits(const Tensor& x);                                            // ln_f, lm_head → [B,T,V]
-  Tensor head_loss(const Tensor& x, std::span<const int32_t> targets);            // → mean cross-entropy
+  Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T);     // ids [B,T] → x [B,T,C]
+  Tensor run_blocks(Tensor x);                                          // x [B,T,C] → [B,T,C]
+  Tensor head_logits(const Tensor& x);                                  // ln_f, lm_head → [B,T,V]
+  Tensor head_loss(const Tensor& x, std::span<const int32_t> targets);  // → mean cross-entropy
 
   // ids and targets are [B,T] row-major, T ≤ block_size. forward → logits [B,T,V];
   // loss → mean cross-entropy (targets equal to -1 are ignored).
@@ -118,7 +118,7 @@ class GPT {
   };
   Tensor add_parameter(const std::string& name, Shape shape);
   Tensor hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T);  // after ln_f: [B,T,C]
-  Tensor final_norm(const Tensor& x);                                         // ln_f
+  Tensor final_norm(const Tensor& x);                                        // ln_f
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
   void mark_grad_ready(const std::vector<int>& group);

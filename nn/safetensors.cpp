@@ -45,7 +45,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   write_file_atomically(path, pieces);
 }
 
-SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : SafetensorsReader(path, read_whole_file(path)) {}
+SafetensorsReader::SafetensorsReader(const std::filesystem::path& path)
+    : SafetensorsReader(path, read_whole_file(path)) {}
 
 SafetensorsReader::SafetensorsReader(const std::filesystem::path& path, std::vector<char> bytes)
     : path_(path), bytes_(std::move(bytes)) {

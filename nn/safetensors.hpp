@@ -38,9 +38,9 @@ class SafetensorsReader {
   const Shape& shape(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-  std::vector<float> floats(const std::string& name) const;   // F32, or F64 rounded
+  std::vector<float> floats(const std::string& name) const;    // F32, or F64 rounded
   std::vector<double> doubles(const std::string& name) const;  // F32 or F64
-  std::vector<int64_t> ints(const std::string& name) const;   // I32 or I64
+  std::vector<int64_t> ints(const std::string& name) const;    // I32 or I64
   // Copies a float tensor into `into`, which must have the same shape.
   void read_into(const std::string& name, Tensor& into) const;
 

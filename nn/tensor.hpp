@@ -27,7 +27,7 @@ struct Storage {
 
 class Tensor {
  public:
-  Tensor() = default;  // an empty handle: defined() is false
+  Tensor() = default;                                            // an empty handle: defined() is false
   static Tensor empty(Shape shape, bool requires_grad = false);  // uninitialised values
   static Tensor zeros(Shape shape, bool requires_grad = false);
   static Tensor full(Shape shape, float value, bool requires_grad = false);

@@ -39,8 +39,10 @@ void run_1f1b(PipelineStage& stage) {
     stage.forward(forward_m);
     stage.send_forward_recv_backward(forward_m, backward_m);
     stage.backward(backward_m);
-    if (i == steady - 1) stage.send_backward(backward_m);
-    else stage.send_backward_recv_forward(backward_m, forward_m + 1);
+    if (i == steady - 1)
+      stage.send_backward(backward_m);
+    else
+      stage.send_backward_recv_forward(backward_m, forward_m + 1);
   }
   for (int m = steady; m < M; ++m) {
     stage.recv_backward(m);
@@ -50,9 +52,12 @@ void run_1f1b(PipelineStage& stage) {
 }
 
 void run_schedule(std::string_view name, PipelineStage& stage) {
-  if (name == "gpipe") run_gpipe(stage);
-  else if (name == "1f1b") run_1f1b(stage);
-  else throw comm::UsageError("--schedule must be gpipe or 1f1b");
+  if (name == "gpipe")
+    run_gpipe(stage);
+  else if (name == "1f1b")
+    run_1f1b(stage);
+  else
+    throw comm::UsageError("--schedule must be gpipe or 1f1b");
 }
 
 }  // namespace parallel

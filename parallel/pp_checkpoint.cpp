@@ -68,7 +68,8 @@ void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& model, 
   }
   for (int s = 1; s < pp.size(); ++s)
     for (const std::string& name : recv_names(pp, s))
-      for (auto t : tensors_of(whole, &whole_optimizer, name)) pp.recv(t, s);  // the last stage's wte: the same values again
+      for (auto t : tensors_of(whole, &whole_optimizer, name))
+        pp.recv(t, s);  // the last stage's wte: the same values again
   nn::save_checkpoint(dir, whole, whole_optimizer, train_state);
 }
 

@@ -26,7 +26,7 @@ void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& stage_m
 // read — read it first, inside trainers::on_rank0_then_agree, so a bad file ends every rank
 // with one line instead of leaving the other stages waiting here. `whole` and
 // `whole_optimizer` are used on stage 0 only; `optimizer` may be null (weights only).
-void distribute_pipeline_checkpoint(nn::GPT& stage_model, nn::AdamW* optimizer, comm::Communicator& pp,
-                                    nn::GPT* whole, nn::AdamW* whole_optimizer);
+void distribute_pipeline_checkpoint(nn::GPT& stage_model, nn::AdamW* optimizer, comm::Communicator& pp, nn::GPT* whole,
+                                    nn::AdamW* whole_optimizer);
 
 }  // namespace parallel

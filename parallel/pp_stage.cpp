@@ -12,32 +12,37 @@ namespace parallel {
 namespace {
 
 double now_s() {  // the clock of trainers::Trace
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace
 
 std::vector<int> stage_layers(int n_layer, int stages, const std::vector<int>& given) {
   if (stages > n_layer)
-    throw comm::UsageError(fmt::format("{} pipeline stages for {} blocks: every stage needs at least one block "
-                                       "(use fewer ranks, a larger --dp, or more --n-layer)",
-                                       stages, n_layer));
+    throw comm::UsageError(
+        fmt::format("{} pipeline stages for {} blocks: every stage needs at least one block "
+                    "(use fewer ranks, a larger --dp, or more --n-layer)",
+                    stages, n_layer));
   if (given.empty()) {
     std::vector<int> layers(static_cast<std::size_t>(stages), n_layer / stages);
     for (int s = 0; s < n_layer % stages; ++s) ++layers[static_cast<std::size_t>(s)];
     return layers;
   }
   if (static_cast<int>(given.size()) != stages)
-    throw comm::UsageError(fmt::format("--stage-layers lists {} stages, but the pipeline has {}", given.size(), stages));
+    throw comm::UsageError(
+        fmt::format("--stage-layers lists {} stages, but the pipeline has {}", given.size(), stages));
   for (int n : given)
     if (n < 1) throw comm::UsageError("--stage-layers: every stage needs at least one block, got a 0");
   if (const int sum = std::accumulate(given.begin(), given.end(), 0); sum != n_layer)
-    throw comm::UsageError(fmt::format("--stage-layers adds up to {} blocks, but the model has n_layer = {}", sum, n_layer));
+    throw comm::UsageError(
+        fmt::format("--stage-layers adds up to {} blocks, but the model has n_layer = {}", sum, n_layer));
   return given;
 }
 
 nn::GPTPart stage_part(const std::vector<int>& layers, int stage) {
   const int first = std::accumulate(layers.begin(), layers.begin() + stage, 0);
-  return {stage == 0, first, first + layers[static_cast<std::size_t>(stage)], stage == static_cast<int>(layers.size()) - 1};
+  return {stage == 0, first, first + layers[static_cast<std::size_t>(stage)],
+          stage == static_cast<int>(layers.size()) - 1};
 }
 
 PipelineStage::PipelineStage(nn::GPT& model, comm::Communicator& pp_group, int micro_batches, int micro_batch,
@@ -91,8 +96,10 @@ void PipelineStage::backward(int m) {
   const auto i = static_cast<std::size_t>(m);
   {
     nn::autograd::TapeScope scope(tapes_[i]);
-    if (is_last()) nn::autograd::backward(outputs_[i]);
-    else nn::autograd::backward(outputs_[i], grad_outputs_[i]);
+    if (is_last())
+      nn::autograd::backward(outputs_[i]);
+    else
+      nn::autograd::backward(outputs_[i], grad_outputs_[i]);
   }
   outputs_[i] = nn::Tensor{};  // m's activations are freed with its tape; its input's gradient waits to be sent
   --in_flight_;
@@ -102,9 +109,12 @@ void PipelineStage::backward(int m) {
 
 void PipelineStage::exchange(std::span<const float> out, int dest, std::span<float> in, int source, const char* what) {
   const double start = now_s();
-  if (!out.empty() && !in.empty()) pp_.send_recv(out, dest, in, source);
-  else if (!out.empty()) pp_.send(out, dest);
-  else if (!in.empty()) pp_.recv(in, source);
+  if (!out.empty() && !in.empty())
+    pp_.send_recv(out, dest, in, source);
+  else if (!out.empty())
+    pp_.send(out, dest);
+  else if (!in.empty())
+    pp_.recv(in, source);
   times_.wait += now_s() - start;
   if (on_span) on_span(what, "wait", start, now_s());
 }

@@ -97,8 +97,8 @@ class PipelineStage {
   int M_, b_, T_, C_;
   std::vector<int32_t> ids_, targets_;
   std::vector<nn::autograd::Tape> tapes_;
-  std::vector<nn::Tensor> inputs_, outputs_;       // per micro-batch: received x, produced x (or loss)
-  std::vector<std::vector<float>> grad_outputs_;   // per micro-batch: ∂L/∂output from the next stage
+  std::vector<nn::Tensor> inputs_, outputs_;      // per micro-batch: received x, produced x (or loss)
+  std::vector<std::vector<float>> grad_outputs_;  // per micro-batch: ∂L/∂output from the next stage
   std::vector<float> send_buffer_;
   float loss_sum_ = 0;
   int in_flight_ = 0, peak_in_flight_ = 0;

@@ -37,9 +37,10 @@ void verify_tied_embedding(nn::GPT& model, comm::Communicator& pp) {
   std::vector<float> theirs(mine.size());
   pp.send_recv(std::span<const float>(mine), other, std::span<float>(theirs), other);
   if (!std::equal(mine.begin(), mine.end(), theirs.begin()))
-    throw comm::Error(fmt::format("check: the copies of the tied embedding (transformer.wte.weight) on stages 0 and "
-                                  "{} differ",
-                                  pp.size() - 1));
+    throw comm::Error(
+        fmt::format("check: the copies of the tied embedding (transformer.wte.weight) on stages 0 and "
+                    "{} differ",
+                    pp.size() - 1));
 }
 
 }  // namespace parallel

@@ -8,37 +8,37 @@
 #include "comm/runtime.hpp"
 
 int main(int argc, char** argv) {
-    comm::Runtime runtime(argc, argv);
-    return runtime.run([&] {
-        CLI::App app{"fault scenarios for the watchdog tests"};
-        comm::Options options;
-        comm::add_options(app, options);
-        std::string scenario;
-        app.add_option("--scenario", scenario, "what the last rank does wrong")
-            ->required()
-            ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch"}));
-        comm::parse(app, argc, argv);
-        comm::Communicator& world = runtime.start(options);
-        const bool culprit = world.rank() == world.size() - 1;
+  comm::Runtime runtime(argc, argv);
+  return runtime.run([&] {
+    CLI::App app{"fault scenarios for the watchdog tests"};
+    comm::Options options;
+    comm::add_options(app, options);
+    std::string scenario;
+    app.add_option("--scenario", scenario, "what the last rank does wrong")
+        ->required()
+        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch"}));
+    comm::parse(app, argc, argv);
+    comm::Communicator& world = runtime.start(options);
+    const bool culprit = world.rank() == world.size() - 1;
 
-        std::vector<float> gradient(4, 1.0f);
-        world.allreduce(std::span(gradient));  // collective #0: everyone
-        comm::say("collective #0 done");
-        if (culprit) {
-            if (scenario == "skip") {  // goes on computing instead of the collective
-                std::this_thread::sleep_for(std::chrono::seconds(60));
-            } else if (scenario == "different") {
-                world.broadcast(std::span(gradient), 0);
-            } else if (scenario == "exit-early") {
-                return;  // leaves the loop: its runtime shuts down
-            } else if (scenario == "killed") {
-                std::raise(SIGKILL);  // as `kill -9` would
-            } else if (scenario == "count-mismatch") {
-                std::vector<float> longer(8, 1.0f);
-                world.allreduce(std::span(longer));
-            }
-        }
-        if (!culprit || scenario == "none") world.allreduce(std::span(gradient));  // collective #1
-        comm::say("collective #1 done: sum {}", gradient[0]);
-    });
+    std::vector<float> gradient(4, 1.0f);
+    world.allreduce(std::span(gradient));  // collective #0: everyone
+    comm::say("collective #0 done");
+    if (culprit) {
+      if (scenario == "skip") {  // goes on computing instead of the collective
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+      } else if (scenario == "different") {
+        world.broadcast(std::span(gradient), 0);
+      } else if (scenario == "exit-early") {
+        return;  // leaves the loop: its runtime shuts down
+      } else if (scenario == "killed") {
+        std::raise(SIGKILL);  // as `kill -9` would
+      } else if (scenario == "count-mismatch") {
+        std::vector<float> longer(8, 1.0f);
+        world.allreduce(std::span(longer));
+      }
+    }
+    if (!culprit || scenario == "none") world.allreduce(std::span(gradient));  // collective #1
+    comm::say("collective #1 done: sum {}", gradient[0]);
+  });
 }

@@ -8,16 +8,16 @@
 #include "comm/runtime.hpp"
 
 int main(int argc, char** argv) {
-    comm::Runtime runtime(argc, argv);
-    int failed = 1;
-    int status = runtime.run([&] {
-        comm::Options options;
-        options.timeout_s = 120;  // a hang in a test ends as a report, not a CI time-out
-        comm::Communicator& world = runtime.start(options);
-        Catch::Session session;
-        if (session.applyCommandLine(argc, argv) != 0) throw comm::UsageError("bad Catch2 arguments");
-        int mine = session.run() != 0 ? 1 : 0;
-        world.allreduce(std::span<const int>(&mine, 1), std::span<int>(&failed, 1), comm::ReduceOp::max);
-    });
-    return status != 0 ? status : failed;
+  comm::Runtime runtime(argc, argv);
+  int failed = 1;
+  int status = runtime.run([&] {
+    comm::Options options;
+    options.timeout_s = 120;  // a hang in a test ends as a report, not a CI time-out
+    comm::Communicator& world = runtime.start(options);
+    Catch::Session session;
+    if (session.applyCommandLine(argc, argv) != 0) throw comm::UsageError("bad Catch2 arguments");
+    int mine = session.run() != 0 ? 1 : 0;
+    world.allreduce(std::span<const int>(&mine, 1), std::span<int>(&failed, 1), comm::ReduceOp::max);
+  });
+  return status != 0 ? status : failed;
 }

@@ -23,8 +23,7 @@ inline nn::Tensor random_tensor(const nn::Shape& shape, uint64_t seed, float std
 // a gradient: autograd's answer against central differences (L±h), element by element.
 // L is accumulated in double so only the op's own float32 rounding adds noise.
 inline void check_gradients(const std::function<nn::Tensor(std::vector<nn::Tensor>&)>& f,
-                            std::vector<nn::Tensor> inputs, float h = 1e-2f, double rtol = 2e-2,
-                            double atol = 2e-3) {
+                            std::vector<nn::Tensor> inputs, float h = 1e-2f, double rtol = 2e-2, double atol = 2e-3) {
   nn::Tensor out = f(inputs);
   nn::Tensor weights = random_tensor(out.shape(), 999, 1.0f, false);
   nn::Tensor loss = nn::sum(nn::mul(out, weights));

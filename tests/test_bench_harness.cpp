@@ -11,96 +11,97 @@
 using comm::DataType;
 
 TEST_CASE("message sizes parse as nccl-tests writes them") {
-    CHECK(bench::parse_size("8") == 8);
-    CHECK(bench::parse_size("1K") == 1024);
-    CHECK(bench::parse_size("256M") == 256ull << 20);
-    CHECK(bench::parse_size("2g") == 2ull << 30);
-    CHECK_THROWS_AS(bench::parse_size("12Q"), comm::Error);
-    CHECK_THROWS_AS(bench::parse_size("M"), comm::Error);
-    CHECK_THROWS_AS(bench::parse_size(""), comm::Error);
-    CHECK(bench::format_size(256ull << 20) == "256M");
-    CHECK(bench::format_size(1536) == "1.5K");
+  CHECK(bench::parse_size("8") == 8);
+  CHECK(bench::parse_size("1K") == 1024);
+  CHECK(bench::parse_size("256M") == 256ull << 20);
+  CHECK(bench::parse_size("2g") == 2ull << 30);
+  CHECK_THROWS_AS(bench::parse_size("12Q"), comm::Error);
+  CHECK_THROWS_AS(bench::parse_size("M"), comm::Error);
+  CHECK_THROWS_AS(bench::parse_size(""), comm::Error);
+  CHECK(bench::format_size(256ull << 20) == "256M");
+  CHECK(bench::format_size(1536) == "1.5K");
 }
 
 TEST_CASE("the size sweep goes from begin to end by the factor") {
-    CHECK(bench::size_sweep(8, 64, 2) == std::vector<std::size_t>{8, 16, 32, 64});
-    CHECK(bench::size_sweep(1024, 1024, 2) == std::vector<std::size_t>{1024});
-    CHECK_THROWS_AS(bench::size_sweep(64, 8, 2), comm::Error);
-    CHECK_THROWS_AS(bench::size_sweep(8, 64, 1), comm::Error);
+  CHECK(bench::size_sweep(8, 64, 2) == std::vector<std::size_t>{8, 16, 32, 64});
+  CHECK(bench::size_sweep(1024, 1024, 2) == std::vector<std::size_t>{1024});
+  CHECK_THROWS_AS(bench::size_sweep(64, 8, 2), comm::Error);
+  CHECK_THROWS_AS(bench::size_sweep(8, 64, 1), comm::Error);
 }
 
 TEST_CASE("bus bandwidth factors are nccl-tests'") {
-    CHECK(bench::bus_factor("allreduce", 4) == Approx(1.5));  // 2(n-1)/n
-    CHECK(bench::bus_factor("allreduce", 2) == Approx(1.0));
-    CHECK(bench::bus_factor("reduce_scatter", 4) == Approx(0.75));  // (n-1)/n
-    CHECK(bench::bus_factor("allgather", 8) == Approx(0.875));
-    CHECK(bench::bus_factor("gather", 2) == Approx(0.5));
-    CHECK(bench::bus_factor("scatter", 4) == Approx(0.75));
-    CHECK(bench::bus_factor("broadcast", 4) == Approx(1.0));
-    CHECK(bench::bus_factor("reduce", 4) == Approx(1.0));
-    CHECK(bench::bus_factor("sendrecv", 4) == Approx(1.0));
-    CHECK_THROWS_AS(bench::bus_factor("alltoall", 4), comm::Error);
+  CHECK(bench::bus_factor("allreduce", 4) == Approx(1.5));  // 2(n-1)/n
+  CHECK(bench::bus_factor("allreduce", 2) == Approx(1.0));
+  CHECK(bench::bus_factor("reduce_scatter", 4) == Approx(0.75));  // (n-1)/n
+  CHECK(bench::bus_factor("allgather", 8) == Approx(0.875));
+  CHECK(bench::bus_factor("gather", 2) == Approx(0.5));
+  CHECK(bench::bus_factor("scatter", 4) == Approx(0.75));
+  CHECK(bench::bus_factor("broadcast", 4) == Approx(1.0));
+  CHECK(bench::bus_factor("reduce", 4) == Approx(1.0));
+  CHECK(bench::bus_factor("sendrecv", 4) == Approx(1.0));
+  CHECK_THROWS_AS(bench::bus_factor("alltoall", 4), comm::Error);
 }
 
 TEST_CASE("buffer shapes: per-rank sizes for allreduce, whole n-block sizes for allgather") {
-    auto s = bench::shape_of("allreduce", 1024, DataType::f32, 4, 1, 0);
-    CHECK(s.send == 256);
-    CHECK(s.recv == 256);
-    CHECK(s.reported == 256);
-    s = bench::shape_of("allgather", 1000, DataType::f32, 3, 1, 0);  // 250 elements → 83 per rank
-    CHECK(s.per_rank == 83);
-    CHECK(s.reported == 249);
-    CHECK(s.send == 83);
-    CHECK(s.recv == 249);
-    s = bench::shape_of("scatter", 1024, DataType::f64, 4, 2, 0);  // a non-root sends nothing
-    CHECK(s.send == 0);
-    CHECK(s.recv == 32);
-    s = bench::shape_of("reduce", 1024, DataType::i64, 4, 3, 0);  // a non-root receives nothing
-    CHECK(s.recv == 0);
+  auto s = bench::shape_of("allreduce", 1024, DataType::f32, 4, 1, 0);
+  CHECK(s.send == 256);
+  CHECK(s.recv == 256);
+  CHECK(s.reported == 256);
+  s = bench::shape_of("allgather", 1000, DataType::f32, 3, 1, 0);  // 250 elements → 83 per rank
+  CHECK(s.per_rank == 83);
+  CHECK(s.reported == 249);
+  CHECK(s.send == 83);
+  CHECK(s.recv == 249);
+  s = bench::shape_of("scatter", 1024, DataType::f64, 4, 2, 0);  // a non-root sends nothing
+  CHECK(s.send == 0);
+  CHECK(s.recv == 32);
+  s = bench::shape_of("reduce", 1024, DataType::i64, 4, 3, 0);  // a non-root receives nothing
+  CHECK(s.recv == 0);
 }
 
 namespace {
 // What rank `rank` of `ranks` should hold after `op`, built from the inputs by hand.
-template <class T> std::vector<T> textbook(const bench::Case& c, int rank, int ranks, std::size_t per_rank) {
-    std::vector<T> out;
-    if (c.operation == "allreduce") {
-        for (std::size_t i = 0; i < per_rank; ++i) {
-            T sum = 0;
-            for (int q = 0; q < ranks; ++q) sum += bench::input<T>(q, i, c.op);
-            out.push_back(sum);
-        }
-    } else if (c.operation == "allgather") {
-        for (int q = 0; q < ranks; ++q)
-            for (std::size_t i = 0; i < per_rank; ++i) out.push_back(bench::input<T>(q, i, c.op));
-    } else if (c.operation == "reduce_scatter") {
-        for (std::size_t i = 0; i < per_rank; ++i) {
-            T sum = 0;
-            for (int q = 0; q < ranks; ++q) sum += bench::input<T>(q, per_rank * static_cast<std::size_t>(rank) + i, c.op);
-            out.push_back(sum);
-        }
+template <class T>
+std::vector<T> textbook(const bench::Case& c, int rank, int ranks, std::size_t per_rank) {
+  std::vector<T> out;
+  if (c.operation == "allreduce") {
+    for (std::size_t i = 0; i < per_rank; ++i) {
+      T sum = 0;
+      for (int q = 0; q < ranks; ++q) sum += bench::input<T>(q, i, c.op);
+      out.push_back(sum);
     }
-    return out;
+  } else if (c.operation == "allgather") {
+    for (int q = 0; q < ranks; ++q)
+      for (std::size_t i = 0; i < per_rank; ++i) out.push_back(bench::input<T>(q, i, c.op));
+  } else if (c.operation == "reduce_scatter") {
+    for (std::size_t i = 0; i < per_rank; ++i) {
+      T sum = 0;
+      for (int q = 0; q < ranks; ++q) sum += bench::input<T>(q, per_rank * static_cast<std::size_t>(rank) + i, c.op);
+      out.push_back(sum);
+    }
+  }
+  return out;
 }
 }  // namespace
 
 TEST_CASE("#wrong is zero for the right answer and counts each planted error") {
-    for (const char* op : {"allreduce", "allgather", "reduce_scatter"}) {
-        INFO(op);
-        bench::Case c;
-        c.operation = op;
-        auto out = textbook<float>(c, 2, 4, 37);
-        CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 0);
-        out[5] += 1.0f;
-        CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 1);
-        out[30] = -out[30] - 1;
-        CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 2);
-    }
-    bench::Case broadcast;
-    broadcast.operation = "broadcast";
-    broadcast.root = 1;
-    std::vector<std::int64_t> data(10);
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = bench::input<std::int64_t>(1, i, broadcast.op);
-    CHECK(bench::count_wrong<std::int64_t>(broadcast, 0, 3, 10, data) == 0);
-    data[9] = 12345;
-    CHECK(bench::count_wrong<std::int64_t>(broadcast, 0, 3, 10, data) == 1);
+  for (const char* op : {"allreduce", "allgather", "reduce_scatter"}) {
+    INFO(op);
+    bench::Case c;
+    c.operation = op;
+    auto out = textbook<float>(c, 2, 4, 37);
+    CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 0);
+    out[5] += 1.0f;
+    CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 1);
+    out[30] = -out[30] - 1;
+    CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 2);
+  }
+  bench::Case broadcast;
+  broadcast.operation = "broadcast";
+  broadcast.root = 1;
+  std::vector<std::int64_t> data(10);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = bench::input<std::int64_t>(1, i, broadcast.op);
+  CHECK(bench::count_wrong<std::int64_t>(broadcast, 0, 3, 10, data) == 0);
+  data[9] = 12345;
+  CHECK(bench::count_wrong<std::int64_t>(broadcast, 0, 3, 10, data) == 1);
 }

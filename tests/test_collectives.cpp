@@ -23,260 +23,270 @@ constexpr std::size_t kLarge = 3'000'017;  // a few million, prime
 const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
 
 // Rank r's element i: varied, signed, and small enough that products of 5 cannot overflow.
-template <class T> T input(int rank, std::size_t i, ReduceOp op) {
-    const auto k = static_cast<long long>(i);
-    if (op == ReduceOp::prod) {
-        if constexpr (std::is_integral_v<T>) return static_cast<T>((rank + k) % 4 - 1);  // -1, 0, 1, 2
-        else return static_cast<T>(1.0 + 0.1 * static_cast<double>((rank * 31 + k) % 7 - 3));
-    }
-    const long long v = ((rank + 1) * 7919LL + k * 104729LL) % 2001 - 1000;
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(v);
-    else return static_cast<T>(static_cast<double>(v) / 8.0);
+template <class T>
+T input(int rank, std::size_t i, ReduceOp op) {
+  const auto k = static_cast<long long>(i);
+  if (op == ReduceOp::prod) {
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<T>((rank + k) % 4 - 1);  // -1, 0, 1, 2
+    else
+      return static_cast<T>(1.0 + 0.1 * static_cast<double>((rank * 31 + k) % 7 - 3));
+  }
+  const long long v = ((rank + 1) * 7919LL + k * 104729LL) % 2001 - 1000;
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(v);
+  else
+    return static_cast<T>(static_cast<double>(v) / 8.0);
 }
 
-template <class T> std::vector<T> inputs(int rank, std::size_t count, ReduceOp op = ReduceOp::sum) {
-    std::vector<T> v(count);
-    for (std::size_t i = 0; i < count; ++i) v[i] = input<T>(rank, i, op);
-    return v;
+template <class T>
+std::vector<T> inputs(int rank, std::size_t count, ReduceOp op = ReduceOp::sum) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = input<T>(rank, i, op);
+  return v;
 }
 
 // Counts elements that differ: exactly for integers, by a relative tolerance for floats.
-template <class T> std::size_t mismatches(const std::vector<T>& got, const std::vector<T>& want) {
-    if (got.size() != want.size()) return std::max<std::size_t>(1, std::max(got.size(), want.size()));
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        if constexpr (std::is_integral_v<T>) {
-            bad += got[i] != want[i];
-        } else {
-            const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-12) * (1.0 + std::abs(double(want[i])));
-            bad += !(std::abs(double(got[i]) - double(want[i])) <= tolerance);
-        }
+template <class T>
+std::size_t mismatches(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) return std::max<std::size_t>(1, std::max(got.size(), want.size()));
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      bad += got[i] != want[i];
+    } else {
+      const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-12) * (1.0 + std::abs(double(want[i])));
+      bad += !(std::abs(double(got[i]) - double(want[i])) <= tolerance);
     }
-    return bad;
+  }
+  return bad;
 }
 
 // Runs `collective` on the reference (mpi) and the tested communicator; compares results.
-template <class T, class Run> void same_as_reference(Communicator& reference, Communicator& tested, Run collective) {
-    std::vector<T> want = collective(reference);
-    std::vector<T> got = collective(tested);
-    CHECK(mismatches(got, want) == 0);
+template <class T, class Run>
+void same_as_reference(Communicator& reference, Communicator& tested, Run collective) {
+  std::vector<T> want = collective(reference);
+  std::vector<T> got = collective(tested);
+  CHECK(mismatches(got, want) == 0);
 }
 
 struct Backends {
-    Communicator reference;
-    std::vector<Communicator> tested;
+  Communicator reference;
+  std::vector<Communicator> tested;
 };
 
 Backends& backends() {
-    // Created once, in the same order on every rank (creation is collective). Never freed:
-    // a static's destructor would run after MPI_Finalize, too late to free communicators.
-    static Backends& b = *new Backends([] {
-        Communicator& world = comm::runtime().world();
-        Backends made{world.with_backend("mpi"), {}};
-        made.tested.push_back(world.with_backend("mpi"));
-        made.tested.push_back(world.with_backend("ring"));
-        made.tested.push_back(world.with_backend("naive"));
-        return made;
-    }());
-    return b;
+  // Created once, in the same order on every rank (creation is collective). Never freed:
+  // a static's destructor would run after MPI_Finalize, too late to free communicators.
+  static Backends& b = *new Backends([] {
+    Communicator& world = comm::runtime().world();
+    Backends made{world.with_backend("mpi"), {}};
+    made.tested.push_back(world.with_backend("mpi"));
+    made.tested.push_back(world.with_backend("ring"));
+    made.tested.push_back(world.with_backend("naive"));
+    return made;
+  }());
+  return b;
 }
 
-template <class T> void all_collectives(Communicator& ref, Communicator& comm, std::size_t count, bool in_place) {
-    const int n = comm.size();
-    const int me = comm.rank();
-    const std::size_t un = static_cast<std::size_t>(n);
-    INFO("backend " << comm.backend_name() << ", " << n << " ranks, count " << count << ", type "
-                    << comm::name_of(comm::datatype_of<T>()) << (in_place ? ", in place" : ""));
+template <class T>
+void all_collectives(Communicator& ref, Communicator& comm, std::size_t count, bool in_place) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const std::size_t un = static_cast<std::size_t>(n);
+  INFO("backend " << comm.backend_name() << ", " << n << " ranks, count " << count << ", type "
+                  << comm::name_of(comm::datatype_of<T>()) << (in_place ? ", in place" : ""));
 
-    for (ReduceOp op : kOps) {
-        INFO("op " << comm::name_of(op));
-        same_as_reference<T>(ref, comm, [&](Communicator& c) {
-            auto data = inputs<T>(me, count, op);
-            if (in_place) {
-                c.allreduce(std::span(data), op);
-                return data;
-            }
-            std::vector<T> out(count);
-            c.allreduce(std::span<const T>(data), std::span(out), op);
-            return out;
-        });
-        same_as_reference<T>(ref, comm, [&](Communicator& c) {
-            auto data = inputs<T>(me, count * un, op);
-            std::vector<T> out(count);
-            c.reduce_scatter(std::span<const T>(data), std::span(out), op);
-            return out;
-        });
-        for (int root = 0; root < n; ++root) {
-            INFO("root " << root);
-            same_as_reference<T>(ref, comm, [&](Communicator& c) {
-                auto data = inputs<T>(me, count, op);
-                if (in_place) {
-                    c.reduce(std::span(data), op, root);
-                    return me == root ? data : std::vector<T>{};
-                }
-                std::vector<T> out(me == root ? count : 0);
-                c.reduce(std::span<const T>(data), std::span(out), op, root);
-                return out;
-            });
-        }
-    }
-    for (int root = 0; root < n; ++root) {
-        INFO("root " << root);
-        same_as_reference<T>(ref, comm, [&](Communicator& c) {
-            auto data = me == root ? inputs<T>(root, count) : std::vector<T>(count);
-            c.broadcast(std::span(data), root);
-            return data;
-        });
-        same_as_reference<T>(ref, comm, [&](Communicator& c) {
-            auto data = inputs<T>(me, count);
-            std::vector<T> out(me == root ? count * un : 0);
-            c.gather(std::span<const T>(data), std::span(out), root);
-            return out;
-        });
-        same_as_reference<T>(ref, comm, [&](Communicator& c) {
-            auto data = me == root ? inputs<T>(root, count * un) : std::vector<T>{};
-            std::vector<T> out(count);
-            c.scatter(std::span<const T>(data), std::span(out), root);
-            return out;
-        });
-    }
+  for (ReduceOp op : kOps) {
+    INFO("op " << comm::name_of(op));
     same_as_reference<T>(ref, comm, [&](Communicator& c) {
-        auto data = inputs<T>(me, count);
-        std::vector<T> out(count * un);
-        if (in_place) {
-            std::copy(data.begin(), data.end(), out.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(me)));
-            c.allgather(std::span(out));
-        } else {
-            c.allgather(std::span<const T>(data), std::span(out));
-        }
-        return out;
+      auto data = inputs<T>(me, count, op);
+      if (in_place) {
+        c.allreduce(std::span(data), op);
+        return data;
+      }
+      std::vector<T> out(count);
+      c.allreduce(std::span<const T>(data), std::span(out), op);
+      return out;
     });
+    same_as_reference<T>(ref, comm, [&](Communicator& c) {
+      auto data = inputs<T>(me, count * un, op);
+      std::vector<T> out(count);
+      c.reduce_scatter(std::span<const T>(data), std::span(out), op);
+      return out;
+    });
+    for (int root = 0; root < n; ++root) {
+      INFO("root " << root);
+      same_as_reference<T>(ref, comm, [&](Communicator& c) {
+        auto data = inputs<T>(me, count, op);
+        if (in_place) {
+          c.reduce(std::span(data), op, root);
+          return me == root ? data : std::vector<T>{};
+        }
+        std::vector<T> out(me == root ? count : 0);
+        c.reduce(std::span<const T>(data), std::span(out), op, root);
+        return out;
+      });
+    }
+  }
+  for (int root = 0; root < n; ++root) {
+    INFO("root " << root);
+    same_as_reference<T>(ref, comm, [&](Communicator& c) {
+      auto data = me == root ? inputs<T>(root, count) : std::vector<T>(count);
+      c.broadcast(std::span(data), root);
+      return data;
+    });
+    same_as_reference<T>(ref, comm, [&](Communicator& c) {
+      auto data = inputs<T>(me, count);
+      std::vector<T> out(me == root ? count * un : 0);
+      c.gather(std::span<const T>(data), std::span(out), root);
+      return out;
+    });
+    same_as_reference<T>(ref, comm, [&](Communicator& c) {
+      auto data = me == root ? inputs<T>(root, count * un) : std::vector<T>{};
+      std::vector<T> out(count);
+      c.scatter(std::span<const T>(data), std::span(out), root);
+      return out;
+    });
+  }
+  same_as_reference<T>(ref, comm, [&](Communicator& c) {
+    auto data = inputs<T>(me, count);
+    std::vector<T> out(count * un);
+    if (in_place) {
+      std::copy(data.begin(), data.end(),
+                out.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(me)));
+      c.allgather(std::span(out));
+    } else {
+      c.allgather(std::span<const T>(data), std::span(out));
+    }
+    return out;
+  });
 }
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("every backend matches the mpi backend", "[collectives]", float, double, std::int32_t,
                    std::int64_t) {
-    auto& b = backends();
-    for (auto& tested : b.tested)
-        for (std::size_t count : kCounts)
-            for (bool in_place : {false, true}) all_collectives<TestType>(b.reference, tested, count, in_place);
+  auto& b = backends();
+  for (auto& tested : b.tested)
+    for (std::size_t count : kCounts)
+      for (bool in_place : {false, true}) all_collectives<TestType>(b.reference, tested, count, in_place);
 }
 
 TEMPLATE_TEST_CASE("large buffers: every backend matches the mpi backend", "[collectives][large]", float,
                    std::int32_t) {
-    auto& b = backends();
-    const int me = b.reference.rank();
-    const std::size_t n = static_cast<std::size_t>(b.reference.size());
-    for (auto& tested : b.tested) {
-        INFO("backend " << tested.backend_name());
-        same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
-            auto data = inputs<TestType>(me, kLarge);
-            c.allreduce(std::span(data), ReduceOp::sum);
-            return data;
-        });
-        same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
-            auto data = me == 0 ? inputs<TestType>(0, kLarge) : std::vector<TestType>(kLarge);
-            c.broadcast(std::span(data), 0);
-            return data;
-        });
-        const std::size_t block = kLarge / n + 1;  // blocks of a size not divisible by the rank count
-        same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
-            auto data = inputs<TestType>(me, block * n);
-            std::vector<TestType> out(block);
-            c.reduce_scatter(std::span<const TestType>(data), std::span(out), ReduceOp::sum);
-            return out;
-        });
-        same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
-            auto data = inputs<TestType>(me, block);
-            std::vector<TestType> out(block * n);
-            c.allgather(std::span<const TestType>(data), std::span(out));
-            return out;
-        });
-    }
+  auto& b = backends();
+  const int me = b.reference.rank();
+  const std::size_t n = static_cast<std::size_t>(b.reference.size());
+  for (auto& tested : b.tested) {
+    INFO("backend " << tested.backend_name());
+    same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
+      auto data = inputs<TestType>(me, kLarge);
+      c.allreduce(std::span(data), ReduceOp::sum);
+      return data;
+    });
+    same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
+      auto data = me == 0 ? inputs<TestType>(0, kLarge) : std::vector<TestType>(kLarge);
+      c.broadcast(std::span(data), 0);
+      return data;
+    });
+    const std::size_t block = kLarge / n + 1;  // blocks of a size not divisible by the rank count
+    same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
+      auto data = inputs<TestType>(me, block * n);
+      std::vector<TestType> out(block);
+      c.reduce_scatter(std::span<const TestType>(data), std::span(out), ReduceOp::sum);
+      return out;
+    });
+    same_as_reference<TestType>(b.reference, tested, [&](Communicator& c) {
+      auto data = inputs<TestType>(me, block);
+      std::vector<TestType> out(block * n);
+      c.allgather(std::span<const TestType>(data), std::span(out));
+      return out;
+    });
+  }
 }
 
 TEST_CASE("the mpi reference itself computes the textbook results", "[collectives]") {
-    Communicator& world = backends().reference;
-    const int n = world.size();
-    std::vector<std::int64_t> data(5, world.rank() + 1);
-    world.allreduce(std::span(data), ReduceOp::sum);
-    CHECK(data == std::vector<std::int64_t>(5, n * (n + 1) / 2));
-    std::vector<std::int32_t> mine = {world.rank()};
-    std::vector<std::int32_t> all(static_cast<std::size_t>(n));
-    world.allgather(std::span<const std::int32_t>(mine), std::span(all));
-    for (int r = 0; r < n; ++r) CHECK(all[static_cast<std::size_t>(r)] == r);
+  Communicator& world = backends().reference;
+  const int n = world.size();
+  std::vector<std::int64_t> data(5, world.rank() + 1);
+  world.allreduce(std::span(data), ReduceOp::sum);
+  CHECK(data == std::vector<std::int64_t>(5, n * (n + 1) / 2));
+  std::vector<std::int32_t> mine = {world.rank()};
+  std::vector<std::int32_t> all(static_cast<std::size_t>(n));
+  world.allgather(std::span<const std::int32_t>(mine), std::span(all));
+  for (int r = 0; r < n; ++r) CHECK(all[static_cast<std::size_t>(r)] == r);
 }
 
 TEST_CASE("sub-communicators from split() run every backend correctly", "[collectives][split]") {
-    Communicator& world = comm::runtime().world();
-    for (const char* name : {"mpi", "ring", "naive"}) {
-        INFO("backend " << name);
-        Communicator backend_world = world.with_backend(name);
-        // Even and odd world ranks, ordered backwards to make the new ranks differ from the old.
-        Communicator half = backend_world.split(world.rank() % 2, -world.rank());
-        Communicator reference = half.with_backend("mpi");
-        const int expected_size = (world.size() + (world.rank() % 2 == 0 ? 1 : 0)) / 2;
-        CHECK(half.size() == expected_size);
-        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}}) {
-            all_collectives<std::int32_t>(reference, half, count, false);
-            all_collectives<float>(reference, half, count, true);
-        }
-        // The members are right: the sum of world ranks in my half.
-        std::vector<std::int64_t> rank_sum = {world.rank()};
-        half.allreduce(std::span(rank_sum), ReduceOp::sum);
-        std::int64_t expected = 0;
-        for (int r = world.rank() % 2; r < world.size(); r += 2) expected += r;
-        CHECK(rank_sum[0] == expected);
+  Communicator& world = comm::runtime().world();
+  for (const char* name : {"mpi", "ring", "naive"}) {
+    INFO("backend " << name);
+    Communicator backend_world = world.with_backend(name);
+    // Even and odd world ranks, ordered backwards to make the new ranks differ from the old.
+    Communicator half = backend_world.split(world.rank() % 2, -world.rank());
+    Communicator reference = half.with_backend("mpi");
+    const int expected_size = (world.size() + (world.rank() % 2 == 0 ? 1 : 0)) / 2;
+    CHECK(half.size() == expected_size);
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}}) {
+      all_collectives<std::int32_t>(reference, half, count, false);
+      all_collectives<float>(reference, half, count, true);
     }
+    // The members are right: the sum of world ranks in my half.
+    std::vector<std::int64_t> rank_sum = {world.rank()};
+    half.allreduce(std::span(rank_sum), ReduceOp::sum);
+    std::int64_t expected = 0;
+    for (int r = world.rank() % 2; r < world.size(); r += 2) expected += r;
+    CHECK(rank_sum[0] == expected);
+  }
 }
 
 TEST_CASE("asynchronous allreduces overlap, complete in any wait order, and match", "[collectives][async]") {
-    Communicator& world = comm::runtime().world();
-    for (const char* name : {"mpi", "ring", "naive"}) {
-        INFO("backend " << name);
-        Communicator c = world.with_backend(name);
-        // Several in flight at once, as gradient buckets are; waited for in reverse order.
-        std::vector<std::vector<float>> buckets;
-        for (std::size_t k = 0; k < 4; ++k) buckets.push_back(inputs<float>(c.rank() + static_cast<int>(k), 1000 + 37 * k));
-        std::vector<comm::Work> pending;
-        for (auto& bucket : buckets) pending.push_back(c.allreduce_async(std::span(bucket), ReduceOp::avg));
-        for (auto& work : pending) work.test();
-        for (auto it = pending.rbegin(); it != pending.rend(); ++it) it->wait();
-        for (auto& work : pending) CHECK(work.done());
-        for (std::size_t k = 0; k < buckets.size(); ++k) {
-            auto want = inputs<float>(c.rank() + static_cast<int>(k), 1000 + 37 * k);
-            c.allreduce(std::span(want), ReduceOp::avg);
-            CHECK(mismatches(buckets[k], want) == 0);
-        }
+  Communicator& world = comm::runtime().world();
+  for (const char* name : {"mpi", "ring", "naive"}) {
+    INFO("backend " << name);
+    Communicator c = world.with_backend(name);
+    // Several in flight at once, as gradient buckets are; waited for in reverse order.
+    std::vector<std::vector<float>> buckets;
+    for (std::size_t k = 0; k < 4; ++k) buckets.push_back(inputs<float>(c.rank() + static_cast<int>(k), 1000 + 37 * k));
+    std::vector<comm::Work> pending;
+    for (auto& bucket : buckets) pending.push_back(c.allreduce_async(std::span(bucket), ReduceOp::avg));
+    for (auto& work : pending) work.test();
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) it->wait();
+    for (auto& work : pending) CHECK(work.done());
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      auto want = inputs<float>(c.rank() + static_cast<int>(k), 1000 + 37 * k);
+      c.allreduce(std::span(want), ReduceOp::avg);
+      CHECK(mismatches(buckets[k], want) == 0);
     }
+  }
 }
 
 TEST_CASE("point-to-point send and recv deliver in order", "[collectives][p2p]") {
-    Communicator& world = comm::runtime().world();
-    const int n = world.size();
-    if (n < 2) return;  // nothing to exchange with one rank; the other tests cover it
-    const int right = (world.rank() + 1) % n;
-    const int left = (world.rank() + n - 1) % n;
-    std::vector<double> out = {double(world.rank()), 0.5};
-    std::vector<double> in(2);
-    if (world.rank() % 2 == 0) {
-        world.send(std::span<const double>(out), right);
-        world.recv(std::span(in), left);
-    } else {
-        world.recv(std::span(in), left);
-        world.send(std::span<const double>(out), right);
-    }
-    CHECK(in[0] == double(left));
-    CHECK(in[1] == 0.5);
+  Communicator& world = comm::runtime().world();
+  const int n = world.size();
+  if (n < 2) return;  // nothing to exchange with one rank; the other tests cover it
+  const int right = (world.rank() + 1) % n;
+  const int left = (world.rank() + n - 1) % n;
+  std::vector<double> out = {double(world.rank()), 0.5};
+  std::vector<double> in(2);
+  if (world.rank() % 2 == 0) {
+    world.send(std::span<const double>(out), right);
+    world.recv(std::span(in), left);
+  } else {
+    world.recv(std::span(in), left);
+    world.send(std::span<const double>(out), right);
+  }
+  CHECK(in[0] == double(left));
+  CHECK(in[1] == 0.5);
 }
 
 TEST_CASE("argument mistakes are errors naming the collective", "[collectives][errors]") {
-    Communicator& world = comm::runtime().world();
-    std::vector<float> a(4), b(3);
-    CHECK_THROWS_WITH(world.allreduce(std::span<const float>(a), std::span(b)),
-                      Catch::Contains("allreduce") && Catch::Contains("send has 4 elements, recv 3"));
-    CHECK_THROWS_WITH(world.broadcast(std::span(a), world.size()), Catch::Contains("root"));
-    CHECK_THROWS_WITH(world.allgather(std::span<const float>(a), std::span(b)), Catch::Contains("allgather"));
-    CHECK_THROWS_WITH(comm::make_backend("carrier-pigeon"), Catch::Contains("unknown backend 'carrier-pigeon'"));
+  Communicator& world = comm::runtime().world();
+  std::vector<float> a(4), b(3);
+  CHECK_THROWS_WITH(world.allreduce(std::span<const float>(a), std::span(b)),
+                    Catch::Contains("allreduce") && Catch::Contains("send has 4 elements, recv 3"));
+  CHECK_THROWS_WITH(world.broadcast(std::span(a), world.size()), Catch::Contains("root"));
+  CHECK_THROWS_WITH(world.allgather(std::span<const float>(a), std::span(b)), Catch::Contains("allgather"));
+  CHECK_THROWS_WITH(comm::make_backend("carrier-pigeon"), Catch::Contains("unknown backend 'carrier-pigeon'"));
 }

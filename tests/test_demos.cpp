@@ -16,147 +16,151 @@ const std::vector<int> kRanks = {2, 3, 4};
 const std::vector<std::string> kBackends = {"mpi", "ring", "naive"};
 
 CommandResult demo(const std::string& name, int ranks, const std::string& args) {
-    return run_command(mpirun(ranks, std::string(DEMO_DIR) + "/" + name, args));
+  return run_command(mpirun(ranks, std::string(DEMO_DIR) + "/" + name, args));
 }
 
 std::string values(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, " ")); }
 
 // Runs the demo for every rank count and backend; `expect(n)` lists lines the output must contain.
-template <class Expect> void check_demo(const std::string& name, const std::string& args, Expect expect) {
-    for (int n : kRanks) {
-        for (const auto& backend : kBackends) {
-            auto r = demo(name, n, args + " --backend " + backend);
-            INFO(name << " " << args << " on " << n << " ranks, backend " << backend << ":\n" << r.output);
-            CHECK(r.status == 0);
-            for (const std::string& line : expect(n)) CHECK_THAT(r.output, Catch::Contains(line));
-        }
+template <class Expect>
+void check_demo(const std::string& name, const std::string& args, Expect expect) {
+  for (int n : kRanks) {
+    for (const auto& backend : kBackends) {
+      auto r = demo(name, n, args + " --backend " + backend);
+      INFO(name << " " << args << " on " << n << " ranks, backend " << backend << ":\n" << r.output);
+      CHECK(r.status == 0);
+      for (const std::string& line : expect(n)) CHECK_THAT(r.output, Catch::Contains(line));
     }
+  }
 }
 
 }  // namespace
 
 TEST_CASE("allreduce: every rank holds the sum (and the max)") {
-    check_demo("allreduce", "", [](int n) {
-        const int sum = n * (n - 1) / 2;
-        return std::vector<std::string>{fmt::format("rank {} holds {}", n - 1, values({n - 1, n - 1, n - 1})),
-                                        "after allreduce(sum) every rank holds " + values({sum, sum, sum})};
-    });
-    check_demo("allreduce", "--op max --count 2", [](int n) {
-        return std::vector<std::string>{"after allreduce(max) every rank holds " + values({n - 1, n - 1})};
-    });
+  check_demo("allreduce", "", [](int n) {
+    const int sum = n * (n - 1) / 2;
+    return std::vector<std::string>{fmt::format("rank {} holds {}", n - 1, values({n - 1, n - 1, n - 1})),
+                                    "after allreduce(sum) every rank holds " + values({sum, sum, sum})};
+  });
+  check_demo("allreduce", "--op max --count 2", [](int n) {
+    return std::vector<std::string>{"after allreduce(max) every rank holds " + values({n - 1, n - 1})};
+  });
 }
 
 TEST_CASE("reduce: only the root holds the sum") {
-    check_demo("reduce", "--root 1", [](int n) {
-        const int sum = n * (n - 1) / 2;
-        return std::vector<std::string>{"after reduce(sum) to rank 1 (result buffers):\n  rank 0 holds nothing\n  rank 1 holds " +
-                                        values({sum, sum, sum})};
-    });
+  check_demo("reduce", "--root 1", [](int n) {
+    const int sum = n * (n - 1) / 2;
+    return std::vector<std::string>{
+        "after reduce(sum) to rank 1 (result buffers):\n  rank 0 holds nothing\n  rank 1 holds " +
+        values({sum, sum, sum})};
+  });
 }
 
 TEST_CASE("broadcast: every rank holds the root's data") {
-    check_demo("broadcast", "--root 1", [](int) {
-        return std::vector<std::string>{"  rank 0 holds [0 0 0]\n  rank 1 holds [7 8 9]",
-                                        "after broadcast from rank 1 every rank holds [7 8 9]"};
-    });
+  check_demo("broadcast", "--root 1", [](int) {
+    return std::vector<std::string>{"  rank 0 holds [0 0 0]\n  rank 1 holds [7 8 9]",
+                                    "after broadcast from rank 1 every rank holds [7 8 9]"};
+  });
 }
 
 TEST_CASE("allgather and gather: rank-ordered blocks everywhere, or at the root") {
-    auto all_blocks = [](int n) {
-        std::vector<int> v;
-        for (int r = 0; r < n; ++r) v.insert(v.end(), 2, r);
-        return v;
-    };
-    check_demo("allgather", "--count 2", [&](int n) {
-        return std::vector<std::string>{"after allgather every rank holds " + values(all_blocks(n))};
-    });
-    check_demo("gather", "--count 2 --root 0", [&](int n) {
-        return std::vector<std::string>{"after gather to rank 0 (result buffers):\n  rank 0 holds " + values(all_blocks(n)) +
-                                        "\n  rank 1 holds nothing"};
-    });
+  auto all_blocks = [](int n) {
+    std::vector<int> v;
+    for (int r = 0; r < n; ++r) v.insert(v.end(), 2, r);
+    return v;
+  };
+  check_demo("allgather", "--count 2", [&](int n) {
+    return std::vector<std::string>{"after allgather every rank holds " + values(all_blocks(n))};
+  });
+  check_demo("gather", "--count 2 --root 0", [&](int n) {
+    return std::vector<std::string>{"after gather to rank 0 (result buffers):\n  rank 0 holds " +
+                                    values(all_blocks(n)) + "\n  rank 1 holds nothing"};
+  });
 }
 
 TEST_CASE("scatter: rank r holds block r") {
-    check_demo("scatter", "--count 2 --root 1", [](int n) {
-        std::string after = "after scatter from rank 1:";
-        for (int r = 0; r < n; ++r) after += fmt::format("\n  rank {} holds {}", r, values({r, r}));
-        return std::vector<std::string>{after};
-    });
+  check_demo("scatter", "--count 2 --root 1", [](int n) {
+    std::string after = "after scatter from rank 1:";
+    for (int r = 0; r < n; ++r) after += fmt::format("\n  rank {} holds {}", r, values({r, r}));
+    return std::vector<std::string>{after};
+  });
 }
 
 TEST_CASE("reduce_scatter: rank r holds block r of the sum") {
-    check_demo("reduce_scatter", "--count 2", [](int n) {
-        // rank q holds x_q[i] = q + i, so the sum is n·i + n(n-1)/2.
-        std::string after = "after reduce_scatter(sum):";
-        for (int r = 0; r < n; ++r) {
-            std::vector<int> block;
-            for (int i = 2 * r; i < 2 * r + 2; ++i) block.push_back(n * i + n * (n - 1) / 2);
-            after += fmt::format("\n  rank {} holds {}", r, values(block));
-        }
-        return std::vector<std::string>{after};
-    });
+  check_demo("reduce_scatter", "--count 2", [](int n) {
+    // rank q holds x_q[i] = q + i, so the sum is n·i + n(n-1)/2.
+    std::string after = "after reduce_scatter(sum):";
+    for (int r = 0; r < n; ++r) {
+      std::vector<int> block;
+      for (int i = 2 * r; i < 2 * r + 2; ++i) block.push_back(n * i + n * (n - 1) / 2);
+      after += fmt::format("\n  rank {} holds {}", r, values(block));
+    }
+    return std::vector<std::string>{after};
+  });
 }
 
 TEST_CASE("barrier: nobody leaves before the last arrival") {
-    check_demo("barrier", "", [](int n) {
-        return std::vector<std::string>{fmt::format("rank {} arrived", n - 1), "first departure after the last arrival: the barrier held"};
-    });
+  check_demo("barrier", "", [](int n) {
+    return std::vector<std::string>{fmt::format("rank {} arrived", n - 1),
+                                    "first departure after the last arrival: the barrier held"};
+  });
 }
 
 TEST_CASE("model-parallel toy: the chained partial sums give the dot product") {
-    check_demo("model_parallel", "", [](int n) {
-        int y = 0;
-        for (int r = 0; r < n; ++r) y += (r + 1) * (2 * r + 1);
-        return std::vector<std::string>{fmt::format("y = {} (computed on one rank: {})", y, y)};
-    });
+  check_demo("model_parallel", "", [](int n) {
+    int y = 0;
+    for (int r = 0; r < n; ++r) y += (r + 1) * (2 * r + 1);
+    return std::vector<std::string>{fmt::format("y = {} (computed on one rank: {})", y, y)};
+  });
 }
 
 namespace {
 std::size_t occurrences(const std::string& text, const std::string& what) {
-    std::size_t n = 0;
-    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 }  // namespace
 
 TEST_CASE("timeout demo: one report that names the rank that skipped, and the job ends non-zero") {
-    for (int n : {2, 4}) {
-        auto r = demo("timeout", n, "--timeout 2 --backend ring");
-        INFO(r.output);
-        CHECK(r.status == 3);
-        CHECK(r.seconds < 12);
-        // The full report once, opening with the diagnosis; the other ranks a line each at most.
-        CHECK(occurrences(r.output, "[watchdog] diagnosis:") == 1);
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} called barrier #1 where rank{} {} "
-                                                         "called allreduce #1 (on 'world')",
-                                                         n - 1, n > 2 ? "s" : "", n > 2 ? fmt::format("0-{}", n - 2) : "0")));
-        CHECK(occurrences(r.output, "[watchdog] ending the job") == 1);
-        CHECK(occurrences(r.output, "[watchdog]") <= 3 + static_cast<std::size_t>(n - 1) + 1);
-        CHECK_THAT(r.output, Catch::Contains("timed out after waiting"));
-        CHECK_THAT(r.output, !Catch::Contains("ORTE_ERROR_LOG"));
-    }
-    auto alone = demo("timeout", 1, "");
-    INFO(alone.output);
-    CHECK(alone.status == 2);
-    CHECK_THAT(alone.output, Catch::Contains("error: the timeout demo needs at least 2 ranks"));
+  for (int n : {2, 4}) {
+    auto r = demo("timeout", n, "--timeout 2 --backend ring");
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK(r.seconds < 12);
+    // The full report once, opening with the diagnosis; the other ranks a line each at most.
+    CHECK(occurrences(r.output, "[watchdog] diagnosis:") == 1);
+    CHECK_THAT(r.output,
+               Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} called barrier #1 where rank{} {} "
+                                           "called allreduce #1 (on 'world')",
+                                           n - 1, n > 2 ? "s" : "", n > 2 ? fmt::format("0-{}", n - 2) : "0")));
+    CHECK(occurrences(r.output, "[watchdog] ending the job") == 1);
+    CHECK(occurrences(r.output, "[watchdog]") <= 3 + static_cast<std::size_t>(n - 1) + 1);
+    CHECK_THAT(r.output, Catch::Contains("timed out after waiting"));
+    CHECK_THAT(r.output, !Catch::Contains("ORTE_ERROR_LOG"));
+  }
+  auto alone = demo("timeout", 1, "");
+  INFO(alone.output);
+  CHECK(alone.status == 2);
+  CHECK_THAT(alone.output, Catch::Contains("error: the timeout demo needs at least 2 ranks"));
 }
 
 TEST_CASE("the all-ranks flag prefixes what is printed with the rank") {
-    auto r = demo("allreduce", 2, "--all-ranks");
-    INFO(r.output);
-    CHECK(r.status == 0);
-    CHECK_THAT(r.output, Catch::Contains("[rank 0] after allreduce(sum) every rank holds [1 1 1]"));
+  auto r = demo("allreduce", 2, "--all-ranks");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("[rank 0] after allreduce(sum) every rank holds [1 1 1]"));
 }
 
 TEST_CASE("bad flags are one clear line and a non-zero exit") {
-    auto r = demo("broadcast", 2, "--root 5");
-    INFO(r.output);
-    CHECK(r.status == 2);
-    CHECK_THAT(r.output, Catch::Contains("error: --root 5 is not a rank of this 2-rank job"));
-    r = demo("allreduce", 2, "--backend carrier-pigeon");
-    CHECK(r.status == 2);
-    CHECK_THAT(r.output, Catch::Contains("error: --backend: carrier-pigeon not in {mpi,ring,naive}"));
-    r = demo("allreduce", 2, "--timeout -1");
-    CHECK(r.status == 2);
-    CHECK_THAT(r.output, Catch::Contains("error: --timeout"));
+  auto r = demo("broadcast", 2, "--root 5");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("error: --root 5 is not a rank of this 2-rank job"));
+  r = demo("allreduce", 2, "--backend carrier-pigeon");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("error: --backend: carrier-pigeon not in {mpi,ring,naive}"));
+  r = demo("allreduce", 2, "--timeout -1");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("error: --timeout"));
 }

@@ -121,7 +121,8 @@ TEST_CASE("checkpoint: truncated, corrupt, mismatched or missing → one clear e
 
   save();
   { std::ofstream(dir / "state.json") << "{ not json"; }
-  CHECK_THAT(error_of([&] { nn::load_checkpoint(dir, b, nullptr); }), Contains("state.json") && Contains("not valid JSON"));
+  CHECK_THAT(error_of([&] { nn::load_checkpoint(dir, b, nullptr); }),
+             Contains("state.json") && Contains("not valid JSON"));
 
   save();
   nn::GPTConfig wider = kConfig;
@@ -160,8 +161,11 @@ TEST_CASE("checkpoint: a diverged model (nan weights) is refused and the good ch
   Trained a(kConfig, 1);
   nn::save_checkpoint(dir, a.model, a.opt, {{"step", 3}});
   a.model.parameters()[2].tensor.values()[5] = std::numeric_limits<float>::quiet_NaN();
-  CHECK_THAT(error_of([&] { nn::save_checkpoint(dir, a.model, a.opt, {{"step", 4}}); }),
-             Contains("refusing to write a checkpoint") && Contains(a.model.parameters()[2].name) && Contains("diverged"));
+  CHECK_THAT(
+      error_of([&] {
+        nn::save_checkpoint(dir, a.model, a.opt, {{"step", 4}});
+      }),
+      Contains("refusing to write a checkpoint") && Contains(a.model.parameters()[2].name) && Contains("diverged"));
   CHECK(nn::read_checkpoint_info(dir).train_state["step"] == 3);
   nn::GPT b(kConfig, 2);
   CHECK(nn::load_checkpoint(dir, b, nullptr).train_state["step"] == 3);

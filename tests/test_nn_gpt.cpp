@@ -63,7 +63,8 @@ void check_close(const std::string& what, const float* ours, const std::vector<d
     worst = std::max(worst, err);
     if (err > rtol) ++bad;
   }
-  INFO(what << ": worst relative error " << worst << ", " << bad << " of " << reference.size() << " elements over " << rtol);
+  INFO(what << ": worst relative error " << worst << ", " << bad << " of " << reference.size() << " elements over "
+            << rtol);
   CHECK(bad == 0);
 }
 
@@ -99,7 +100,8 @@ TEST_CASE("GPT matches PyTorch's nanoGPT: names, count, loss, every gradient") {
     const double reference_loss = fx.file.doubles("loss")[0];
     CHECK(std::abs(loss.item() - reference_loss) <= 1e-5 * std::abs(reference_loss));
     nn::autograd::backward(loss);
-    for (const auto& [pname, t] : model.state_dict()) check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));
+    for (const auto& [pname, t] : model.state_dict())
+      check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));
   }
 }
 
@@ -126,7 +128,8 @@ TEST_CASE("AdamW and clipping match PyTorch's over two steps") {
       CHECK(nn::grad_norm(model.parameters()) == Approx(0.5f * norm).epsilon(1e-4));
       opt.step(rates[s]);
     }
-    for (const auto& [pname, t] : model.state_dict()) check_close("after AdamW " + pname, t.data(), fx.file.doubles("adamw." + pname));
+    for (const auto& [pname, t] : model.state_dict())
+      check_close("after AdamW " + pname, t.data(), fx.file.doubles("adamw." + pname));
   }
 }
 
@@ -281,7 +284,8 @@ TEST_CASE("GPT in parts: three stages start from the whole model's numbers and g
   const nn::GPTConfig config = three_small_blocks();
   nn::GPT whole(config, 7);
   // Stage 0: embedding + block 0; stage 1: block 1; stage 2: block 2 + head (own copy of wte).
-  nn::GPT first(config, 7, {true, 0, 1, false}), middle(config, 7, {false, 1, 2, false}), last(config, 7, {false, 2, 3, true});
+  nn::GPT first(config, 7, {true, 0, 1, false}), middle(config, 7, {false, 1, 2, false}),
+      last(config, 7, {false, 2, 3, true});
   auto value_of = [](nn::GPT& model, const std::string& name) {
     auto v = model.parameter(name).values();
     return std::vector<float>(v.begin(), v.end());
@@ -299,7 +303,8 @@ TEST_CASE("GPT in parts: three stages start from the whole model's numbers and g
   CHECK_THROWS_WITH(middle.forward({}, 1, 1), Catch::Contains("needs the whole model"));
   CHECK_THROWS_WITH(nn::GPT(config, 7, {true, 2, 5, true}), Catch::Contains("not a range of the 3 blocks"));
 
-  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, targets = {2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2};
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1},
+                             targets = {2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2};
   nn::Tensor reference = whole.loss(ids, targets, 2, 6);
   nn::autograd::backward(reference);
 

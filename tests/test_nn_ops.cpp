@@ -40,7 +40,8 @@ TEST_CASE("add (broadcast), mul, scale: gradients") {
                   {random_tensor({3, 5, 7}, 1), random_tensor({5, 7}, 2)});
   check_gradients([](auto& in) { return nn::add(in[0], in[1]); }, {random_tensor({4, 7}, 3), random_tensor({7}, 4)});
   check_gradients([](auto& in) { return nn::add(in[0], in[1]); }, {random_tensor({6}, 5), random_tensor({6}, 6)});
-  check_gradients([](auto& in) { return nn::mul(in[0], in[1]); }, {random_tensor({3, 11}, 7), random_tensor({3, 11}, 8)});
+  check_gradients([](auto& in) { return nn::mul(in[0], in[1]); },
+                  {random_tensor({3, 11}, 7), random_tensor({3, 11}, 8)});
   check_gradients([](auto& in) { return nn::scale(in[0], -2.5f); }, {random_tensor({13}, 9)});
   CHECK_THROWS_AS(nn::add(random_tensor({3, 5}, 1), random_tensor({3}, 2)), nn::Error);
   nn::autograd::clear_tape();
@@ -98,7 +99,8 @@ std::vector<double> naive_attention(const Tensor& qkv, int H) {
         double max = *std::max_element(w.begin(), w.end()), total = 0;
         for (double& v : w) total += v = std::exp(v - max);
         for (int64_t j = 0; j <= t; ++j)
-          for (int64_t d = 0; d < hs; ++d) y[(b * T + t) * C + h * hs + d] += w[j] / total * at(b, j, 2 * C + h * hs + d);
+          for (int64_t d = 0; d < hs; ++d)
+            y[(b * T + t) * C + h * hs + d] += w[j] / total * at(b, j, 2 * C + h * hs + d);
       }
   return y;
 }
@@ -299,5 +301,6 @@ TEST_CASE("autograd: several forward passes alive at once, each on its own tape,
     nn::autograd::backward(loss_a);
   }
   CHECK(tape_a.size() == 0);
-  for (int64_t i = 0; i < w.numel(); ++i) CHECK(w.grad()[i] == Approx(reference[static_cast<std::size_t>(i)]).margin(1e-6));
+  for (int64_t i = 0; i < w.numel(); ++i)
+    CHECK(w.grad()[i] == Approx(reference[static_cast<std::size_t>(i)]).margin(1e-6));
 }

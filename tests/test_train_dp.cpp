@@ -89,8 +89,9 @@ TEST_CASE("K accumulation steps of batch B equal one step of batch K·B") {
   // With ranks: 2 ranks × 2 micro-steps × 4 = 16, both averaging implementations.
   for (std::string ddp : {"naive", "bucketed"}) {
     const std::string name = "acc_2x2_" + ddp;
-    REQUIRE(train_dp(2, common + " --batch-size 4 --grad-accum 2 --bucket-mb 0.01 --ddp " + ddp + " --out-dir " +
-                            out(name)).status == 0);
+    REQUIRE(
+        train_dp(2, common + " --batch-size 4 --grad-accum 2 --bucket-mb 0.01 --ddp " + ddp + " --out-dir " + out(name))
+            .status == 0);
     CHECK(max_difference(checkpoint(name), checkpoint("acc_ref16")) <= kTolerance);
   }
 }
@@ -127,7 +128,8 @@ TEST_CASE("eval-only prints the exact val loss (the same on any rank count) and 
   CHECK(value(one.output) > 1.0);  // 3 steps: far from trained
   CHECK(value(one.output) < 4.0);  // below a uniform guess over ~30 characters (ln 30 = 3.4) plus slack
 
-  auto sample = train_dp(1, "--sample-only --sample-tokens 40 --prompt 'the king' --init-from " + checkpoint("eval").string());
+  auto sample =
+      train_dp(1, "--sample-only --sample-tokens 40 --prompt 'the king' --init-from " + checkpoint("eval").string());
   REQUIRE(sample.status == 0);
   CHECK_THAT(sample.output, Catch::StartsWith("the king"));
   CHECK(sample.output.size() >= 48);
@@ -165,7 +167,8 @@ TEST_CASE("bad input: one line naming the problem and a non-zero exit") {
     auto r = run_command("env -u NANODIST_DATA_MIRROR NANODIST_NO_DOWNLOAD=1 " +
                          mpirun(2, TRAIN_DP, "--data-dir " + empty.string() + " --out-dir " + out("nodata")));
     clean_failure(r, "no Shakespeare text");
-    clean_failure(train_dp(1, "--text /no/such/file.txt --out-dir " + out("nodata")), "--text /no/such/file.txt: no such file");
+    clean_failure(train_dp(1, "--text /no/such/file.txt --out-dir " + out("nodata")),
+                  "--text /no/such/file.txt: no such file");
   }
   SECTION("a corrupt checkpoint") {
     fs::remove_all(out("corrupt"));
@@ -222,7 +225,6 @@ TEST_CASE("a rank killed mid-training: the others stop with the watchdog's repor
 
 namespace {
 
-
 std::vector<std::string> lines_of(const fs::path& file) {
   std::ifstream in(file);
   std::vector<std::string> lines;
@@ -239,14 +241,17 @@ std::vector<std::string> folders_in(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("--text gets its own prepared folder: the default data is never replaced, a failed preparation leaves nothing") {
+TEST_CASE(
+    "--text gets its own prepared folder: the default data is never replaced, a failed preparation leaves nothing") {
   // The "default" text comes from a mirror folder, as tiny Shakespeare does in CI.
   const fs::path mirror = kWork / "mirror", data = kWork / "data_cache";
   fs::remove_all(data);
   fs::create_directories(mirror / "tinyshakespeare");
   fs::copy_file(shakespeareish(), mirror / "tinyshakespeare" / "input.txt", fs::copy_options::overwrite_existing);
-  const std::string quiet = "--n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --eval-iters 1 --no-full-val "
-                            "--sample-tokens 0 --threads 1 --timeout 30 --max-iters 1 --data-dir " + data.string();
+  const std::string quiet =
+      "--n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --eval-iters 1 --no-full-val "
+      "--sample-tokens 0 --threads 1 --timeout 30 --max-iters 1 --data-dir " +
+      data.string();
   auto with_mirror = [&](const std::string& args) {
     CommandResult r = run_command("env NANODIST_NO_DOWNLOAD=1 NANODIST_DATA_MIRROR=" + mirror.string() + " " +
                                   mpirun(2, TRAIN_DP, quiet + " " + args));
@@ -255,7 +260,8 @@ TEST_CASE("--text gets its own prepared folder: the default data is never replac
   };
   auto first = with_mirror("--out-dir " + out("cache_default"));
   REQUIRE(first.status == 0);
-  CHECK_THAT(first.output, Catch::Contains("prepared now from " + (mirror / "tinyshakespeare" / "input.txt").string() + " (mirror)"));
+  CHECK_THAT(first.output,
+             Catch::Contains("prepared now from " + (mirror / "tinyshakespeare" / "input.txt").string() + " (mirror)"));
   const fs::path cache = data / "shakespeare_char";
   const auto meta = nn::read_whole_file(cache / "meta.json"), train = nn::read_whole_file(cache / "train.bin");
 
@@ -264,7 +270,8 @@ TEST_CASE("--text gets its own prepared folder: the default data is never replac
   auto with_text = with_mirror("--text " + other.string() + " --out-dir " + out("cache_text"));
   REQUIRE(with_text.status == 0);
   CHECK_THAT(with_text.output, Catch::Contains("text_other_words_"));
-  auto rejected = with_mirror("--text " + other.string() + " --eval-only --init-from " + checkpoint("cache_default").string());
+  auto rejected =
+      with_mirror("--text " + other.string() + " --eval-only --init-from " + checkpoint("cache_default").string());
   CHECK(rejected.status == 2);
   CHECK(nn::read_whole_file(cache / "meta.json") == meta);
   CHECK(nn::read_whole_file(cache / "train.bin") == train);
@@ -279,7 +286,8 @@ TEST_CASE("--text gets its own prepared folder: the default data is never replac
       for (int i = 0; i < 4096; ++i) f.put(static_cast<char>(i * 37 % 256));
     }
     const auto before = folders_in(data);
-    usage_failure(with_mirror("--text " + binary.string() + " --out-dir " + out("cache_binary")), "not a UTF-8 text file");
+    usage_failure(with_mirror("--text " + binary.string() + " --out-dir " + out("cache_binary")),
+                  "not a UTF-8 text file");
     CHECK(folders_in(data) == before);
   }
   SECTION("a broken prepared folder says how to rebuild it") {
@@ -302,7 +310,8 @@ TEST_CASE("a diverged run stops with one line, exit non-zero, and the previous c
   const std::string common = tiny(shakespeareish()) + " --ckpt-interval 2";
   REQUIRE(train_dp(2, common + " --max-iters 2 --out-dir " + out("diverge")).status == 0);
   const auto good = nn::read_whole_file(checkpoint("diverge") / "model.safetensors");
-  auto r = train_dp(2, common + " --resume --max-iters 8 --learning-rate 1e30 --grad-clip 0 --out-dir " + out("diverge"));
+  auto r =
+      train_dp(2, common + " --resume --max-iters 8 --learning-rate 1e30 --grad-clip 0 --out-dir " + out("diverge"));
   usage_failure(r, "training diverged at step");
   CHECK_THAT(r.output, Catch::Contains("the checkpoint of step 2"));
   CHECK(nn::read_whole_file(checkpoint("diverge") / "model.safetensors") == good);
@@ -322,7 +331,8 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
   usage_failure(train_dp(2, common + " --grad-clip inf"), "--grad-clip must be a number ≥ 0, got inf");
   usage_failure(train_dp(2, common + " --timeout nan"), "--timeout must be a number > 0, got nan");
   usage_failure(train_dp(2, common + " --dropout 2"), "--dropout must be a number ≥ 0 and ≤ 0.99, got 2");
-  usage_failure(train_dp(2, common + " --sample-tokens 2000000000"), "--sample-tokens must be a whole number from 0 to");
+  usage_failure(train_dp(2, common + " --sample-tokens 2000000000"),
+                "--sample-tokens must be a whole number from 0 to");
   usage_failure(train_dp(2, common + " --crash-at-step 1 --crash-rank 7"), "--crash-rank 7 does not exist");
   // Too big for memory: refused up front with the estimate, not std::bad_alloc or the OOM killer.
   for (const std::string flags : {" --batch-size 100000000", " --n-embd 1000000 --n-head 1", " --n-layer 100000"}) {
@@ -351,7 +361,8 @@ TEST_CASE("every output location is checked before step 0") {
 }
 
 TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it from the resumed step") {
-  const std::string common = tiny(shakespeareish()) + " --ckpt-interval 2 --lr-decay-iters 8 --out-dir " + out("metrics_resume");
+  const std::string common =
+      tiny(shakespeareish()) + " --ckpt-interval 2 --lr-decay-iters 8 --out-dir " + out("metrics_resume");
   fs::remove_all(out("metrics_resume"));
   const fs::path csv = fs::path(out("metrics_resume")) / "metrics.csv";
   auto train_steps = [&] {
@@ -376,11 +387,13 @@ TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it
 TEST_CASE("--resume continues the checkpoint's run: its schedule and settings, unless a flag overrides them") {
   const fs::path text = shakespeareish();
   // Everything but the data and the machine comes from the checkpoint when resuming.
-  const std::string data = fmt::format("--text {} --data-dir {} --threads 1 --timeout 30 --eval-interval 0 --eval-iters 2 "
-                                       "--no-full-val --sample-tokens 0 --log-interval 1",
-                                       text.string(), (kWork / "data").string());
-  const std::string run = tiny(text) + " --learning-rate 3e-3 --warmup-iters 1 --min-lr 1e-4 --batch-size 6 --max-iters 8 "
-                                       "--ckpt-interval 4 --dropout 0.1";
+  const std::string data = fmt::format(
+      "--text {} --data-dir {} --threads 1 --timeout 30 --eval-interval 0 --eval-iters 2 "
+      "--no-full-val --sample-tokens 0 --log-interval 1",
+      text.string(), (kWork / "data").string());
+  const std::string run = tiny(text) +
+                          " --learning-rate 3e-3 --warmup-iters 1 --min-lr 1e-4 --batch-size 6 --max-iters 8 "
+                          "--ckpt-interval 4 --dropout 0.1";
   REQUIRE(train_dp(2, run + " --out-dir " + out("settings_straight")).status == 0);
   // The same run, stopped by a kill at step 5 (checkpoint at 4), resumed by a bare --resume.
   auto killed = train_dp(2, run + " --crash-at-step 5 --crash-rank 1 --out-dir " + out("settings_resumed"));
@@ -392,17 +405,19 @@ TEST_CASE("--resume continues the checkpoint's run: its schedule and settings, u
   CHECK(same_bytes(checkpoint("settings_straight") / "model.safetensors",
                    checkpoint("settings_resumed") / "model.safetensors"));
   // A flag typed again overrides the checkpoint, and the log says so.
-  auto longer = train_dp(2, data + " --resume --max-iters 10 --learning-rate 1e-3 --out-dir " + out("settings_resumed"));
+  auto longer =
+      train_dp(2, data + " --resume --max-iters 10 --learning-rate 1e-3 --out-dir " + out("settings_resumed"));
   REQUIRE(longer.status == 0);
-  CHECK_THAT(longer.output, Catch::Contains("note: flags change the run's settings: max_iters 8 → 10, learning_rate 0.003 → 0.001"));
+  CHECK_THAT(longer.output,
+             Catch::Contains("note: flags change the run's settings: max_iters 8 → 10, learning_rate 0.003 → 0.001"));
   CHECK(nn::read_checkpoint_info(checkpoint("settings_resumed")).train_state.at("step") == 10);
 }
 
 TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume") {
   fs::remove_all(out("interrupted"));
   const fs::path log = kWork / "interrupted.log";
-  const std::string command = mpirun(2, TRAIN_DP, tiny(shakespeareish()) + " --max-iters 1000000 --ckpt-interval 3 --out-dir " +
-                                                      out("interrupted"));
+  const std::string command = mpirun(
+      2, TRAIN_DP, tiny(shakespeareish()) + " --max-iters 1000000 --ckpt-interval 3 --out-dir " + out("interrupted"));
   // Start the job, wait until its first checkpoint exists, then press Ctrl-C (SIGINT to mpiexec).
   const std::string script = fmt::format(
       "{} > {} 2>&1 & pid=$!; for i in $(seq 600); do [ -f {}/state.json ] && break; sleep 0.1; done; kill -INT $pid; "

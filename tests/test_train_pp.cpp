@@ -14,7 +14,9 @@ constexpr int kSteps = 5;
 constexpr float kTolerance = 2e-5f;  // as the data-parallel test: float sums in another order
 
 // 4 blocks (enough for 4 stages), partition sampling (so data parallelism splits one batch).
-std::string common() { return tiny(shakespeareish(), "data", 4) + fmt::format(" --sampling partition --max-iters {}", kSteps); }
+std::string common() {
+  return tiny(shakespeareish(), "data", 4) + fmt::format(" --sampling partition --max-iters {}", kSteps);
+}
 
 // One process with batch B: the reference every pipeline with that global batch must match.
 fs::path reference(int B) {
@@ -34,8 +36,8 @@ TEST_CASE("P stages × M micro-batches end where one process with the same batch
       for (int s = 0; s < 2; ++s) {
         const std::string schedule = s == 0 ? "gpipe" : "1f1b";
         runs[s] = fmt::format("pp{}_m{}_{}", P, M, schedule);
-        auto r = train_pp(P, common() + fmt::format(" --batch-size {} --micro-batches {} --schedule {} --out-dir {}", B, M,
-                                                    schedule, out(runs[s])));
+        auto r = train_pp(P, common() + fmt::format(" --batch-size {} --micro-batches {} --schedule {} --out-dir {}", B,
+                                                    M, schedule, out(runs[s])));
         REQUIRE(r.status == 0);
         const float diff = max_difference(checkpoint(runs[s]), reference(B));
         INFO(runs[s] << ": largest parameter difference from one process with batch " << B << " is " << diff);
@@ -52,19 +54,21 @@ TEST_CASE("pipeline × data parallelism, and an uneven split, match one process 
   CHECK_THAT(r.output, Catch::Contains("rank 3 = dp 1 · pp 1"));
   CHECK(max_difference(checkpoint("pp2_dp2"), reference(8)) <= kTolerance);
   SECTION("the comparison has teeth: random sampling (other data per replica) ends far away") {
-    auto other = train_pp(4, common() + " --dp 2 --batch-size 4 --micro-batches 2 --sampling random --out-dir " +
-                                 out("pp2_dp2_random"));
+    auto other = train_pp(
+        4, common() + " --dp 2 --batch-size 4 --micro-batches 2 --sampling random --out-dir " + out("pp2_dp2_random"));
     REQUIRE(other.status == 0);
     CHECK(max_difference(checkpoint("pp2_dp2_random"), reference(8)) > 100 * kTolerance);
   }
-  auto uneven = train_pp(3, common() + " --stage-layers 2,1,1 --batch-size 6 --micro-batches 3 --out-dir " + out("pp3_uneven"));
+  auto uneven =
+      train_pp(3, common() + " --stage-layers 2,1,1 --batch-size 6 --micro-batches 3 --out-dir " + out("pp3_uneven"));
   REQUIRE(uneven.status == 0);
   CHECK_THAT(uneven.output, Catch::Contains("stages: 2/1/1 blocks"));
   CHECK(max_difference(checkpoint("pp3_uneven"), reference(6)) <= kTolerance);
 }
 
 TEST_CASE("the tied embedding stays identical; a pipeline checkpoint loads in train_dp; resume is exact") {
-  const std::string run = common() + " --batch-size 4 --micro-batches 2 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 2";
+  const std::string run =
+      common() + " --batch-size 4 --micro-batches 2 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 2";
   // Check mode verifies the two copies of wte bit for bit at the start and the end.
   auto straight = train_pp(3, run + " --max-iters 8 --check-collectives --out-dir " + out("pp_straight"));
   REQUIRE(straight.status == 0);
@@ -81,8 +85,8 @@ TEST_CASE("the tied embedding stays identical; a pipeline checkpoint loads in tr
   REQUIRE(pp.status == 0);
   CHECK(value(dp.output) == value(pp.output));
   // Samples through the pipeline: the last stage draws each token and sends it to all.
-  auto sample = train_pp(3, "--sample-only --sample-tokens 30 --prompt 'the king' --init-from " +
-                                checkpoint("pp_straight").string());
+  auto sample = train_pp(
+      3, "--sample-only --sample-tokens 30 --prompt 'the king' --init-from " + checkpoint("pp_straight").string());
   REQUIRE(sample.status == 0);
   CHECK_THAT(sample.output, Catch::StartsWith("the king"));
   CHECK(sample.output.size() >= 38);
@@ -91,7 +95,8 @@ TEST_CASE("the tied embedding stays identical; a pipeline checkpoint loads in tr
   auto resumed = train_pp(3, run + " --max-iters 8 --resume --out-dir " + out("pp_resumed"));
   REQUIRE(resumed.status == 0);
   CHECK(same_bytes(checkpoint("pp_straight") / "model.safetensors", checkpoint("pp_resumed") / "model.safetensors"));
-  CHECK(same_bytes(checkpoint("pp_straight") / "optimizer.safetensors", checkpoint("pp_resumed") / "optimizer.safetensors"));
+  CHECK(same_bytes(checkpoint("pp_straight") / "optimizer.safetensors",
+                   checkpoint("pp_resumed") / "optimizer.safetensors"));
   // And under another number of stages and schedule it resumes too (not bit-exact: other dropout streams per stage).
   REQUIRE(train_pp(2, run + " --max-iters 4 --out-dir " + out("pp_other")).status == 0);
   auto other = train_pp(4, run + " --max-iters 6 --resume --schedule gpipe --out-dir " + out("pp_other"));
@@ -115,7 +120,8 @@ TEST_CASE("bad pipeline input: one line, exit status 2") {
   const std::string run = common() + " --batch-size 4 --out-dir " + out("pp_bad");
   usage_failure(train_pp(3, tiny(shakespeareish(), "data", 2) + " --out-dir " + out("pp_bad")),
                 "3 pipeline stages for 2 blocks");
-  usage_failure(train_pp(2, run + " --stage-layers 3,2"), "--stage-layers adds up to 5 blocks, but the model has n_layer = 4");
+  usage_failure(train_pp(2, run + " --stage-layers 3,2"),
+                "--stage-layers adds up to 5 blocks, but the model has n_layer = 4");
   usage_failure(train_pp(2, run + " --stage-layers 4,0"), "every stage needs at least one block");
   usage_failure(train_pp(2, run + " --micro-batches 0"), "--micro-batches must be a whole number ≥ 1, got 0");
   usage_failure(train_pp(2, run + " --micro-batches 3"), "--micro-batches 3 does not divide --batch-size 4");
@@ -125,8 +131,8 @@ TEST_CASE("bad pipeline input: one line, exit status 2") {
 TEST_CASE("--trace: one row per rank with every micro-batch's forward and backward, in train_pp and train_dp") {
   const fs::path file = kWork / "runs" / "pp_trace.json";
   fs::create_directories(file.parent_path());
-  auto r = train_pp(3, common() + " --batch-size 8 --micro-batches 4 --trace " + file.string() + " --trace-steps 2 --out-dir " +
-                           out("pp_trace"));
+  auto r = train_pp(3, common() + " --batch-size 8 --micro-batches 4 --trace " + file.string() +
+                           " --trace-steps 2 --out-dir " + out("pp_trace"));
   REQUIRE(r.status == 0);
   const auto trace = nlohmann::json::parse(nn::read_whole_file(file));
   std::map<std::pair<int, std::string>, int> count;  // (rank, category) → spans
@@ -140,10 +146,11 @@ TEST_CASE("--trace: one row per rank with every micro-batch's forward and backwa
   }
   CHECK(count[{0, "wait"}] > 0);
   const fs::path dp_file = kWork / "runs" / "dp_trace.json";
-  REQUIRE(train_dp(2, common() + " --batch-size 4 --trace " + dp_file.string() + " --out-dir " + out("dp_trace")).status == 0);
+  REQUIRE(
+      train_dp(2, common() + " --batch-size 4 --trace " + dp_file.string() + " --out-dir " + out("dp_trace")).status ==
+      0);
   int dp_forwards = 0;
   const auto dp_trace = nlohmann::json::parse(nn::read_whole_file(dp_file));
-  for (const auto& e : dp_trace.at("traceEvents"))
-    dp_forwards += e.value("cat", "") == "forward";
+  for (const auto& e : dp_trace.at("traceEvents")) dp_forwards += e.value("cat", "") == "forward";
   CHECK(dp_forwards == 2 * 3);  // 2 ranks × the default 3 traced steps
 }

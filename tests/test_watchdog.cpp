@@ -14,91 +14,93 @@ namespace {
 constexpr double kDeadline = 2.0;
 
 CommandResult scenario(int ranks, const std::string& name, const std::string& backend, const std::string& extra = "") {
-    return run_command(mpirun(ranks, FAULT_SCENARIOS,
-                              fmt::format("--scenario {} --timeout {} --backend {} {}", name, kDeadline, backend, extra)));
+  return run_command(
+      mpirun(ranks, FAULT_SCENARIOS,
+             fmt::format("--scenario {} --timeout {} --backend {} {}", name, kDeadline, backend, extra)));
 }
 
 void ended_by_watchdog(const CommandResult& r) {
-    INFO(r.output);
-    CHECK(r.status != 0);
-    CHECK(r.seconds < kDeadline + 10);
-    CHECK_THAT(r.output, !Catch::Contains("collective #1 done"));
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < kDeadline + 10);
+  CHECK_THAT(r.output, !Catch::Contains("collective #1 done"));
 }
 
 }  // namespace
 
 TEST_CASE("a correct run passes through the watchdog untouched") {
-    for (int n : {2, 3}) {
-        auto r = scenario(n, "none", "ring", "--check-collectives");
-        INFO(r.output);
-        CHECK(r.status == 0);
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("collective #1 done: sum {}", n * n)));
-        CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
-    }
+  for (int n : {2, 3}) {
+    auto r = scenario(n, "none", "ring", "--check-collectives");
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("collective #1 done: sum {}", n * n)));
+    CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
+  }
 }
 
 TEST_CASE("a rank that skips a collective is named, with what it does instead") {
-    for (auto [n, backend] : {std::pair{2, "mpi"}, std::pair{3, "ring"}}) {
-        auto r = scenario(n, "skip", backend);
-        ended_by_watchdog(r);
-        INFO(r.output);
-        CHECK(r.status == 3);
-        CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world' (count 4 float, op sum) timed out"));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("not arrived: rank {}", n - 1)));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} is not in any collective", n - 1)));
-        CHECK_THAT(r.output, Catch::Contains("its last call, allreduce #0 on 'world'"));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} never called allreduce #1: not in "
-                                                         "any collective where rank{} called allreduce #1",
-                                                         n - 1, n == 2 ? " 0" : "s 0-1")));
-    }
+  for (auto [n, backend] : {std::pair{2, "mpi"}, std::pair{3, "ring"}}) {
+    auto r = scenario(n, "skip", backend);
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world' (count 4 float, op sum) timed out"));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("not arrived: rank {}", n - 1)));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} is not in any collective", n - 1)));
+    CHECK_THAT(r.output, Catch::Contains("its last call, allreduce #0 on 'world'"));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} never called allreduce #1: not in "
+                                                     "any collective where rank{} called allreduce #1",
+                                                     n - 1, n == 2 ? " 0" : "s 0-1")));
+  }
 }
 
 TEST_CASE("a rank that calls a different collective is named, with that collective") {
-    for (auto [n, backend] : {std::pair{2, "naive"}, std::pair{3, "mpi"}}) {
-        auto r = scenario(n, "different", backend);
-        ended_by_watchdog(r);
-        INFO(r.output);
-        CHECK(r.status == 3);
-        // Whichever rank reports, the diagnosis is the same: the odd one out is named.
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} called broadcast #1 where rank{} "
-                                                         "called allreduce #1",
-                                                         n - 1, n == 2 ? " 0" : "s 0-1")));
-        CHECK_THAT(r.output, Catch::Contains("waiting in a different call"));
-        CHECK(r.output.find("[watchdog] diagnosis") == r.output.rfind("[watchdog] diagnosis"));  // one report
-    }
+  for (auto [n, backend] : {std::pair{2, "naive"}, std::pair{3, "mpi"}}) {
+    auto r = scenario(n, "different", backend);
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    // Whichever rank reports, the diagnosis is the same: the odd one out is named.
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} called broadcast #1 where rank{} "
+                                                     "called allreduce #1",
+                                                     n - 1, n == 2 ? " 0" : "s 0-1")));
+    CHECK_THAT(r.output, Catch::Contains("waiting in a different call"));
+    CHECK(r.output.find("[watchdog] diagnosis") == r.output.rfind("[watchdog] diagnosis"));  // one report
+  }
 }
 
 TEST_CASE("a rank that exits early is named as shutting down") {
-    for (auto [n, backend] : {std::pair{2, "ring"}, std::pair{3, "naive"}}) {
-        auto r = scenario(n, "exit-early", backend);
-        ended_by_watchdog(r);
-        INFO(r.output);
-        CHECK(r.status == 3);
-        CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world'"));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} has finished its work and is shutting down", n - 1)));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("diagnosis: rank {} finished without calling allreduce #1", n - 1)));
-    }
+  for (auto [n, backend] : {std::pair{2, "ring"}, std::pair{3, "naive"}}) {
+    auto r = scenario(n, "exit-early", backend);
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world'"));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} has finished its work and is shutting down", n - 1)));
+    CHECK_THAT(r.output,
+               Catch::Contains(fmt::format("diagnosis: rank {} finished without calling allreduce #1", n - 1)));
+  }
 }
 
 TEST_CASE("a killed rank ends the job quickly, and the survivors name it") {
-    for (auto [n, backend] : {std::pair{2, "mpi"}, std::pair{3, "ring"}}) {
-        auto r = scenario(n, "killed", backend);
-        ended_by_watchdog(r);
-        INFO(r.output);
-        CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world'"));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} is dead", n - 1)));
-        CHECK_THAT(r.output, !Catch::Contains("ORTE_ERROR_LOG"));
-    }
+  for (auto [n, backend] : {std::pair{2, "mpi"}, std::pair{3, "ring"}}) {
+    auto r = scenario(n, "killed", backend);
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world'"));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} is dead", n - 1)));
+    CHECK_THAT(r.output, !Catch::Contains("ORTE_ERROR_LOG"));
+  }
 }
 
 TEST_CASE("check mode names the rank whose arguments differ, before any data moves") {
-    for (auto [n, backend] : {std::pair{2, "ring"}, std::pair{3, "mpi"}}) {
-        auto r = scenario(n, "count-mismatch", backend, "--check-collectives");
-        ended_by_watchdog(r);
-        INFO(r.output);
-        CHECK(r.status == 3);
-        CHECK_THAT(r.output, Catch::Contains("disagree on collective #1"));
-        CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} called allreduce #1 (count 8 float, op sum)", n - 1)));
-        CHECK_THAT(r.output, Catch::Contains("called allreduce #1 (count 4 float, op sum)"));
-    }
+  for (auto [n, backend] : {std::pair{2, "ring"}, std::pair{3, "mpi"}}) {
+    auto r = scenario(n, "count-mismatch", backend, "--check-collectives");
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("disagree on collective #1"));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} called allreduce #1 (count 8 float, op sum)", n - 1)));
+    CHECK_THAT(r.output, Catch::Contains("called allreduce #1 (count 4 float, op sum)"));
+  }
 }

@@ -19,7 +19,8 @@
 namespace fs = std::filesystem;
 
 inline const fs::path kWork = fs::path(TEST_WORK_DIR);
-inline const bool kFreshRuns = (fs::remove_all(kWork / "runs"), true);  // no run of an earlier invocation is ever compared
+inline const bool kFreshRuns =
+    (fs::remove_all(kWork / "runs"), true);  // no run of an earlier invocation is ever compared
 
 // A text with a small vocabulary and some structure to learn: words from a list, lines of them.
 inline fs::path synthetic_text(const std::string& name, const std::vector<std::string>& words, int n_words) {
@@ -37,16 +38,19 @@ inline fs::path synthetic_text(const std::string& name, const std::vector<std::s
 }
 
 inline fs::path shakespeareish() {
-  return synthetic_text("words.txt", {"the", "king", "shall", "speak", "and", "thou", "art", "my", "lord", "what", "noble",
-                                      "heart", "doth", "love", "o", "come", "hither", "good", "night", "sweet"}, 6000);
+  return synthetic_text("words.txt",
+                        {"the",   "king",  "shall", "speak", "and", "thou", "art",    "my",   "lord",  "what",
+                         "noble", "heart", "doth",  "love",  "o",   "come", "hither", "good", "night", "sweet"},
+                        6000);
 }
 
 // The tiny model and quiet settings every run here uses (the data is prepared into `data`).
 inline std::string tiny(const fs::path& text, const std::string& data = "data", int n_layer = 2) {
-  return fmt::format("--text {} --data-dir {} --n-layer {} --n-head 2 --n-embd 32 --block-size 16 --eval-interval 0 "
-                     "--eval-iters 2 --no-full-val --sample-tokens 0 --log-interval 1 --threads 1 --timeout 30 "
-                     "--learning-rate 1e-3 --warmup-iters 2",
-                     text.string(), (kWork / data).string(), n_layer);
+  return fmt::format(
+      "--text {} --data-dir {} --n-layer {} --n-head 2 --n-embd 32 --block-size 16 --eval-interval 0 "
+      "--eval-iters 2 --no-full-val --sample-tokens 0 --log-interval 1 --threads 1 --timeout 30 "
+      "--learning-rate 1e-3 --warmup-iters 2",
+      text.string(), (kWork / data).string(), n_layer);
 }
 
 // Runs a trainer under mpiexec; its command and output go into the failure message.
@@ -79,7 +83,9 @@ inline float max_difference(const fs::path& a, const fs::path& b) {
   return worst;
 }
 
-inline bool same_bytes(const fs::path& a, const fs::path& b) { return nn::read_whole_file(a) == nn::read_whole_file(b); }
+inline bool same_bytes(const fs::path& a, const fs::path& b) {
+  return nn::read_whole_file(a) == nn::read_whole_file(b);
+}
 
 // One line saying what was wrong, a non-zero exit, and no crash dump.
 inline void clean_failure(const CommandResult& r, const std::string& expected) {

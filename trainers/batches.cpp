@@ -21,8 +21,15 @@ void random_windows(std::span<const int32_t> tokens, int T, int B, nn::Rng& rng,
 
 BatchSampler::BatchSampler(std::span<const int32_t> tokens, int block_size, int micro_batch, int accumulation,
                            Sampling sampling, uint64_t seed, int rank, int world_size)
-    : tokens_(tokens), T_(block_size), B_(micro_batch), K_(accumulation), sampling_(sampling), seed_(seed),
-      rank_(rank), world_size_(world_size), windows_((static_cast<int64_t>(tokens.size()) - 1) / block_size) {}
+    : tokens_(tokens),
+      T_(block_size),
+      B_(micro_batch),
+      K_(accumulation),
+      sampling_(sampling),
+      seed_(seed),
+      rank_(rank),
+      world_size_(world_size),
+      windows_((static_cast<int64_t>(tokens.size()) - 1) / block_size) {}
 
 const std::vector<int32_t>& BatchSampler::permutation(int64_t epoch) {
   if (epoch != epoch_) {  // Fisher–Yates with a stream every rank shares

@@ -7,10 +7,7 @@
 #include "trainers/batches.hpp"
 
 namespace trainers {
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int B, int T, int iters, uint64_t seed,
                     comm::Communicator& group) {
@@ -64,8 +61,8 @@ double full_split_loss(nn::GPT& model, std::span<const int32_t> tokens, comm::Co
   return full_split_loss(loss_of(model), tokens, model.config().block_size, world);
 }
 
-std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const std::string& prompt,
-                        int new_tokens, float temperature, int top_k, uint64_t seed) {
+std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const std::string& prompt, int new_tokens,
+                        float temperature, int top_k, uint64_t seed) {
   nn::Rng rng(seed);
   std::vector<int32_t> ids = model.generate(vocabulary.encode(prompt), new_tokens, temperature, top_k, rng);
   return vocabulary.decode(ids);

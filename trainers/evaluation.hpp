@@ -26,12 +26,11 @@ class EvalMode {
   nn::autograd::NoGrad no_grad_;
 };
 
-
 // The loss of one batch (ids, targets [B,T]) under evaluation (no dropout, no tape): the
 // same number on every rank that calls it. For one model: model.loss; for a pipeline: the
 // last stage's loss, shared with the others (parallel/pp_inference.hpp).
-using BatchLoss = std::function<float(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
-                                      int64_t T)>;
+using BatchLoss =
+    std::function<float(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T)>;
 
 // The same measurements for any BatchLoss; `group` holds the ranks that share out the work
 // (the data-parallel replicas) and average the result.
@@ -50,7 +49,7 @@ float estimate_loss(nn::GPT& model, std::span<const int32_t> tokens, int B, int 
 double full_split_loss(nn::GPT& model, std::span<const int32_t> tokens, comm::Communicator& world);
 
 // Generates `new_tokens` characters after `prompt` (which must use the vocabulary's characters).
-std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const std::string& prompt,
-                        int new_tokens, float temperature, int top_k, uint64_t seed);
+std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const std::string& prompt, int new_tokens,
+                        float temperature, int top_k, uint64_t seed);
 
 }  // namespace trainers

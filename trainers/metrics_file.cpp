@@ -10,11 +10,25 @@
 
 namespace trainers {
 
-const char* const MetricsFile::kColumns[] = {
-    "kind",       "step",        "loss",         "lr",        "grad_norm",    "step_ms",
-    "data_ms",    "forward_ms",  "backward_ms",  "comm_ms",   "optimizer_ms", "tokens_per_s",
-    "tokens_per_s_per_rank",     "model_flops_per_s",         "train_loss",   "val_loss",
-    "val_loss_full",             "elapsed_s",    nullptr};
+const char* const MetricsFile::kColumns[] = {"kind",
+                                             "step",
+                                             "loss",
+                                             "lr",
+                                             "grad_norm",
+                                             "step_ms",
+                                             "data_ms",
+                                             "forward_ms",
+                                             "backward_ms",
+                                             "comm_ms",
+                                             "optimizer_ms",
+                                             "tokens_per_s",
+                                             "tokens_per_s_per_rank",
+                                             "model_flops_per_s",
+                                             "train_loss",
+                                             "val_loss",
+                                             "val_loss_full",
+                                             "elapsed_s",
+                                             nullptr};
 
 namespace {
 
@@ -59,8 +73,10 @@ std::string rows_before(const std::filesystem::path& path, bool csv, int64_t ste
 
 MetricsFile::MetricsFile(const std::filesystem::path& path, std::optional<int64_t> resumed_at) {
   const std::string ext = path.extension().string();
-  if (ext == ".csv") csv_ = true;
-  else if (ext != ".jsonl") nn::fail("--metrics {}: the file name must end in .csv or .jsonl", path.string());
+  if (ext == ".csv")
+    csv_ = true;
+  else if (ext != ".jsonl")
+    nn::fail("--metrics {}: the file name must end in .csv or .jsonl", path.string());
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   std::string text = csv_ ? csv_header() + "\n" : std::string();

@@ -57,7 +57,6 @@ void broadcast_text(comm::Communicator& world, std::string& text) {
 
 // ---- the data --------------------------------------------------------------------------
 
-
 // Rank 0 prepares the data (finding or downloading the text) and says where it is; then
 // every rank reads it.
 Splits load_data(const TrainOptions& o, comm::Communicator& world) {
@@ -89,17 +88,20 @@ Splits load_data(const TrainOptions& o, comm::Communicator& world) {
 void check_fits(const Splits& data, int block_size) {
   for (auto [name, split] : {std::pair{"train", &data.train}, std::pair{"val", &data.val}})
     if (static_cast<int64_t>(split->size()) < block_size + 1)
-      throw comm::UsageError(fmt::format("--block-size {} is longer than the data: the {} split of {} has {} tokens "
-                                         "(a window needs block_size + 1)",
-                                         block_size, name, data.dir.string(), split->size()));
+      throw comm::UsageError(
+          fmt::format("--block-size {} is longer than the data: the {} split of {} has {} tokens "
+                      "(a window needs block_size + 1)",
+                      block_size, name, data.dir.string(), split->size()));
 }
 
-void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab, const fs::path& data_dir) {
+void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab,
+                      const fs::path& data_dir) {
   const std::string saved = train_state.value("vocabulary", std::string());
   if (saved != data_vocab.chars())
-    throw comm::UsageError(fmt::format("vocabulary mismatch: the checkpoint was trained on {} characters, the data in {} "
-                                       "has {} — a different text",
-                                       saved.size(), data_dir.string(), data_vocab.size()));
+    throw comm::UsageError(
+        fmt::format("vocabulary mismatch: the checkpoint was trained on {} characters, the data in {} "
+                    "has {} — a different text",
+                    saved.size(), data_dir.string(), data_vocab.size()));
 }
 
 // Samples start from --prompt: every character must be in the vocabulary (checked before
@@ -121,10 +123,11 @@ void check_memory(const nn::GPTConfig& config, int batch_size, bool training, co
   std::array<double, 1> budget{comm::available_memory_bytes() / ranks_here};  // this rank's share of its node
   world.allreduce(std::span<double>(budget), comm::ReduceOp::min);
   if (budget[0] > 0 && need.total() > budget[0])
-    throw comm::UsageError(fmt::format("this configuration needs about {} per rank, but a rank's share of the "
-                                       "available memory is {} ({} rank(s) on a node): make the model, "
-                                       "--batch-size or --block-size smaller",
-                                       need.describe(), nn::format_bytes(budget[0]), ranks_here));
+    throw comm::UsageError(
+        fmt::format("this configuration needs about {} per rank, but a rank's share of the "
+                    "available memory is {} ({} rank(s) on a node): make the model, "
+                    "--batch-size or --block-size smaller",
+                    need.describe(), nn::format_bytes(budget[0]), ranks_here));
 }
 
 // Every place the run will write must be writable before step 0, not at the first checkpoint.
@@ -133,8 +136,9 @@ void check_writable(const fs::path& dir, const std::string& flag) {
   fs::create_directories(dir, ec);
   const fs::path probe = dir / fmt::format(".write-test-{}", ::getpid());
   std::FILE* file = ec ? nullptr : std::fopen(probe.c_str(), "w");
-  if (!file) throw comm::UsageError(fmt::format("{} {}: cannot write there ({})", flag, dir.string(),
-                                                ec ? ec.message() : std::strerror(errno)));
+  if (!file)
+    throw comm::UsageError(
+        fmt::format("{} {}: cannot write there ({})", flag, dir.string(), ec ? ec.message() : std::strerror(errno)));
   std::fclose(file);
   fs::remove(probe, ec);
 }
@@ -202,10 +206,12 @@ RunStart begin_run(const TrainOptions& options, comm::Communicator& world) {
   if (o.resume && !fs::exists(run.checkpoint_dir) && !fs::exists(run.checkpoint_dir.string() + ".prev"))
     throw comm::UsageError(fmt::format("--resume: there is no checkpoint in {}", run.checkpoint_dir.string()));
   if (o.crash_at_step >= 0 && o.crash_rank >= N)
-    throw comm::UsageError(fmt::format("--crash-rank {} does not exist: the job has ranks 0 to {}", o.crash_rank, N - 1));
+    throw comm::UsageError(
+        fmt::format("--crash-rank {} does not exist: the job has ranks 0 to {}", o.crash_rank, N - 1));
   on_rank0_then_agree(world, [&] {
     check_writable(o.out_dir, "--out-dir");
-    check_writable(fs::path(o.metrics).has_parent_path() ? fs::path(o.metrics).parent_path() : fs::path("."), "--metrics");
+    check_writable(fs::path(o.metrics).has_parent_path() ? fs::path(o.metrics).parent_path() : fs::path("."),
+                   "--metrics");
   });
   run.load_from = o.resume ? run.checkpoint_dir : fs::path(o.init_from);
   run.start = read_start(o, run.load_from, world);
@@ -228,19 +234,22 @@ void say_resume(const RunStart& run, int world_size) {
   if (!run.changed.empty()) comm::say("note: flags change the run's settings: {}", fmt::join(run.changed, ", "));
   const int was_world = run.start.train_state.value("world_size", world_size);
   if (was_world != world_size)
-    comm::say("note: the checkpoint was written by {} ranks, this job has {}: training continues, but each step "
-              "sees {} instead of {} micro-batches",
-              was_world, world_size, world_size, was_world);
+    comm::say(
+        "note: the checkpoint was written by {} ranks, this job has {}: training continues, but each step "
+        "sees {} instead of {} micro-batches",
+        was_world, world_size, world_size, was_world);
 }
 
-nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const std::optional<float>& val_loss) {
+nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size,
+                           const std::optional<float>& val_loss) {
   const TrainOptions& o = run.o;
-  nlohmann::json state = {{"step", steps_done},
-                          {"world_size", world_size},
-                          {"vocabulary", run.data.vocabulary.chars()},
-                          {"options", to_json(o)},
-                          // Every random stream is a function of (seed, rank, step): see stream_seed.
-                          {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * o.grad_accum}, {"ranks", world_size}}}};
+  nlohmann::json state = {
+      {"step", steps_done},
+      {"world_size", world_size},
+      {"vocabulary", run.data.vocabulary.chars()},
+      {"options", to_json(o)},
+      // Every random stream is a function of (seed, rank, step): see stream_seed.
+      {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * o.grad_accum}, {"ranks", world_size}}}};
   if (val_loss) state["val_loss"] = *val_loss;
   return state;
 }

@@ -88,7 +88,7 @@ std::string resume_command(const TrainOptions& o, int ranks);
 // crash rank in range, the checkpoint to load (with --resume, the checkpoint's settings unless
 // a flag overrides them), the data and its checks against the checkpoint and the prompt.
 struct RunStart {
-  TrainOptions o;  // the options in force (with --resume: the checkpoint's settings filled in)
+  TrainOptions o;                        // the options in force (with --resume: the checkpoint's settings filled in)
   std::filesystem::path checkpoint_dir;  // <out-dir>/checkpoint
   std::filesystem::path load_from;       // --resume: checkpoint_dir; --init-from; or empty
   Start start;                           // start.config.vocab_size is the data's
@@ -103,6 +103,7 @@ void say_resume(const RunStart& run, int world_size);
 
 // The training state a checkpoint records beside the weights (step, world size, vocabulary,
 // the run's settings, the seed), with the last evaluation's val loss when there is one.
-nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const std::optional<float>& val_loss);
+nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size,
+                           const std::optional<float>& val_loss);
 
 }  // namespace trainers

@@ -60,13 +60,14 @@ void Trace::write(const std::string& path, const std::vector<std::string>& row_n
       text.assign(chars.begin(), chars.end());
     }
     for (auto& e : nlohmann::json::parse(text)) all["traceEvents"].push_back(e);
-    all["traceEvents"].push_back({{"name", "thread_name"},
-                                  {"ph", "M"},
-                                  {"pid", 0},
-                                  {"tid", r},
-                                  {"args", {{"name", r < static_cast<int>(row_names.size())
-                                                         ? row_names[static_cast<std::size_t>(r)]
-                                                         : fmt::format("rank {}", r)}}}});
+    all["traceEvents"].push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", 0},
+         {"tid", r},
+         {"args",
+          {{"name", r < static_cast<int>(row_names.size()) ? row_names[static_cast<std::size_t>(r)]
+                                                           : fmt::format("rank {}", r)}}}});
   }
   nn::write_file_atomically(path, all.dump() + "\n");
 }

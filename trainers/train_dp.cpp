@@ -57,10 +57,13 @@ struct Evaluation {
   float train_loss, val_loss;
 };
 
-Evaluation evaluate(nn::GPT& model, const Splits& data, const TrainOptions& o, int64_t step, comm::Communicator& world) {
+Evaluation evaluate(nn::GPT& model, const Splits& data, const TrainOptions& o, int64_t step,
+                    comm::Communicator& world) {
   const auto r = static_cast<uint64_t>(world.rank()), s = static_cast<uint64_t>(step);
-  return {trainers::estimate_loss(model, data.train, o.batch_size, o.eval_iters, stream_seed(o.seed, Stream::eval, r, 2 * s), world),
-          trainers::estimate_loss(model, data.val, o.batch_size, o.eval_iters, stream_seed(o.seed, Stream::eval, r, 2 * s + 1), world)};
+  return {trainers::estimate_loss(model, data.train, o.batch_size, o.eval_iters,
+                                  stream_seed(o.seed, Stream::eval, r, 2 * s), world),
+          trainers::estimate_loss(model, data.val, o.batch_size, o.eval_iters,
+                                  stream_seed(o.seed, Stream::eval, r, 2 * s + 1), world)};
 }
 
 void print_sample(nn::GPT& model, const nn::CharVocabulary& vocabulary, const TrainOptions& o, int64_t step,
@@ -109,7 +112,6 @@ void sample_only(const TrainOptions& o, comm::Communicator& world) {
 
 // ---- training ----------------------------------------------------------------------------
 
-
 void train(const TrainOptions& options, comm::Communicator& world) {
   const RunStart run = begin_run(options, world);
   const TrainOptions& o = run.o;
@@ -148,8 +150,9 @@ void train(const TrainOptions& options, comm::Communicator& world) {
   std::optional<Evaluation> last_eval;
   auto save = [&](int64_t steps_done) {
     if (rank == 0)
-      nn::save_checkpoint(run.checkpoint_dir, model, optimizer,
-                          train_state(run, steps_done, N, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
+      nn::save_checkpoint(
+          run.checkpoint_dir, model, optimizer,
+          train_state(run, steps_done, N, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
     log.saved(steps_done);
   };
   auto evaluate_and_sample = [&](int64_t step) {
@@ -184,14 +187,15 @@ void train(const TrainOptions& options, comm::Communicator& world) {
       // 2. Unique data: this rank's micro-batch.
       auto t = Clock::now();
       sampler.fill(step, micro, batch);
-      model.dropout_rng() = nn::Rng(stream_seed(o.seed, Stream::dropout, static_cast<uint64_t>(rank),
-                                                static_cast<uint64_t>(step * K + micro)));
+      model.dropout_rng() = nn::Rng(
+          stream_seed(o.seed, Stream::dropout, static_cast<uint64_t>(rank), static_cast<uint64_t>(step * K + micro)));
       window.data += seconds_since(t);
 
       t = Clock::now();
       nn::Tensor loss = model.loss(batch.ids, batch.targets, B, T);
       step_loss += loss.item() / static_cast<float>(K);
-      if (K > 1) loss = nn::scale(loss, 1.0f / static_cast<float>(K));  // the step's gradient is the mean over micro-steps
+      if (K > 1)
+        loss = nn::scale(loss, 1.0f / static_cast<float>(K));  // the step's gradient is the mean over micro-steps
       window.forward += seconds_since(t);
       span(fmt::format("F{}", micro), "forward", t);
 
@@ -210,7 +214,8 @@ void train(const TrainOptions& options, comm::Communicator& world) {
 
     // 4. The same update everywhere.
     t = Clock::now();
-    const float norm = o.grad_clip > 0 ? nn::clip_grad_norm(model.parameters(), o.grad_clip) : nn::grad_norm(model.parameters());
+    const float norm =
+        o.grad_clip > 0 ? nn::clip_grad_norm(model.parameters(), o.grad_clip) : nn::grad_norm(model.parameters());
     log.check_finite(step + 1, "gradient norm", norm);  // the same on every rank: computed from averaged gradients
     optimizer.step(lr);
     optimizer.zero_grad();
@@ -261,11 +266,15 @@ int main(int argc, char** argv) {
     comm::Communicator& world = runtime.start(comm_options);
     nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
     if (options.threads * runtime.local_size() > nn::machine_cores())
-      comm::say("warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
-                "and every step will be slower (0 picks cores / ranks)",
-                options.threads, runtime.local_size(), options.threads * runtime.local_size(), nn::machine_cores());
-    if (options.eval_only) eval_only(options, world);
-    else if (options.sample_only) sample_only(options, world);
-    else train(options, world);
+      comm::say(
+          "warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
+          "and every step will be slower (0 picks cores / ranks)",
+          options.threads, runtime.local_size(), options.threads * runtime.local_size(), nn::machine_cores());
+    if (options.eval_only)
+      eval_only(options, world);
+    else if (options.sample_only)
+      sample_only(options, world);
+    else
+      train(options, world);
   });
 }

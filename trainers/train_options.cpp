@@ -18,11 +18,11 @@ struct ModelFlag {
   const char* flag;
   const char* field;
 };
-constexpr ModelFlag kModelFlags[] = {{"--n-layer", "n_layer"},       {"--n-head", "n_head"},
-                                     {"--n-embd", "n_embd"},         {"--block-size", "block_size"},
-                                     {"--dropout", "dropout"},       {"--bias", "bias"}};
+constexpr ModelFlag kModelFlags[] = {{"--n-layer", "n_layer"},       {"--n-head", "n_head"},   {"--n-embd", "n_embd"},
+                                     {"--block-size", "block_size"}, {"--dropout", "dropout"}, {"--bias", "bias"}};
 
-template <class... Args> [[noreturn]] void usage(fmt::format_string<Args...> format, Args&&... args) {
+template <class... Args>
+[[noreturn]] void usage(fmt::format_string<Args...> format, Args&&... args) {
   throw comm::UsageError(fmt::format(format, std::forward<Args>(args)...));
 }
 
@@ -30,8 +30,10 @@ template <class... Args> [[noreturn]] void usage(fmt::format_string<Args...> for
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
   using comm::cli::positive_real, comm::cli::real, comm::cli::whole;
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-  app.add_option("--data-dir", o.data_dir, "data folder (tinyshakespeare/input.txt, shakespeare_char/)")->capture_default_str();
+  app.option_defaults()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
+  app.add_option("--data-dir", o.data_dir, "data folder (tinyshakespeare/input.txt, shakespeare_char/)")
+      ->capture_default_str();
   app.add_option("--text", o.text, "train on this text file instead (prepared into its own folder in --data-dir)");
   app.add_option("--n-layer", o.model.n_layer, "transformer blocks")->check(whole(1))->capture_default_str();
   app.add_option("--n-head", o.model.n_head, "attention heads")->check(whole(1))->capture_default_str();
@@ -40,45 +42,80 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--dropout", o.model.dropout, "dropout rate")->check(real(0.0, 0.99))->capture_default_str();
   app.add_option("--bias", o.model.bias, "biases in Linear and LayerNorm")->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "micro-batch B per rank")->check(whole(1))->capture_default_str();
-  app.add_option("--grad-accum", o.grad_accum, "micro-steps K per optimizer step")->check(whole(1))->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-steps K per optimizer step")
+      ->check(whole(1))
+      ->capture_default_str();
   app.add_option("--max-iters", o.max_iters, "optimizer steps")->check(whole(0))->capture_default_str();
-  app.add_option("--learning-rate", o.schedule.learning_rate, "peak learning rate")->check(positive_real())->capture_default_str();
-  app.add_option("--min-lr", o.schedule.min_lr, "learning rate after the cosine decay")->check(real(0.0))->capture_default_str();
-  app.add_option("--warmup-iters", o.schedule.warmup_iters, "linear warm-up steps")->check(whole(0))->capture_default_str();
-  app.add_option("--lr-decay-iters", o.schedule.lr_decay_iters, "end of the cosine decay (0: max-iters)")->check(whole(0));
+  app.add_option("--learning-rate", o.schedule.learning_rate, "peak learning rate")
+      ->check(positive_real())
+      ->capture_default_str();
+  app.add_option("--min-lr", o.schedule.min_lr, "learning rate after the cosine decay")
+      ->check(real(0.0))
+      ->capture_default_str();
+  app.add_option("--warmup-iters", o.schedule.warmup_iters, "linear warm-up steps")
+      ->check(whole(0))
+      ->capture_default_str();
+  app.add_option("--lr-decay-iters", o.schedule.lr_decay_iters, "end of the cosine decay (0: max-iters)")
+      ->check(whole(0));
   app.add_flag("!--no-decay-lr", o.schedule.decay, "constant learning rate");
-  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW weight decay (≥ 2-D tensors)")->check(real(0.0))->capture_default_str();
+  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW weight decay (≥ 2-D tensors)")
+      ->check(real(0.0))
+      ->capture_default_str();
   app.add_option("--beta1", o.adamw.beta1, "AdamW β1")->check(real(0.0, 0.9999))->capture_default_str();
   app.add_option("--beta2", o.adamw.beta2, "AdamW β2")->check(real(0.0, 0.9999))->capture_default_str();
-  app.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm (0: off)")->check(real(0.0))->capture_default_str();
+  app.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm (0: off)")
+      ->check(real(0.0))
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of initialisation, data order, dropout, samples")
-      ->check(whole(0, std::numeric_limits<int64_t>::max()))->capture_default_str();
+      ->check(whole(0, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
   app.add_option("--sampling", o.sampling, "unique data per rank: random streams or a partition")
-      ->check(CLI::IsMember({"random", "partition"}))->capture_default_str();
+      ->check(CLI::IsMember({"random", "partition"}))
+      ->capture_default_str();
   app.add_option("--ddp", o.ddp, "gradient averaging: naive or bucketed (overlapped)")
-      ->check(CLI::IsMember({"naive", "bucketed"}))->capture_default_str();
-  app.add_option("--bucket-mb", o.bucket_mb, "bucket size for --ddp bucketed, MB")->check(positive_real(1e6))->capture_default_str();
-  app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")->check(whole(0, 1024));
-  app.add_option("--eval-interval", o.eval_interval, "evaluate every this many steps (0: only at the end)")->check(whole(0))->capture_default_str();
-  app.add_option("--eval-iters", o.eval_iters, "batches per split per rank in an evaluation")->check(whole(1))->capture_default_str();
-  app.add_option("--log-interval", o.log_interval, "a log line every this many steps")->check(whole(1))->capture_default_str();
+      ->check(CLI::IsMember({"naive", "bucketed"}))
+      ->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb, "bucket size for --ddp bucketed, MB")
+      ->check(positive_real(1e6))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
+      ->check(whole(0, 1024));
+  app.add_option("--eval-interval", o.eval_interval, "evaluate every this many steps (0: only at the end)")
+      ->check(whole(0))
+      ->capture_default_str();
+  app.add_option("--eval-iters", o.eval_iters, "batches per split per rank in an evaluation")
+      ->check(whole(1))
+      ->capture_default_str();
+  app.add_option("--log-interval", o.log_interval, "a log line every this many steps")
+      ->check(whole(1))
+      ->capture_default_str();
   app.add_flag("!--no-full-val", o.final_full_val, "skip the exact val loss at the end");
   app.add_option("--metrics", o.metrics, "metrics file, .csv or .jsonl (default <out-dir>/metrics.csv)");
   app.add_option("--prompt", o.prompt, "text the samples start from");
   app.add_option("--sample-tokens", o.sample_tokens, "characters per sample")
-      ->check(whole(0, kMaxSampleTokens))->capture_default_str();
-  app.add_option("--temperature", o.temperature, "sampling temperature")->check(real(1e-3, 100.0))->capture_default_str();
+      ->check(whole(0, kMaxSampleTokens))
+      ->capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature")
+      ->check(real(1e-3, 100.0))
+      ->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k likeliest (0: all)")->check(whole(0))->capture_default_str();
   app.add_option("--out-dir", o.out_dir, "checkpoint and metrics folder")->capture_default_str();
-  app.add_option("--ckpt-interval", o.ckpt_interval, "checkpoint every this many steps (0: only at the end)")->check(whole(0))->capture_default_str();
-  app.add_flag("--resume", o.resume, "continue the run in <out-dir>/checkpoint (its settings, unless flags override them)");
+  app.add_option("--ckpt-interval", o.ckpt_interval, "checkpoint every this many steps (0: only at the end)")
+      ->check(whole(0))
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume,
+               "continue the run in <out-dir>/checkpoint (its settings, unless flags override them)");
   app.add_option("--init-from", o.init_from, "load this checkpoint directory (with --eval-only / --sample-only)");
   app.add_flag("--eval-only", o.eval_only, "print the exact val loss of --init-from and stop");
   app.add_flag("--sample-only", o.sample_only, "print a sample from --init-from and stop");
-  app.add_option("--trace", o.trace, "write a timeline of the first --trace-steps steps (Chrome trace JSON; "
+  app.add_option("--trace", o.trace,
+                 "write a timeline of the first --trace-steps steps (Chrome trace JSON; "
                  "scripts/plot_trace.py draws it)");
-  app.add_option("--trace-steps", o.trace_steps, "steps in the --trace timeline")->check(whole(1, 1000))->capture_default_str();
-  app.add_option("--crash-at-step", o.crash_at_step, "testing: rank --crash-rank kills itself at this step")->check(whole(0));
+  app.add_option("--trace-steps", o.trace_steps, "steps in the --trace timeline")
+      ->check(whole(1, 1000))
+      ->capture_default_str();
+  app.add_option("--crash-at-step", o.crash_at_step, "testing: rank --crash-rank kills itself at this step")
+      ->check(whole(0));
   app.add_option("--crash-rank", o.crash_rank, "testing: which rank --crash-at-step kills")->check(whole(0));
 }
 
@@ -121,7 +158,8 @@ struct RunSetting {
   std::function<void(TrainOptions&, const nlohmann::json&)> set;
 };
 
-template <class Field> RunSetting setting(const char* key, const char* flag, Field field) {
+template <class Field>
+RunSetting setting(const char* key, const char* flag, Field field) {
   return {key, flag, [field](const TrainOptions& o) { return nlohmann::json(field(const_cast<TrainOptions&>(o))); },
           [field](TrainOptions& o, const nlohmann::json& value) {
             auto& target = field(o);
@@ -131,22 +169,37 @@ template <class Field> RunSetting setting(const char* key, const char* flag, Fie
 
 const std::vector<RunSetting>& run_settings() {
   static const std::vector<RunSetting> settings = {
-      setting("batch_size", "--batch-size", [](TrainOptions& o) -> auto& { return o.batch_size; }),
-      setting("grad_accum", "--grad-accum", [](TrainOptions& o) -> auto& { return o.grad_accum; }),
-      setting("max_iters", "--max-iters", [](TrainOptions& o) -> auto& { return o.max_iters; }),
-      setting("learning_rate", "--learning-rate", [](TrainOptions& o) -> auto& { return o.schedule.learning_rate; }),
-      setting("min_lr", "--min-lr", [](TrainOptions& o) -> auto& { return o.schedule.min_lr; }),
-      setting("warmup_iters", "--warmup-iters", [](TrainOptions& o) -> auto& { return o.schedule.warmup_iters; }),
+      setting(
+          "batch_size", "--batch-size", [](TrainOptions & o) -> auto& { return o.batch_size; }),
+      setting(
+          "grad_accum", "--grad-accum", [](TrainOptions & o) -> auto& { return o.grad_accum; }),
+      setting(
+          "max_iters", "--max-iters", [](TrainOptions & o) -> auto& { return o.max_iters; }),
+      setting(
+          "learning_rate", "--learning-rate", [](TrainOptions & o) -> auto& { return o.schedule.learning_rate; }),
+      setting(
+          "min_lr", "--min-lr", [](TrainOptions & o) -> auto& { return o.schedule.min_lr; }),
+      setting(
+          "warmup_iters", "--warmup-iters", [](TrainOptions & o) -> auto& { return o.schedule.warmup_iters; }),
       // 0: the decay ends at max_iters (resolved when the schedule is made, so it follows a new --max-iters)
-      setting("lr_decay_iters", "--lr-decay-iters", [](TrainOptions& o) -> auto& { return o.schedule.lr_decay_iters; }),
-      setting("decay_lr", "--no-decay-lr", [](TrainOptions& o) -> auto& { return o.schedule.decay; }),
-      setting("grad_clip", "--grad-clip", [](TrainOptions& o) -> auto& { return o.grad_clip; }),
-      setting("weight_decay", "--weight-decay", [](TrainOptions& o) -> auto& { return o.adamw.weight_decay; }),
-      setting("beta1", "--beta1", [](TrainOptions& o) -> auto& { return o.adamw.beta1; }),
-      setting("beta2", "--beta2", [](TrainOptions& o) -> auto& { return o.adamw.beta2; }),
-      setting("sampling", "--sampling", [](TrainOptions& o) -> auto& { return o.sampling; }),
-      setting("ddp", "--ddp", [](TrainOptions& o) -> auto& { return o.ddp; }),
-      setting("seed", "--seed", [](TrainOptions& o) -> auto& { return o.seed; }),
+      setting(
+          "lr_decay_iters", "--lr-decay-iters", [](TrainOptions & o) -> auto& { return o.schedule.lr_decay_iters; }),
+      setting(
+          "decay_lr", "--no-decay-lr", [](TrainOptions & o) -> auto& { return o.schedule.decay; }),
+      setting(
+          "grad_clip", "--grad-clip", [](TrainOptions & o) -> auto& { return o.grad_clip; }),
+      setting(
+          "weight_decay", "--weight-decay", [](TrainOptions & o) -> auto& { return o.adamw.weight_decay; }),
+      setting(
+          "beta1", "--beta1", [](TrainOptions & o) -> auto& { return o.adamw.beta1; }),
+      setting(
+          "beta2", "--beta2", [](TrainOptions & o) -> auto& { return o.adamw.beta2; }),
+      setting(
+          "sampling", "--sampling", [](TrainOptions & o) -> auto& { return o.sampling; }),
+      setting(
+          "ddp", "--ddp", [](TrainOptions & o) -> auto& { return o.ddp; }),
+      setting(
+          "seed", "--seed", [](TrainOptions & o) -> auto& { return o.seed; }),
   };
   return settings;
 }
@@ -166,7 +219,9 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
       }
     } else if (was != now) {
       auto show = [](const nlohmann::json& v) {
-        return v.is_string() ? v.get<std::string>() : v.is_number_float() ? fmt::format("{:g}", v.get<double>()) : v.dump();
+        return v.is_string()         ? v.get<std::string>()
+               : v.is_number_float() ? fmt::format("{:g}", v.get<double>())
+                                     : v.dump();
       };
       changed.push_back(fmt::format("{} {} → {}", s.key, show(was), show(now)));
     }

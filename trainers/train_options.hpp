@@ -38,7 +38,7 @@ struct TrainOptions {
   int max_iters = 800;
   nn::LrSchedule schedule = {.learning_rate = 5e-3f, .min_lr = 5e-4f, .warmup_iters = 50, .lr_decay_iters = 0};
   nn::AdamWConfig adamw = {.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};  // nanoGPT's
-  float grad_clip = 1.0f;  // 0: no clipping
+  float grad_clip = 1.0f;                                                                       // 0: no clipping
   uint64_t seed = 1337;
   // data parallelism
   std::string sampling = "random";  // random | partition

@@ -155,8 +155,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
   const Splits& data = run.data;
   const nn::GPTConfig& config = run.start.config;
   const int T = config.block_size, B = o.batch_size, M = p.micro_batches, N = world.size();
-  if (B % M != 0)
-    throw comm::UsageError(fmt::format("--micro-batches {} does not divide --batch-size {}", M, B));
+  if (B % M != 0) throw comm::UsageError(fmt::format("--micro-batches {} does not divide --batch-size {}", M, B));
   if (o.grad_accum != 1) throw comm::UsageError("train_pp: use --micro-batches instead of --grad-accum");
   check_memory(config, B, /*training=*/true, world);
 
@@ -192,9 +191,10 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     for (int r = 0; r < N; ++r) parts.push_back(grid.describe(r));
     return fmt::format("{}", fmt::join(parts, ", "));
   }());
-  comm::say("stages: {} blocks each (stage 0 + embedding, stage {} + head); model {} layers, {} heads, {} wide, "
-            "block {}, vocab {}",
-            fmt::join(pipe.layers, "/"), grid.pp - 1, config.n_layer, config.n_head, config.n_embd, T, config.vocab_size);
+  comm::say(
+      "stages: {} blocks each (stage 0 + embedding, stage {} + head); model {} layers, {} heads, {} wide, "
+      "block {}, vocab {}",
+      fmt::join(pipe.layers, "/"), grid.pp - 1, config.n_layer, config.n_head, config.n_embd, T, config.vocab_size);
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", data.train.size(), data.val.size(),
             data.dir.string(), data.origin, o.sampling);
   comm::say("global batch: {} pipeline(s) × {} micro-batches × {} × block {} = {} tokens per step", grid.dp, M, B / M,
@@ -253,8 +253,8 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     sampler.fill(step, 0, batch);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
     stage.set_batch(batch.ids, batch.targets);
     stage.before_forward = [&](int m) {
-      model.dropout_rng() = nn::Rng(stream_seed(o.seed, Stream::dropout, static_cast<uint64_t>(rank),
-                                                static_cast<uint64_t>(step * M + m)));
+      model.dropout_rng() = nn::Rng(
+          stream_seed(o.seed, Stream::dropout, static_cast<uint64_t>(rank), static_cast<uint64_t>(step * M + m)));
     };
     stage.before_backward = [&](int m) { averager->before_backward(m == M - 1); };
     window.data += seconds_since(t);
@@ -317,10 +317,11 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
         memory.push_back(nn::format_bytes(all[4 * static_cast<std::size_t>(s) + 1]));
         flight.push_back(fmt::format("{:.0f}", all[4 * static_cast<std::size_t>(s) + 2]));
       }
-      comm::say("        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula (p−1)/(m+p−1) | peak activations "
-                "{} | micro-batches in flight ≤ {}",
-                100 * mean, fmt::join(bubble, " "), 100.0 * (grid.pp - 1) / (M + grid.pp - 1), fmt::join(memory, " "),
-                fmt::join(flight, " "));
+      comm::say(
+          "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula (p−1)/(m+p−1) | peak activations "
+          "{} | micro-batches in flight ≤ {}",
+          100 * mean, fmt::join(bubble, " "), 100.0 * (grid.pp - 1) / (M + grid.pp - 1), fmt::join(memory, " "),
+          fmt::join(flight, " "));
       window_times = {};
       window_peak_bytes = 0;
       window_peak_in_flight = 0;
@@ -330,8 +331,9 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     if (!o.trace.empty() && done == first_step + o.trace_steps) {
       trace.on = false;
       std::vector<std::string> rows;
-      for (int r = 0; r < N; ++r) rows.push_back(grid.describe(r) + (r % grid.pp == 0 ? " (embedding)" : "") +
-                                                 (r % grid.pp == grid.pp - 1 ? " (head)" : ""));
+      for (int r = 0; r < N; ++r)
+        rows.push_back(grid.describe(r) + (r % grid.pp == 0 ? " (embedding)" : "") +
+                       (r % grid.pp == grid.pp - 1 ? " (head)" : ""));
       trace.write(o.trace, rows);
       comm::say("trace of steps {}-{} in {} (scripts/plot_trace.py draws it)", first_step + 1, done, o.trace);
     }
@@ -373,7 +375,8 @@ int main(int argc, char** argv) {
     app.add_option("--dp", p.dp, "data-parallel replicas of the pipeline (world = dp × stages)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
-    app.add_option("--skip-send-at-step", p.skip_send_at_step, "testing: rank --crash-rank skips its sends at this step")
+    app.add_option("--skip-send-at-step", p.skip_send_at_step,
+                   "testing: rank --crash-rank skips its sends at this step")
         ->check(comm::cli::whole(0));
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
@@ -381,9 +384,13 @@ int main(int argc, char** argv) {
     comm::Communicator& world = runtime.start(comm_options);
     nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
     if (world.size() % p.dp != 0)
-      throw comm::UsageError(fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
-    if (options.eval_only) eval_only(options, p, world);
-    else if (options.sample_only) sample_only(options, p, world);
-    else train(options, p, world);
+      throw comm::UsageError(
+          fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
+    if (options.eval_only)
+      eval_only(options, p, world);
+    else if (options.sample_only)
+      sample_only(options, p, world);
+    else
+      train(options, p, world);
   });
 }

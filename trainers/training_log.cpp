@@ -30,11 +30,12 @@ void TrainingLog::line(int64_t done, float loss, float lr, float norm) {
   const double ms = 1e3 / w.steps;
   const double progress = static_cast<double>(done - first_step_) / static_cast<double>(o_.max_iters - first_step_);
   const double elapsed = seconds_since(start_) - excluded_s_;
-  comm::say("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms (data {:.1f} fwd {:.1f} bwd {:.1f} "
-            "comm {:.1f} opt {:.1f}) | {:.0f} tok/s ({:.0f}/rank) | {:.1f} GFLOP/s | {:3.0f}% eta {}",
-            done, std::to_string(o_.max_iters).size(), o_.max_iters, loss, lr, norm, per_step * 1e3, w.data * ms,
-            w.forward * ms, w.backward * ms, w.comm * ms, w.optimizer * ms, tokens_per_s, tokens_per_s / N, flops / 1e9,
-            100.0 * progress, format_duration(elapsed / progress * (1.0 - progress)));
+  comm::say(
+      "step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms (data {:.1f} fwd {:.1f} bwd {:.1f} "
+      "comm {:.1f} opt {:.1f}) | {:.0f} tok/s ({:.0f}/rank) | {:.1f} GFLOP/s | {:3.0f}% eta {}",
+      done, std::to_string(o_.max_iters).size(), o_.max_iters, loss, lr, norm, per_step * 1e3, w.data * ms,
+      w.forward * ms, w.backward * ms, w.comm * ms, w.optimizer * ms, tokens_per_s, tokens_per_s / N, flops / 1e9,
+      100.0 * progress, format_duration(elapsed / progress * (1.0 - progress)));
   if (metrics_)
     metrics_->write({{"kind", "train"},
                      {"step", done},
@@ -58,13 +59,17 @@ void TrainingLog::evaluation(int64_t step, float train_loss, float val_loss) {
   check_finite(step, "val loss", val_loss);
   comm::say("step {}: train loss {:.4f}, val loss {:.4f}", step, train_loss, val_loss);
   if (metrics_)
-    metrics_->write({{"kind", "eval"}, {"step", step}, {"train_loss", train_loss}, {"val_loss", val_loss},
+    metrics_->write({{"kind", "eval"},
+                     {"step", step},
+                     {"train_loss", train_loss},
+                     {"val_loss", val_loss},
                      {"elapsed_s", seconds_since(start_)}});
 }
 
 void TrainingLog::final_loss(int64_t step, double val_loss_full) {
   if (metrics_)
-    metrics_->write({{"kind", "final"}, {"step", step}, {"val_loss_full", val_loss_full}, {"elapsed_s", seconds_since(start_)}});
+    metrics_->write(
+        {{"kind", "final"}, {"step", step}, {"val_loss_full", val_loss_full}, {"elapsed_s", seconds_since(start_)}});
   comm::say("val_loss_full={:.6f}", val_loss_full);
 }
 
@@ -73,17 +78,20 @@ void TrainingLog::check_finite(int64_t step, const char* what, double value) con
   throw comm::UsageError(fmt::format(
       "training diverged at step {}: the {} is {}; stopped without saving ({}) — lower --learning-rate, or clip with "
       "--grad-clip",
-      step, what, std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf",
+      step, what,
+      std::isnan(value) ? "nan"
+      : value > 0       ? "inf"
+                        : "-inf",
       last_saved_ >= 0 ? fmt::format("the checkpoint of step {} in {} is kept", last_saved_, checkpoint_dir_.string())
                        : std::string("no checkpoint was written")));
 }
 
 void TrainingLog::update_interrupt_note(int64_t step) const {
   if (world_.rank() != 0) return;
-  const std::string saved =
-      last_saved_ >= 0 ? fmt::format("the last checkpoint (step {}) is in {}; resume with: {}", last_saved_,
-                                     checkpoint_dir_.string(), resume_command(o_, world_.size()))
-                       : std::string("no checkpoint was written yet");
+  const std::string saved = last_saved_ >= 0
+                                ? fmt::format("the last checkpoint (step {}) is in {}; resume with: {}", last_saved_,
+                                              checkpoint_dir_.string(), resume_command(o_, world_.size()))
+                                : std::string("no checkpoint was written yet");
   comm::set_interrupt_note(fmt::format("interrupted at step {}; {}", step, saved));
 }
 

@@ -13,10 +13,9 @@
 namespace comm::algorithms {
 
 // Ring (bandwidth-optimal for large messages)
-std::unique_ptr<PendingOp> start_ring_allreduce(const Transport& t, void* data, std::size_t count,
-                                                DataType type, ReduceOp op);
-void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                    ReduceOp op);
+std::unique_ptr<PendingOp> start_ring_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
+                                                ReduceOp op);
+void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
 void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                          ReduceOp op);
 void ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type);
@@ -36,23 +35,21 @@ void dissemination_barrier(const Transport& t);
 // Naive: everything goes through rank 0 (collect, combine, send back) — the baseline.
 namespace naive {
 void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
-void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
-            int root);
+void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
 void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root);
 void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type);
 void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root);
 void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root);
-void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                    ReduceOp op);
+void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
 void barrier(const Transport& t);
 }  // namespace naive
 
 // Byte offset of element `index` of `type` from `base`.
 inline char* at(void* base, std::size_t index, DataType type) {
-    return static_cast<char*>(base) + index * size_of(type);
+  return static_cast<char*>(base) + index * size_of(type);
 }
 inline const char* at(const void* base, std::size_t index, DataType type) {
-    return static_cast<const char*>(base) + index * size_of(type);
+  return static_cast<const char*>(base) + index * size_of(type);
 }
 
 }  // namespace comm::algorithms

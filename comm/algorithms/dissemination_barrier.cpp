@@ -9,10 +9,9 @@
 namespace comm::algorithms {
 
 void dissemination_barrier(const Transport& t) {
-    const int n = t.size();
-    for (int distance = 1; distance < n; distance <<= 1)
-        t.send_recv(nullptr, 0, (t.rank() + distance) % n, nullptr, 0, (t.rank() - distance + n) % n,
-                    DataType::i32);
+  const int n = t.size();
+  for (int distance = 1; distance < n; distance <<= 1)
+    t.send_recv(nullptr, 0, (t.rank() + distance) % n, nullptr, 0, (t.rank() - distance + n) % n, DataType::i32);
 }
 
 }  // namespace comm::algorithms

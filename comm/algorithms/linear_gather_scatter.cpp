@@ -18,29 +18,29 @@
 namespace comm::algorithms {
 
 void linear_gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) {
-    if (t.rank() != root) {
-        t.send(send, count, type, root);
-        return;
-    }
-    std::vector<MPI_Request> receives;
-    for (int r = 0; r < t.size(); ++r)
-        if (r != root) receives.push_back(t.irecv(at(recv, count * static_cast<std::size_t>(r), type), count, type, r));
-    char* mine = at(recv, count * static_cast<std::size_t>(root), type);
-    if (mine != send && count > 0) std::memcpy(mine, send, count * size_of(type));
-    t.wait_all(receives);
+  if (t.rank() != root) {
+    t.send(send, count, type, root);
+    return;
+  }
+  std::vector<MPI_Request> receives;
+  for (int r = 0; r < t.size(); ++r)
+    if (r != root) receives.push_back(t.irecv(at(recv, count * static_cast<std::size_t>(r), type), count, type, r));
+  char* mine = at(recv, count * static_cast<std::size_t>(root), type);
+  if (mine != send && count > 0) std::memcpy(mine, send, count * size_of(type));
+  t.wait_all(receives);
 }
 
 void linear_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) {
-    if (t.rank() != root) {
-        t.recv(recv, count, type, root);
-        return;
-    }
-    std::vector<MPI_Request> sends;
-    for (int r = 0; r < t.size(); ++r)
-        if (r != root) sends.push_back(t.isend(at(send, count * static_cast<std::size_t>(r), type), count, type, r));
-    const char* mine = at(send, count * static_cast<std::size_t>(root), type);
-    if (mine != recv && count > 0) std::memcpy(recv, mine, count * size_of(type));
-    t.wait_all(sends);
+  if (t.rank() != root) {
+    t.recv(recv, count, type, root);
+    return;
+  }
+  std::vector<MPI_Request> sends;
+  for (int r = 0; r < t.size(); ++r)
+    if (r != root) sends.push_back(t.isend(at(send, count * static_cast<std::size_t>(r), type), count, type, r));
+  const char* mine = at(send, count * static_cast<std::size_t>(root), type);
+  if (mine != recv && count > 0) std::memcpy(recv, mine, count * size_of(type));
+  t.wait_all(sends);
 }
 
 }  // namespace comm::algorithms

@@ -14,12 +14,12 @@
 namespace comm::algorithms {
 
 void ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) {
-    const int n = t.size();
-    char* mine = at(recv, count * static_cast<std::size_t>(t.rank()), type);
-    if (send != mine && count > 0) std::memcpy(mine, send, count * size_of(type));
-    RingPass pass(t, recv, BlockLayout{count * static_cast<std::size_t>(n), n}, type, RingPass::Mode::copy,
-                  ReduceOp::sum);
-    complete(pass);
+  const int n = t.size();
+  char* mine = at(recv, count * static_cast<std::size_t>(t.rank()), type);
+  if (send != mine && count > 0) std::memcpy(mine, send, count * size_of(type));
+  RingPass pass(t, recv, BlockLayout{count * static_cast<std::size_t>(n), n}, type, RingPass::Mode::copy,
+                ReduceOp::sum);
+  complete(pass);
 }
 
 }  // namespace comm::algorithms

@@ -20,48 +20,51 @@ namespace comm::algorithms {
 namespace {
 
 class RingAllreduce : public PendingOp {
-public:
-    RingAllreduce(const Transport& t, void* data, std::size_t count, DataType type, ReduceOp op)
-        : t_(t), data_(data), layout_{count, t.size()}, type_(type), op_(op),
-          reduce_scatter_(t, data, layout_, type, RingPass::Mode::reduce, op),
-          allgather_(t, data, layout_, type, RingPass::Mode::copy, op) {}
+ public:
+  RingAllreduce(const Transport& t, void* data, std::size_t count, DataType type, ReduceOp op)
+      : t_(t),
+        data_(data),
+        layout_{count, t.size()},
+        type_(type),
+        op_(op),
+        reduce_scatter_(t, data, layout_, type, RingPass::Mode::reduce, op),
+        allgather_(t, data, layout_, type, RingPass::Mode::copy, op) {}
 
-    bool progress() override {
-        if (!reduced_) {
-            if (!reduce_scatter_.progress()) return false;
-            const int mine = t_.rank();
-            finish_average(at(data_, layout_.begin(mine), type_), layout_.size(mine), type_, op_, t_.size());
-            reduced_ = true;
-        }
-        return allgather_.progress();
+  bool progress() override {
+    if (!reduced_) {
+      if (!reduce_scatter_.progress()) return false;
+      const int mine = t_.rank();
+      finish_average(at(data_, layout_.begin(mine), type_), layout_.size(mine), type_, op_, t_.size());
+      reduced_ = true;
     }
-    std::vector<MPI_Request>& blocked_on() override {
-        return reduced_ ? allgather_.blocked_on() : reduce_scatter_.blocked_on();
-    }
+    return allgather_.progress();
+  }
+  std::vector<MPI_Request>& blocked_on() override {
+    return reduced_ ? allgather_.blocked_on() : reduce_scatter_.blocked_on();
+  }
 
-private:
-    Transport t_;
-    void* data_;
-    BlockLayout layout_;
-    DataType type_;
-    ReduceOp op_;
-    RingPass reduce_scatter_;
-    RingPass allgather_;
-    bool reduced_ = false;
+ private:
+  Transport t_;
+  void* data_;
+  BlockLayout layout_;
+  DataType type_;
+  ReduceOp op_;
+  RingPass reduce_scatter_;
+  RingPass allgather_;
+  bool reduced_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<PendingOp> start_ring_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                                 ReduceOp op) {
-    return std::make_unique<RingAllreduce>(t, data, count, type, op);
+  return std::make_unique<RingAllreduce>(t, data, count, type, op);
 }
 
-void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                    ReduceOp op) {
-    if (send != recv && count > 0) std::memcpy(recv, send, count * size_of(type));
-    RingAllreduce ring(t, recv, count, type, op);
-    complete(ring);
+void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  if (send != recv && count > 0) std::memcpy(recv, send, count * size_of(type));
+  RingAllreduce ring(t, recv, count, type, op);
+  complete(ring);
 }
 
 }  // namespace comm::algorithms

@@ -39,37 +39,37 @@ namespace comm::algorithms {
 
 // `count` elements cut into `blocks` nearly equal blocks; block b is [begin(b), begin(b+1)).
 struct BlockLayout {
-    std::size_t count;
-    int blocks;
-    std::size_t begin(int b) const { return count * static_cast<std::size_t>(b) / static_cast<std::size_t>(blocks); }
-    std::size_t size(int b) const { return begin(b + 1) - begin(b); }
+  std::size_t count;
+  int blocks;
+  std::size_t begin(int b) const { return count * static_cast<std::size_t>(b) / static_cast<std::size_t>(blocks); }
+  std::size_t size(int b) const { return begin(b + 1) - begin(b); }
 };
 
 class RingPass : public PendingOp {
-public:
-    enum class Mode { reduce, copy };
-    static constexpr std::size_t kSegmentBytes = 1 << 20;  // 1 MiB: measured best of 64 KiB … 4 MiB here
+ public:
+  enum class Mode { reduce, copy };
+  static constexpr std::size_t kSegmentBytes = 1 << 20;  // 1 MiB: measured best of 64 KiB … 4 MiB here
 
-    RingPass(const Transport& t, void* data, BlockLayout layout, DataType type, Mode mode, ReduceOp op);
-    bool progress() override;
-    std::vector<MPI_Request>& blocked_on() override { return requests_; }
+  RingPass(const Transport& t, void* data, BlockLayout layout, DataType type, Mode mode, ReduceOp op);
+  bool progress() override;
+  std::vector<MPI_Request>& blocked_on() override { return requests_; }
 
-private:
-    int block_sent_at(int step) const;
-    std::size_t segments(int block) const;
-    void post_segment();
+ private:
+  int block_sent_at(int step) const;
+  std::size_t segments(int block) const;
+  void post_segment();
 
-    Transport t_;
-    void* data_;
-    BlockLayout layout_;
-    DataType type_;
-    Mode mode_;
-    ReduceOp op_;
-    std::size_t segment_elements_;
-    int step_ = 0;
-    std::size_t segment_ = 0;  // within the step
-    std::vector<MPI_Request> requests_;
-    std::vector<char> scratch_;  // reduce mode: the incoming segment before it is added in
+  Transport t_;
+  void* data_;
+  BlockLayout layout_;
+  DataType type_;
+  Mode mode_;
+  ReduceOp op_;
+  std::size_t segment_elements_;
+  int step_ = 0;
+  std::size_t segment_ = 0;  // within the step
+  std::vector<MPI_Request> requests_;
+  std::vector<char> scratch_;  // reduce mode: the incoming segment before it is added in
 };
 
 }  // namespace comm::algorithms

@@ -14,22 +14,22 @@
 namespace comm::algorithms {
 
 void tree_broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) {
-    const int n = t.size();
-    const int v = (t.rank() - root + n) % n;
-    auto real = [&](int virtual_rank) { return (virtual_rank + root) % n; };
+  const int n = t.size();
+  const int v = (t.rank() - root + n) % n;
+  auto real = [&](int virtual_rank) { return (virtual_rank + root) % n; };
 
-    int mask = 1;
-    while (mask < n) {  // find my parent: clear my lowest set bit
-        if (v & mask) {
-            t.recv(data, count, type, real(v - mask));
-            break;
-        }
-        mask <<= 1;
+  int mask = 1;
+  while (mask < n) {  // find my parent: clear my lowest set bit
+    if (v & mask) {
+      t.recv(data, count, type, real(v - mask));
+      break;
     }
-    std::vector<MPI_Request> sends;
-    for (mask >>= 1; mask > 0; mask >>= 1)  // children: v + each smaller power of two
-        if (v + mask < n) sends.push_back(t.isend(data, count, type, real(v + mask)));
-    t.wait_all(sends);
+    mask <<= 1;
+  }
+  std::vector<MPI_Request> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1)  // children: v + each smaller power of two
+    if (v + mask < n) sends.push_back(t.isend(data, count, type, real(v + mask)));
+  t.wait_all(sends);
 }
 
 }  // namespace comm::algorithms

@@ -16,28 +16,28 @@ namespace comm::algorithms {
 
 void tree_reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                  int root) {
-    const int n = t.size();
-    const int v = (t.rank() - root + n) % n;
-    auto real = [&](int virtual_rank) { return (virtual_rank + root) % n; };
-    const std::size_t bytes = count * size_of(type);
+  const int n = t.size();
+  const int v = (t.rank() - root + n) % n;
+  auto real = [&](int virtual_rank) { return (virtual_rank + root) % n; };
+  const std::size_t bytes = count * size_of(type);
 
-    // The partial result: in recv on the root, in a scratch buffer elsewhere.
-    std::vector<char> scratch(t.rank() == root ? 1 : bytes + 1);
-    void* partial = t.rank() == root ? recv : scratch.data();
-    if (partial != send && bytes > 0) std::memcpy(partial, send, bytes);
-    std::vector<char> incoming(bytes + 1);
+  // The partial result: in recv on the root, in a scratch buffer elsewhere.
+  std::vector<char> scratch(t.rank() == root ? 1 : bytes + 1);
+  void* partial = t.rank() == root ? recv : scratch.data();
+  if (partial != send && bytes > 0) std::memcpy(partial, send, bytes);
+  std::vector<char> incoming(bytes + 1);
 
-    for (int mask = 1; mask < n; mask <<= 1) {
-        if (v & mask) {
-            t.send(partial, count, type, real(v - mask));
-            return;
-        }
-        if (v + mask < n) {
-            t.recv(incoming.data(), count, type, real(v + mask));
-            reduce_into(partial, incoming.data(), count, type, op);
-        }
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      t.send(partial, count, type, real(v - mask));
+      return;
     }
-    finish_average(partial, count, type, op, n);  // only the root gets here
+    if (v + mask < n) {
+      t.recv(incoming.data(), count, type, real(v + mask));
+      reduce_into(partial, incoming.data(), count, type, op);
+    }
+  }
+  finish_average(partial, count, type, op, n);  // only the root gets here
 }
 
 }  // namespace comm::algorithms

@@ -14,120 +14,117 @@ namespace comm {
 namespace {
 
 int to_int(std::size_t count) {
-    if (count > static_cast<std::size_t>(INT32_MAX)) fail("{} elements exceed MPI's int count", count);
-    return static_cast<int>(count);
+  if (count > static_cast<std::size_t>(INT32_MAX)) fail("{} elements exceed MPI's int count", count);
+  return static_cast<int>(count);
 }
 
 void wait(MPI_Request& request) { watchdog().wait_all(1, &request); }
 
 // An MPI_Iallreduce in flight, as a PendingOp.
 class MpiPendingAllreduce : public PendingOp {
-public:
-    MpiPendingAllreduce(const Transport& t, void* data, std::size_t count, DataType type, ReduceOp op)
-        : data_(data), count_(count), type_(type), op_(op), size_(t.size()), requests_(1) {
-        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(),
-                                 requests_.data()),
-                  "MPI_Iallreduce");
+ public:
+  MpiPendingAllreduce(const Transport& t, void* data, std::size_t count, DataType type, ReduceOp op)
+      : data_(data), count_(count), type_(type), op_(op), size_(t.size()), requests_(1) {
+    check_mpi(
+        MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(), requests_.data()),
+        "MPI_Iallreduce");
+  }
+  bool progress() override {
+    int done = 0;
+    check_mpi(MPI_Test(requests_.data(), &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done && !finished_) {
+      finish_average(data_, count_, type_, op_, size_);
+      finished_ = true;
     }
-    bool progress() override {
-        int done = 0;
-        check_mpi(MPI_Test(requests_.data(), &done, MPI_STATUS_IGNORE), "MPI_Test");
-        if (done && !finished_) {
-            finish_average(data_, count_, type_, op_, size_);
-            finished_ = true;
-        }
-        return done != 0;
-    }
-    std::vector<MPI_Request>& blocked_on() override { return requests_; }
+    return done != 0;
+  }
+  std::vector<MPI_Request>& blocked_on() override { return requests_; }
 
-private:
-    void* data_;
-    std::size_t count_;
-    DataType type_;
-    ReduceOp op_;
-    int size_;
-    bool finished_ = false;
-    std::vector<MPI_Request> requests_;
+ private:
+  void* data_;
+  std::size_t count_;
+  DataType type_;
+  ReduceOp op_;
+  int size_;
+  bool finished_ = false;
+  std::vector<MPI_Request> requests_;
 };
 
 class MpiBackend : public Backend {
-public:
-    std::string_view name() const override { return "mpi"; }
+ public:
+  std::string_view name() const override { return "mpi"; }
 
-    void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                   ReduceOp op) override {
-        MPI_Request request;
-        check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type),
-                                 mpi_op(op), t.mpi_comm(), &request),
-                  "MPI_Iallreduce");
-        wait(request);
-        finish_average(recv, count, type, op, t.size());
-    }
+  void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                 ReduceOp op) override {
+    MPI_Request request;
+    check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type), mpi_op(op),
+                             t.mpi_comm(), &request),
+              "MPI_Iallreduce");
+    wait(request);
+    finish_average(recv, count, type, op, t.size());
+  }
 
-    void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
-                int root) override {
-        const bool in_place = t.rank() == root && send == recv;
-        MPI_Request request;
-        check_mpi(MPI_Ireduce(in_place ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type), mpi_op(op),
-                              root, t.mpi_comm(), &request),
-                  "MPI_Ireduce");
-        wait(request);
-        if (t.rank() == root) finish_average(recv, count, type, op, t.size());
-    }
+  void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root) override {
+    const bool in_place = t.rank() == root && send == recv;
+    MPI_Request request;
+    check_mpi(MPI_Ireduce(in_place ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type), mpi_op(op), root,
+                          t.mpi_comm(), &request),
+              "MPI_Ireduce");
+    wait(request);
+    if (t.rank() == root) finish_average(recv, count, type, op, t.size());
+  }
 
-    void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) override {
-        MPI_Request request;
-        check_mpi(MPI_Ibcast(data, to_int(count), mpi_type(type), root, t.mpi_comm(), &request), "MPI_Ibcast");
-        wait(request);
-    }
+  void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) override {
+    MPI_Request request;
+    check_mpi(MPI_Ibcast(data, to_int(count), mpi_type(type), root, t.mpi_comm(), &request), "MPI_Ibcast");
+    wait(request);
+  }
 
-    void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
-        const bool in_place = send == static_cast<const char*>(recv) + t.rank() * count * size_of(type);
-        MPI_Request request;
-        check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, to_int(count), mpi_type(type), recv,
-                                 to_int(count), mpi_type(type), t.mpi_comm(), &request),
-                  "MPI_Iallgather");
-        wait(request);
-    }
+  void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    const bool in_place = send == static_cast<const char*>(recv) + t.rank() * count * size_of(type);
+    MPI_Request request;
+    check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, to_int(count), mpi_type(type), recv, to_int(count),
+                             mpi_type(type), t.mpi_comm(), &request),
+              "MPI_Iallgather");
+    wait(request);
+  }
 
-    void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                int root) override {
-        MPI_Request request;
-        check_mpi(MPI_Igather(send, to_int(count), mpi_type(type), recv, to_int(count), mpi_type(type), root,
-                              t.mpi_comm(), &request),
-                  "MPI_Igather");
-        wait(request);
-    }
+  void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    MPI_Request request;
+    check_mpi(MPI_Igather(send, to_int(count), mpi_type(type), recv, to_int(count), mpi_type(type), root, t.mpi_comm(),
+                          &request),
+              "MPI_Igather");
+    wait(request);
+  }
 
-    void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                 int root) override {
-        MPI_Request request;
-        check_mpi(MPI_Iscatter(send, to_int(count), mpi_type(type), recv, to_int(count), mpi_type(type), root,
-                               t.mpi_comm(), &request),
-                  "MPI_Iscatter");
-        wait(request);
-    }
+  void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    MPI_Request request;
+    check_mpi(MPI_Iscatter(send, to_int(count), mpi_type(type), recv, to_int(count), mpi_type(type), root, t.mpi_comm(),
+                           &request),
+              "MPI_Iscatter");
+    wait(request);
+  }
 
-    void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                        ReduceOp op) override {
-        MPI_Request request;
-        check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(),
-                                            &request),
-                  "MPI_Ireduce_scatter_block");
-        wait(request);
-        finish_average(recv, count, type, op, t.size());
-    }
+  void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op) override {
+    MPI_Request request;
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(), &request),
+              "MPI_Ireduce_scatter_block");
+    wait(request);
+    finish_average(recv, count, type, op, t.size());
+  }
 
-    void barrier(const Transport& t) override {
-        MPI_Request request;
-        check_mpi(MPI_Ibarrier(t.mpi_comm(), &request), "MPI_Ibarrier");
-        wait(request);
-    }
+  void barrier(const Transport& t) override {
+    MPI_Request request;
+    check_mpi(MPI_Ibarrier(t.mpi_comm(), &request), "MPI_Ibarrier");
+    wait(request);
+  }
 
-    std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
-                                               ReduceOp op) override {
-        return std::make_unique<MpiPendingAllreduce>(t, data, count, type, op);
-    }
+  std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
+                                             ReduceOp op) override {
+    return std::make_unique<MpiPendingAllreduce>(t, data, count, type, op);
+  }
 };
 
 }  // namespace

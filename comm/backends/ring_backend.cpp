@@ -10,39 +10,37 @@ namespace {
 namespace alg = algorithms;
 
 class RingBackend : public Backend {
-public:
-    std::string_view name() const override { return "ring"; }
-    void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                   ReduceOp op) override {
-        alg::ring_allreduce(t, send, recv, count, type, op);
-    }
-    void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
-                int root) override {
-        alg::tree_reduce(t, send, recv, count, type, op, root);
-    }
-    void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) override {
-        alg::tree_broadcast(t, data, count, type, root);
-    }
-    void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
-        alg::ring_allgather(t, send, recv, count, type);
-    }
-    void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                int root) override {
-        alg::linear_gather(t, send, recv, count, type, root);
-    }
-    void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                 int root) override {
-        alg::linear_scatter(t, send, recv, count, type, root);
-    }
-    void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
-                        ReduceOp op) override {
-        alg::ring_reduce_scatter(t, send, recv, count, type, op);
-    }
-    void barrier(const Transport& t) override { alg::dissemination_barrier(t); }
-    std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
-                                               ReduceOp op) override {
-        return alg::start_ring_allreduce(t, data, count, type, op);
-    }
+ public:
+  std::string_view name() const override { return "ring"; }
+  void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                 ReduceOp op) override {
+    alg::ring_allreduce(t, send, recv, count, type, op);
+  }
+  void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root) override {
+    alg::tree_reduce(t, send, recv, count, type, op, root);
+  }
+  void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) override {
+    alg::tree_broadcast(t, data, count, type, root);
+  }
+  void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    alg::ring_allgather(t, send, recv, count, type);
+  }
+  void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    alg::linear_gather(t, send, recv, count, type, root);
+  }
+  void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    alg::linear_scatter(t, send, recv, count, type, root);
+  }
+  void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op) override {
+    alg::ring_reduce_scatter(t, send, recv, count, type, op);
+  }
+  void barrier(const Transport& t) override { alg::dissemination_barrier(t); }
+  std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
+                                             ReduceOp op) override {
+    return alg::start_ring_allreduce(t, data, count, type, op);
+  }
 };
 
 }  // namespace

@@ -103,7 +103,7 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
           gemm(true, false, T, hs, T, 1.0f, weights, T, dyh, C, beta, dv, 3 * C);
           gemm(false, true, T, T, hs, 1.0f, dyh, C, v, 3 * C, 0.0f, dP, T);
           if (use_dropout) drop(dP, dP, T, stream, (b * H + h) * T * T, dropout_p);  // same mask and scale
-          for (int64_t t = 0; t < T; ++t) {  // dP becomes dS in place
+          for (int64_t t = 0; t < T; ++t) {                                          // dP becomes dS in place
             float* row = dP + t * T;
             const float* p = P + t * T;
             float dot = 0.0f;

@@ -59,8 +59,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 // forward: out = a ⊙ b        backward: da += dout ⊙ b, db += dout ⊙ a
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape())
-    fail("mul: shapes {} and {} differ", shape_string(a.shape()), shape_string(b.shape()));
+  if (a.shape() != b.shape()) fail("mul: shapes {} and {} differ", shape_string(a.shape()), shape_string(b.shape()));
   const int64_t n = a.numel();
   bool track = autograd::needs_grad({&a, &b});
   Tensor out = Tensor::empty(a.shape(), track);

@@ -53,8 +53,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t o = 0; o < out; ++o) yd[r * out + o] = bd[o];
   }
-  gemm(false, true, rows, out, in, 1.0f, x.data(), in, weight.data(), in, bias.defined() ? 1.0f : 0.0f, y.data(),
-       out);
+  gemm(false, true, rows, out, in, 1.0f, x.data(), in, weight.data(), in, bias.defined() ? 1.0f : 0.0f, y.data(), out);
 
   if (track) {
     autograd::record([x, weight, bias, y, rows, in, out]() mutable {
