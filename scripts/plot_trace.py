@@ -24,6 +24,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", help="the --trace file")
     parser.add_argument("--out", default="trace.png", help="the PNG to write")
+    parser.add_argument("--title", help="the picture's title (default: the file's name)")
     parser.add_argument("--step", type=int, default=0,
                         help="draw only this step (1 = the first traced; 0 = all of them)")
     args = parser.parse_args()
@@ -61,7 +62,7 @@ def main() -> int:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     ax.legend(handles, ["forward", "backward", "waiting (bubble)", "gradient sync", "optimizer", "evaluation"],
               loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, fontsize=8)
-    ax.set_title(args.trace)
+    ax.set_title(args.title or args.trace)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
