@@ -334,6 +334,8 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
   usage_failure(train_dp(2, common + " --sample-tokens 2000000000"),
                 "--sample-tokens must be a whole number from 0 to");
   usage_failure(train_dp(2, common + " --crash-at-step 1 --crash-rank 7"), "--crash-rank 7 does not exist");
+  usage_failure(run_command("env NANODIST_GEMM=fast " + mpirun(2, TRAIN_DP, common)),
+                "NANODIST_GEMM=fast: expected eigen, openblas or auto");
   // Too big for memory: refused up front with the estimate, not std::bad_alloc or the OOM killer.
   for (const std::string flags : {" --batch-size 100000000", " --n-embd 1000000 --n-head 1", " --n-layer 100000"}) {
     auto r = train_dp(2, common + flags);

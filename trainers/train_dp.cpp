@@ -264,6 +264,11 @@ int main(int argc, char** argv) {
     trainers::finish_train_options(app, options);
     options.program = argv[0];
     comm::Communicator& world = runtime.start(comm_options);
+    try {
+      nn::gemm_library();  // the engine is chosen here: a bad NANODIST_GEMM is one line on every rank
+    } catch (const nn::Error& e) {
+      throw comm::UsageError(e.what());
+    }
     nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
     if (options.threads * runtime.local_size() > nn::machine_cores())
       comm::say(
