@@ -303,9 +303,22 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
       unknown);
   for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
     if (it != majority) add("called " + it->first, it->second);
-  const std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
-                                             : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
-                                                           ranks_phrase(majority->second), majority->first);
+  std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
+                                       : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
+                                                     ranks_phrase(majority->second), majority->first);
+  if (point_to_point && !missing.empty()) {
+    // A send or receive waits for one peer: say who waits for whom, and what the peer does.
+    const char* direction = call_.kind == OpKind::send ? "to send to" : "to receive from";
+    const std::string peer = fmt::format("rank {}", missing.front());
+    std::string doing = "is not in any collective or send/receive";
+    if (!dead.empty()) doing = "is dead";
+    else if (!finished.empty()) doing = "has finished";
+    else if (!unknown.empty()) doing = "runs on another node (state unknown here)";
+    else if (elsewhere.size() > 1)
+      for (const auto& [c, ranks] : elsewhere)
+        if (c != my_call) doing = fmt::format("is waiting in {} instead (a send that never came, or a cycle of waits)", c);
+    line = fmt::format("rank {} waits {} {} ({}), and {} {}", call_.comm_rank, direction, peer, my_call, peer, doing);
+  }
   std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
   text += fmt::format("\n[watchdog] rank {}: {} {} after waiting {} (deadline {})", call_.comm_rank,
                       describe(board_.mine().current), what_happened, seconds(now - start_ns_), seconds(timeout_ns_));

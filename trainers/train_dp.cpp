@@ -12,44 +12,33 @@
 //                      so the replicas stay identical without ever sending parameters again
 //
 // Rank 0 prints, writes the metrics file and the checkpoints; every rank computes.
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <csignal>
 #include <cmath>
-#include <filesystem>
+#include <csignal>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "comm/runtime.hpp"
-#include "nn/atomic_file.hpp"
 #include "nn/autograd.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/grad_clip.hpp"
-#include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/evaluation.hpp"
 #include "trainers/gradient_averaging.hpp"
-#include "trainers/metrics_file.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
 #include "trainers/train_options.hpp"
 
-namespace fs = std::filesystem;
-using trainers::TrainOptions;
-
 namespace {
 
-using namespace trainers;  // the shared parts: run_setup.hpp, training_log.hpp, evaluation.hpp
+using namespace trainers;  // the shared parts: run_setup.hpp, training_log.hpp, evaluation.hpp, trace.hpp
 
 // ---- evaluation and samples -------------------------------------------------------------
 
