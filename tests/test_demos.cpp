@@ -135,8 +135,9 @@ TEST_CASE("timeout demo: one report that names the rank that skipped, and the jo
                                            "called allreduce #1 (on 'world')",
                                            n - 1, n > 2 ? "s" : "", n > 2 ? fmt::format("0-{}", n - 2) : "0")));
     CHECK(occurrences(r.output, "[watchdog] ending the job") == 1);
-    CHECK(occurrences(r.output, "[watchdog]") <= 3 + static_cast<std::size_t>(n - 1) + 1);
-    CHECK_THAT(r.output, Catch::Contains("timed out after waiting"));
+    // Whichever rank fires first prints the report (its detail lines: one per missing rank).
+    CHECK(occurrences(r.output, "timed out after waiting") == 1);
+    CHECK(occurrences(r.output, "also stopped") <= static_cast<std::size_t>(n - 1));
     CHECK_THAT(r.output, !Catch::Contains("ORTE_ERROR_LOG"));
   }
   auto alone = demo("timeout", 1, "");
