@@ -19,7 +19,7 @@
 
 namespace comm {
 
-// An operation started but not finished (the asynchronous allreduce).
+// An operation started but not finished (the asynchronous allreduce, reduce-scatter, allgather).
 class PendingOp {
  public:
   virtual ~PendingOp() = default;
@@ -57,6 +57,12 @@ class Backend {
   // runs it to the end right away: no overlap, but the same results.
   virtual std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                                      ReduceOp op);
+  // The same for reduce-scatter and allgather (ZeRO's two collectives). `send` of the
+  // reduce-scatter is work space: a backend may leave partial sums in it.
+  virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv,
+                                                          std::size_t count, DataType type, ReduceOp op);
+  virtual std::unique_ptr<PendingOp> start_allgather(const Transport& t, const void* send, void* recv,
+                                                     std::size_t count, DataType type);
 };
 
 // "mpi", "ring" or "naive"; throws comm::Error naming the choices for anything else.

@@ -181,16 +181,42 @@ void Communicator::barrier() {
              [&](const Transport& transport, const OpCall&) { backend_->barrier(transport); });
 }
 
-Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
+template <class Start>
+Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, Start&& start) {
   Work work;
-  collective(OpKind::allreduce, count, type, static_cast<int>(op), -1, [&](const Transport&, const OpCall& call) {
+  collective(kind, count, type, op, -1, [&](const Transport&, const OpCall& call) {
     // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
     const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
-    work.op_ = backend_->start_allreduce(async, data, count, type, op);
+    work.op_ = start(async);
     work.call_ = call;
     work.start_ns_ = now_ns();
   });
   return work;
+}
+
+Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
+  return start_async(OpKind::allreduce, count, type, static_cast<int>(op), [&](const Transport& t) {
+    return backend_->start_allreduce(t, data, count, type, op);
+  });
+}
+
+Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count,
+                                            DataType type, ReduceOp op) {
+  if (send_size != count * static_cast<std::size_t>(size_))
+    usage_error(OpKind::reduce_scatter,
+                fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  return start_async(OpKind::reduce_scatter, count, type, static_cast<int>(op), [&](const Transport& t) {
+    return backend_->start_reduce_scatter(t, send, recv, count, type, op);
+  });
+}
+
+Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size,
+                                       DataType type) {
+  if (recv_size != count * static_cast<std::size_t>(size_))
+    usage_error(OpKind::allgather,
+                fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  return start_async(OpKind::allgather, count, type, -1,
+                     [&](const Transport& t) { return backend_->start_allgather(t, send, recv, count, type); });
 }
 
 void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer) {

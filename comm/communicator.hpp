@@ -116,9 +116,17 @@ class Communicator {
   template <class T>
   void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
 
-  // In-place allreduce that runs while the caller works; finish it with Work::wait().
+  // Collectives that run while the caller works; finish each with Work::wait() (several may be
+  // in flight, waited for in any order). In-place allreduce:
   template <class T>
   Work allreduce_async(std::span<T> data, ReduceOp op = ReduceOp::sum);
+  // reduce_scatter as above, but `send` is work space: its contents are undefined afterwards
+  // (the ring accumulates in it instead of in a copy).
+  template <class T>
+  Work reduce_scatter_async(std::span<T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum);
+  // allgather as above; in place when send is this rank's block of recv.
+  template <class T>
+  Work allgather_async(std::span<const T> send, std::span<T> recv);
 
   // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
   Communicator split(int color, int key);
@@ -140,6 +148,12 @@ class Communicator {
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
                      DataType type);
   Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
+  Work run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
+                                ReduceOp op);
+  Work run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type);
+  // The next collective on this communicator, started by start(async transport) and handed back as Work.
+  template <class Start>
+  Work start_async(OpKind kind, std::size_t count, DataType type, int op, Start&& start);
 
   // A new communicator over the ranks of this one with the same color (split's core).
   Communicator derive(int color, int key, std::shared_ptr<Backend> backend);
@@ -230,6 +244,14 @@ void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, 
 template <class T>
 Work Communicator::allreduce_async(std::span<T> data, ReduceOp op) {
   return run_allreduce_async(data.data(), data.size(), datatype_of<T>(), op);
+}
+template <class T>
+Work Communicator::reduce_scatter_async(std::span<T> send, std::span<T> recv, ReduceOp op) {
+  return run_reduce_scatter_async(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>(), op);
+}
+template <class T>
+Work Communicator::allgather_async(std::span<const T> send, std::span<T> recv) {
+  return run_allgather_async(send.data(), recv.data(), send.size(), recv.size(), datatype_of<T>());
 }
 
 }  // namespace comm

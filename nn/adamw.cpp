@@ -12,28 +12,37 @@ AdamW::AdamW(std::vector<NamedTensor> parameters, AdamWConfig config)
   }
 }
 
+AdamWScalars AdamWScalars::at(const AdamWConfig& config, int64_t step, float lr) {
+  // As PyTorch: the corrections in double, then used as float scalars.
+  const double correction1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(step));
+  const double correction2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(step));
+  return {config.beta1,
+          config.beta2,
+          config.eps,
+          static_cast<float>(lr / correction1),
+          static_cast<float>(std::sqrt(correction2)),
+          lr,
+          config.weight_decay};
+}
+
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, const AdamWScalars& s) {
+  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, step_size = s.step_size, c2 = s.correction2_sqrt;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t j = 0; j < n; ++j) {
+    w[j] *= decay;
+    m[j] = m[j] * b1 + g[j] * (1.0f - b1);
+    v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
+    const float denom = std::sqrt(v[j]) / c2 + eps;
+    w[j] -= step_size * m[j] / denom;
+  }
+}
+
 void AdamW::step(float lr) {
   ++steps_;
-  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
-  // As PyTorch: the corrections in double, then used as float scalars.
-  const double correction1 = 1.0 - std::pow(static_cast<double>(b1), static_cast<double>(steps_));
-  const double correction2 = 1.0 - std::pow(static_cast<double>(b2), static_cast<double>(steps_));
-  const float step_size = static_cast<float>(lr / correction1);
-  const float correction2_sqrt = static_cast<float>(std::sqrt(correction2));
+  const AdamWScalars s = AdamWScalars::at(config_, steps_, lr);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     Tensor& p = parameters_[i].tensor;
-    const float decay = p.ndim() >= 2 ? 1.0f - lr * config_.weight_decay : 1.0f;
-    float *w = p.data(), *m = exp_avg_[i].data(), *v = exp_avg_sq_[i].data();
-    const float* g = p.grad();
-    const int64_t n = p.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t j = 0; j < n; ++j) {
-      w[j] *= decay;
-      m[j] = m[j] * b1 + g[j] * (1.0f - b1);
-      v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
-      const float denom = std::sqrt(v[j]) / correction2_sqrt + eps;
-      w[j] -= step_size * m[j] / denom;
-    }
+    adamw_update(p.data(), p.grad(), exp_avg_[i].data(), exp_avg_sq_[i].data(), p.numel(), s.decay(p.ndim() >= 2), s);
   }
 }
 

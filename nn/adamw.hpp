@@ -21,6 +21,19 @@ struct AdamWConfig {
   float weight_decay = 0.01f;  // PyTorch's default; nanoGPT uses 0.1
 };
 
+// The numbers one update uses besides the tensors: from the config, the step count t (≥ 1)
+// and the learning rate — computed as PyTorch does (the corrections in double).
+struct AdamWScalars {
+  float beta1, beta2, eps, step_size, correction2_sqrt, lr, weight_decay;
+  static AdamWScalars at(const AdamWConfig& config, int64_t step, float lr);
+  // The factor decoupled weight decay multiplies a weight by: only matrices and embeddings decay.
+  float decay(bool has_two_dims) const { return has_two_dims ? 1.0f - lr * weight_decay : 1.0f; }
+};
+
+// One AdamW update of n elements in place (w, m, v; g is read): what AdamW::step runs on each
+// tensor, and what a ZeRO rank runs on its shard — the same loop, so the same bits.
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, const AdamWScalars& s);
+
 class AdamW {
  public:
   AdamW(std::vector<NamedTensor> parameters, AdamWConfig config = {});

@@ -180,6 +180,28 @@ void GPT::mark_grad_ready(const std::vector<int>& group) {
     autograd::record([this, &group] { grad_ready_hook_(group); });  // group: a member, alive as long as *this
 }
 
+// The tape runs backward in reverse: what begin_use records runs after the span's backward
+// steps, what end_use records runs before them.
+void GPT::begin_use(int group) {
+  if (!group_use_hooks_.before) return;
+  group_use_hooks_.before(group, false);
+  if (autograd::grad_enabled()) autograd::record([this, group] { group_use_hooks_.after(group, true); });
+}
+
+void GPT::end_use(int group) {
+  if (!group_use_hooks_.before) return;
+  if (autograd::grad_enabled()) autograd::record([this, group] { group_use_hooks_.before(group, true); });
+  group_use_hooks_.after(group, false);
+}
+
+std::vector<std::vector<int>> GPT::parameter_groups() const {
+  require_whole("parameter_groups");
+  std::vector<std::vector<int>> groups{embedding_group_};
+  groups.insert(groups.end(), block_groups_.begin(), block_groups_.end());
+  groups.push_back(ln_f_group_);
+  return groups;
+}
+
 void GPT::require_whole(const char* what) const {
   if (!part_.is_whole(config_)) fail("GPT::{} needs the whole model; this object holds a part", what);
 }
@@ -189,9 +211,11 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
   if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
     fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
-  mark_grad_ready(embedding_group_);          // recorded first, so it runs last: wte also serves lm_head
-  Tensor tok = embedding(wte_, ids, {B, T});  // [B,T,C]
+  mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
+  begin_use(0);
+  Tensor tok = embedding(wte_, ids, {B, T});                                               // [B,T,C]
   Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
+  end_use(0);
   return maybe_dropout(add(tok, pos));
 }
 
@@ -200,6 +224,8 @@ Tensor GPT::run_blocks(Tensor x) {
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
     mark_grad_ready(block_groups_[l]);
+    const int group = part_.first_block + static_cast<int>(l) + 1;
+    begin_use(group);
     Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
     h = linear(h, b.c_attn_weight, b.c_attn_bias);                              // [B,T,3C]
     h = causal_self_attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
@@ -208,6 +234,7 @@ Tensor GPT::run_blocks(Tensor x) {
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
     h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                   // [B,T,4C]
     h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));  // [B,T,C]
+    end_use(group);
     x = add(x, h);
   }
   return x;
@@ -216,22 +243,27 @@ Tensor GPT::run_blocks(Tensor x) {
 Tensor GPT::final_norm(const Tensor& x) {
   if (!part_.head) fail("GPT: this part has no head");
   mark_grad_ready(ln_f_group_);
-  return layernorm(x, ln_f_weight_, ln_f_bias_);
+  begin_use(config_.n_layer + 1);
+  Tensor h = layernorm(x, ln_f_weight_, ln_f_bias_);
+  end_use(config_.n_layer + 1);
+  return h;
 }
 
-Tensor GPT::head_logits(const Tensor& x) { return linear(final_norm(x), wte_); }  // lm_head tied to wte: [B,T,V]
+Tensor GPT::head_logits(const Tensor& x) {
+  Tensor h = final_norm(x);
+  begin_use(0);
+  Tensor logits = linear(h, wte_);  // lm_head tied to wte: [B,T,V]
+  end_use(0);
+  return logits;
+}
 
 Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) {
   return cross_entropy(head_logits(x), targets);
 }
 
-Tensor GPT::hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T) {
-  return final_norm(run_blocks(embed(ids, B, T)));
-}
-
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
   require_whole("forward");
-  return linear(hidden_states(ids, B, T), wte_);  // lm_head tied to wte: [B,T,V]
+  return head_logits(run_blocks(embed(ids, B, T)));
 }
 
 Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {

@@ -111,17 +111,30 @@ class GPT {
   using GradReadyHook = std::function<void(std::span<const int> parameter_indices)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
 
+  // For ZeRO-3 (parallel/zero.hpp), which keeps only a shard of the parameters between uses:
+  // `before` runs just before each use of a parameter group and `after` just after it — in
+  // forward, and again around the same ops' backward (markers on the tape; backward = true).
+  // Groups of the whole model: 0 = the embeddings (wte, wpe; wte is used again by lm_head),
+  // 1 + l = block l, n_layer + 1 = ln_f.
+  struct GroupUseHooks {
+    std::function<void(int group, bool backward)> before, after;
+  };
+  void set_group_use_hooks(GroupUseHooks hooks) { group_use_hooks_ = std::move(hooks); }
+  // Each group's indices into parameters(), in that numbering (the whole model only).
+  std::vector<std::vector<int>> parameter_groups() const;
+
  private:
   struct Block {
     Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
     Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
   };
   Tensor add_parameter(const std::string& name, Shape shape);
-  Tensor hidden_states(std::span<const int32_t> ids, int64_t B, int64_t T);  // after ln_f: [B,T,C]
   Tensor final_norm(const Tensor& x);                                        // ln_f
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
   void mark_grad_ready(const std::vector<int>& group);
+  void begin_use(int group);  // the group-use hooks around a span of ops, in forward and backward
+  void end_use(int group);
 
   GPTConfig config_;
   GPTPart part_;
@@ -132,6 +145,7 @@ class GPT {
   bool training_ = true;
   Rng dropout_rng_;
   GradReadyHook grad_ready_hook_;
+  GroupUseHooks group_use_hooks_;
   std::vector<int> embedding_group_, ln_f_group_;  // indices into parameters_
   std::vector<std::vector<int>> block_groups_;
 };

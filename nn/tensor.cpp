@@ -95,6 +95,23 @@ void Tensor::zero_grad() const {
   if (s.grad) std::memset(s.grad, 0, s.count * sizeof(float));
 }
 
+void Tensor::free_values() const {
+  Storage& s = *impl_->storage;
+  BufferPool::release(s.values, s.count);
+  s.values = nullptr;
+}
+
+void Tensor::allocate_values() const {
+  Storage& s = *impl_->storage;
+  if (!s.values) s.values = BufferPool::acquire(s.count);
+}
+
+void Tensor::free_grad() const {
+  Storage& s = *impl_->storage;
+  BufferPool::release(s.grad, s.count);
+  s.grad = nullptr;
+}
+
 Tensor Tensor::view(Shape new_shape) const {
   if (numel_of(new_shape) != numel())
     fail("cannot view shape {} as {}", shape_string(shape()), shape_string(new_shape));

@@ -61,6 +61,15 @@ class Tensor {
   std::span<float> grad_values() const { return {grad(), static_cast<std::size_t>(numel())}; }
   void zero_grad() const;
 
+  // For ZeRO (parallel/zero.*), which holds only a shard of each parameter between uses:
+  // give the memory of the values or of the gradient back to the pool, and take values
+  // memory again (uninitialised) before the next use. data() is null while freed. Every
+  // handle and view sees the change: they share the storage.
+  void free_values() const;
+  void allocate_values() const;
+  bool has_values() const { return impl_->storage->values != nullptr; }
+  void free_grad() const;
+
   Tensor view(Shape shape) const;  // same values and gradient, another shape (same numel)
   Tensor detach() const;           // same values, no gradient tracking
   Tensor clone() const;            // a copy of the values, no gradient

@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
     std::string scenario;
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
-        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch"}));
+        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch",
+                                   "skip-async"}));
     comm::parse(app, argc, argv);
     comm::Communicator& world = runtime.start(options);
     const bool culprit = world.rank() == world.size() - 1;
@@ -33,12 +34,23 @@ int main(int argc, char** argv) {
         return;  // leaves the loop: its runtime shuts down
       } else if (scenario == "killed") {
         std::raise(SIGKILL);  // as `kill -9` would
+      } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started
+        std::this_thread::sleep_for(std::chrono::seconds(60));
       } else if (scenario == "count-mismatch") {
         std::vector<float> longer(8, 1.0f);
         world.allreduce(std::span(longer));
       }
     }
-    if (!culprit || scenario == "none") world.allreduce(std::span(gradient));  // collective #1
+    if (scenario == "skip-async") {  // collective #1, as ZeRO starts it: in flight while the rank works
+      if (!culprit) {
+        std::vector<float> send(4 * static_cast<std::size_t>(world.size()), 1.0f);
+        comm::Work work = world.reduce_scatter_async(std::span(send), std::span(gradient));
+        work.test();
+        work.wait();
+      }
+    } else if (!culprit || scenario == "none") {
+      world.allreduce(std::span(gradient));  // collective #1
+    }
     comm::say("collective #1 done: sum {}", gradient[0]);
   });
 }

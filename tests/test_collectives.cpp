@@ -262,6 +262,49 @@ TEST_CASE("asynchronous allreduces overlap, complete in any wait order, and matc
   }
 }
 
+TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave, complete in any order, and match",
+          "[collectives][async]") {
+  Communicator& world = comm::runtime().world();
+  const auto n = static_cast<std::size_t>(world.size());
+  for (const char* name : {"mpi", "ring", "naive"}) {
+    INFO("backend " << name);
+    Communicator c = world.with_backend(name);
+    // Per unit k: a reduce-scatter of n blocks of `count` and an allgather of `count`, all
+    // started before any is waited for; counts include 0 and sizes larger than a ring segment.
+    const std::vector<std::size_t> counts = {0, 1, 1001, 300'007};
+    std::vector<std::vector<float>> sends, shards, gathered, own;
+    std::vector<comm::Work> pending;
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      sends.push_back(inputs<float>(c.rank() + static_cast<int>(k), n * counts[k]));
+      shards.emplace_back(counts[k]);
+      own.push_back(inputs<float>(c.rank() * 3 + static_cast<int>(k), counts[k]));
+      gathered.emplace_back(n * counts[k]);
+    }
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      pending.push_back(c.reduce_scatter_async(std::span(sends[k]), std::span(shards[k]), ReduceOp::avg));
+      pending.push_back(c.allgather_async(std::span<const float>(own[k]), std::span(gathered[k])));
+    }
+    for (auto& work : pending) work.test();
+    for (std::size_t i : {5, 0, 7, 2, 1, 6, 3, 4}) pending[i].wait();  // any order
+    for (auto& work : pending) CHECK(work.done());
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      INFO("count " << counts[k]);
+      auto full = inputs<float>(c.rank() + static_cast<int>(k), n * counts[k]);
+      std::vector<float> want_shard(counts[k]), want_gathered(n * counts[k]);
+      c.reduce_scatter(std::span<const float>(full), std::span(want_shard), ReduceOp::avg);
+      c.allgather(std::span<const float>(own[k]), std::span(want_gathered));
+      CHECK(mismatches(shards[k], want_shard) == 0);
+      CHECK(mismatches(gathered[k], want_gathered) == 0);
+    }
+    // In place: this rank's block already sits in the gathered buffer.
+    std::vector<std::int64_t> in_place(n * 5);
+    for (std::size_t i = 0; i < 5; ++i) in_place[static_cast<std::size_t>(c.rank()) * 5 + i] = c.rank() * 100 + int(i);
+    auto block = std::span<const std::int64_t>(in_place).subspan(static_cast<std::size_t>(c.rank()) * 5, 5);
+    c.allgather_async(block, std::span(in_place)).wait();
+    for (std::size_t i = 0; i < in_place.size(); ++i) CHECK(in_place[i] == static_cast<std::int64_t>(i / 5 * 100 + i % 5));
+  }
+}
+
 TEST_CASE("point-to-point send and recv deliver in order", "[collectives][p2p]") {
   Communicator& world = comm::runtime().world();
   const int n = world.size();

@@ -54,6 +54,18 @@ TEST_CASE("a rank that skips a collective is named, with what it does instead") 
   }
 }
 
+TEST_CASE("an asynchronous reduce-scatter a rank never started is watched too: the rank is named") {
+  for (auto [n, backend] : {std::pair{2, "ring"}, std::pair{3, "mpi"}}) {
+    auto r = scenario(n, "skip-async", backend);
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("reduce_scatter #1 on 'world' (count 4 float, op sum) timed out"));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("not arrived: rank {}", n - 1)));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} is not in any collective", n - 1)));
+  }
+}
+
 TEST_CASE("a rank that calls a different collective is named, with that collective") {
   for (auto [n, backend] : {std::pair{2, "naive"}, std::pair{3, "mpi"}}) {
     auto r = scenario(n, "different", backend);

@@ -19,6 +19,11 @@ void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_
 void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                          ReduceOp op);
 void ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type);
+// Asynchronous forms: the reduce-scatter accumulates in `send` itself (no copy).
+std::unique_ptr<PendingOp> start_ring_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
+                                                     DataType type, ReduceOp op);
+std::unique_ptr<PendingOp> start_ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count,
+                                                DataType type);
 
 // Binomial trees (log2(n) rounds, latency-optimal)
 void tree_broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root);

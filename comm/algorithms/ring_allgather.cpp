@@ -13,13 +13,17 @@
 
 namespace comm::algorithms {
 
-void ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) {
+std::unique_ptr<PendingOp> start_ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count,
+                                                DataType type) {
   const int n = t.size();
   char* mine = at(recv, count * static_cast<std::size_t>(t.rank()), type);
   if (send != mine && count > 0) std::memcpy(mine, send, count * size_of(type));
-  RingPass pass(t, recv, BlockLayout{count * static_cast<std::size_t>(n), n}, type, RingPass::Mode::copy,
-                ReduceOp::sum);
-  complete(pass);
+  return std::make_unique<RingPass>(t, recv, BlockLayout{count * static_cast<std::size_t>(n), n}, type,
+                                    RingPass::Mode::copy, ReduceOp::sum);
+}
+
+void ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) {
+  complete(*start_ring_allgather(t, send, recv, count, type));
 }
 
 }  // namespace comm::algorithms

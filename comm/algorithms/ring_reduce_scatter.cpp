@@ -11,21 +11,60 @@
 #include "comm/reduce_kernels.hpp"
 
 namespace comm::algorithms {
+namespace {
+
+// The pass accumulates in `work` (n blocks), then block r goes to recv and is averaged.
+class RingReduceScatter : public PendingOp {
+ public:
+  RingReduceScatter(const Transport& t, void* work, void* recv, std::size_t count, DataType type, ReduceOp op)
+      : t_(t),
+        work_(work),
+        recv_(recv),
+        count_(count),
+        type_(type),
+        op_(op),
+        pass_(t, work, BlockLayout{count * static_cast<std::size_t>(t.size()), t.size()}, type,
+              RingPass::Mode::reduce, op) {}
+
+  bool progress() override {
+    if (done_) return true;
+    if (!pass_.progress()) return false;
+    if (count_ > 0) {  // recv may be null when count is 0 (memcpy must not be given null, even for 0 bytes)
+      std::memcpy(recv_, at(work_, count_ * static_cast<std::size_t>(t_.rank()), type_), count_ * size_of(type_));
+      finish_average(recv_, count_, type_, op_, t_.size());
+    }
+    return done_ = true;
+  }
+  std::vector<MPI_Request>& blocked_on() override { return pass_.blocked_on(); }
+
+ private:
+  Transport t_;
+  void* work_;
+  void* recv_;
+  std::size_t count_;
+  DataType type_;
+  ReduceOp op_;
+  RingPass pass_;
+  bool done_ = false;
+};
+
+}  // namespace
 
 void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                          ReduceOp op) {
-  const int n = t.size();
   // The pass accumulates in place, and `send` is read-only: work on a copy. The copy's
   // buffer is kept between calls — allocating hundreds of MB each time costs page faults.
   thread_local std::vector<char> work;
-  const std::size_t bytes = count * static_cast<std::size_t>(n) * size_of(type);
+  const std::size_t bytes = count * static_cast<std::size_t>(t.size()) * size_of(type);
   if (work.size() < bytes + 1) work.resize(bytes + 1);
   if (bytes > 0) std::memcpy(work.data(), send, bytes);
-  RingPass pass(t, work.data(), BlockLayout{count * static_cast<std::size_t>(n), n}, type, RingPass::Mode::reduce, op);
-  complete(pass);
-  if (count > 0)  // recv may be null when count is 0 (memcpy must not be given null, even for 0 bytes)
-    std::memcpy(recv, at(work.data(), count * static_cast<std::size_t>(t.rank()), type), count * size_of(type));
-  finish_average(recv, count, type, op, n);
+  RingReduceScatter ring(t, work.data(), recv, count, type, op);
+  complete(ring);
+}
+
+std::unique_ptr<PendingOp> start_ring_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
+                                                     DataType type, ReduceOp op) {
+  return std::make_unique<RingReduceScatter>(t, send, recv, count, type, op);  // accumulates in send itself
 }
 
 }  // namespace comm::algorithms

@@ -20,20 +20,18 @@ int to_int(std::size_t count) {
 
 void wait(MPI_Request& request) { watchdog().wait_all(1, &request); }
 
-// An MPI_Iallreduce in flight, as a PendingOp.
-class MpiPendingAllreduce : public PendingOp {
+// An MPI nonblocking collective in flight, as a PendingOp. The average (MPI has none) is
+// divided into `result` once it is complete.
+class MpiPending : public PendingOp {
  public:
-  MpiPendingAllreduce(const Transport& t, void* data, std::size_t count, DataType type, ReduceOp op)
-      : data_(data), count_(count), type_(type), op_(op), size_(t.size()), requests_(1) {
-    check_mpi(
-        MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(), requests_.data()),
-        "MPI_Iallreduce");
-  }
+  MpiPending(void* result, std::size_t count, DataType type, ReduceOp op, int size)
+      : result_(result), count_(count), type_(type), op_(op), size_(size), requests_(1) {}
+  MPI_Request* request() { return requests_.data(); }
   bool progress() override {
     int done = 0;
     check_mpi(MPI_Test(requests_.data(), &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done && !finished_) {
-      finish_average(data_, count_, type_, op_, size_);
+      finish_average(result_, count_, type_, op_, size_);
       finished_ = true;
     }
     return done != 0;
@@ -41,7 +39,7 @@ class MpiPendingAllreduce : public PendingOp {
   std::vector<MPI_Request>& blocked_on() override { return requests_; }
 
  private:
-  void* data_;
+  void* result_;
   std::size_t count_;
   DataType type_;
   ReduceOp op_;
@@ -123,7 +121,28 @@ class MpiBackend : public Backend {
 
   std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                              ReduceOp op) override {
-    return std::make_unique<MpiPendingAllreduce>(t, data, count, type, op);
+    auto pending = std::make_unique<MpiPending>(data, count, type, op, t.size());
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(),
+                             pending->request()),
+              "MPI_Iallreduce");
+    return pending;
+  }
+  std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
+                                                  DataType type, ReduceOp op) override {
+    auto pending = std::make_unique<MpiPending>(recv, count, type, op, t.size());
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(),
+                                        pending->request()),
+              "MPI_Ireduce_scatter_block");
+    return pending;
+  }
+  std::unique_ptr<PendingOp> start_allgather(const Transport& t, const void* send, void* recv, std::size_t count,
+                                             DataType type) override {
+    const bool in_place = send == static_cast<const char*>(recv) + t.rank() * count * size_of(type);
+    auto pending = std::make_unique<MpiPending>(recv, 0, type, ReduceOp::sum, t.size());  // nothing to divide
+    check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, to_int(count), mpi_type(type), recv, to_int(count),
+                             mpi_type(type), t.mpi_comm(), pending->request()),
+              "MPI_Iallgather");
+    return pending;
   }
 };
 

@@ -1,5 +1,5 @@
 // Backend "naive": every collective goes through rank 0 (comm/algorithms/naive.cpp).
-// Its asynchronous allreduce is the default one: it completes when started (no overlap).
+// Its asynchronous collectives are the default ones: they complete when started (no overlap).
 #include "comm/algorithms/algorithms.hpp"
 #include "comm/backend.hpp"
 

@@ -41,6 +41,14 @@ class RingBackend : public Backend {
                                              ReduceOp op) override {
     return alg::start_ring_allreduce(t, data, count, type, op);
   }
+  std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
+                                                  DataType type, ReduceOp op) override {
+    return alg::start_ring_reduce_scatter(t, send, recv, count, type, op);
+  }
+  std::unique_ptr<PendingOp> start_allgather(const Transport& t, const void* send, void* recv, std::size_t count,
+                                             DataType type) override {
+    return alg::start_ring_allgather(t, send, recv, count, type);
+  }
 };
 
 }  // namespace
