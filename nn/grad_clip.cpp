@@ -27,9 +27,14 @@ float clip_grad_norm(std::vector<NamedTensor>& parameters, float max_norm) {
   return norm;
 }
 
-void clip_to_norm(std::vector<NamedTensor>& parameters, float max_norm, float norm) {
-  if (max_norm <= 0.0f) return;
+float clip_coefficient(float max_norm, float norm) {
+  if (max_norm <= 0.0f) return 1.0f;
   const float coef = max_norm / (norm + 1e-6f);
+  return coef < 1.0f ? coef : 1.0f;
+}
+
+void clip_to_norm(std::vector<NamedTensor>& parameters, float max_norm, float norm) {
+  const float coef = clip_coefficient(max_norm, norm);
   if (coef < 1.0f) {
     for (auto& p : parameters)
       for (float& g : p.tensor.grad_values()) g *= coef;

@@ -17,5 +17,7 @@ float clip_grad_norm(std::vector<NamedTensor>& parameters, float max_norm);
 // up), then the scaling every rank applies once the global norm is known.
 double squared_grad_norm(std::vector<NamedTensor>& parameters);
 void clip_to_norm(std::vector<NamedTensor>& parameters, float max_norm, float norm);
+// What every gradient is multiplied by: max_norm / (norm + 1e-6) when that is below 1, else 1.
+float clip_coefficient(float max_norm, float norm);
 
 }  // namespace nn

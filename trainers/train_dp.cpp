@@ -11,7 +11,12 @@
 //   4. same update     every rank clips and steps AdamW on identical averaged gradients,
 //                      so the replicas stay identical without ever sending parameters again
 //
+// --zero 1|2|3 shards what each rank keeps instead (parallel/zero_optimizer.hpp): steps 3
+// and 4 become a reduce-scatter of the gradients, AdamW on this rank's shard, and an
+// all-gather of the parameters. trainers/data_parallel_update.hpp holds both ways.
+//
 // Rank 0 prints, writes the metrics file and the checkpoints; every rank computes.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -19,18 +24,20 @@
 
 #include <fmt/format.h>
 
+#include "comm/cli_checks.hpp"
 #include "comm/runtime.hpp"
 #include "nn/autograd.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
-#include "nn/grad_clip.hpp"
+#include "nn/buffer_pool.hpp"
+#include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/evaluation.hpp"
-#include "trainers/gradient_averaging.hpp"
+#include "trainers/data_parallel_update.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
@@ -99,6 +106,47 @@ void sample_only(const TrainOptions& o, comm::Communicator& world) {
   }
 }
 
+// ---- memory, measured and by formula ------------------------------------------------------
+
+// After the first step, one line per rank: what it holds by kind (counted from the tensors
+// that have memory), the step's peak from the allocator (nn::BufferPool), and ZeRO's formula.
+class MemoryReport {
+ public:
+  MemoryReport(int stage, double parameters, int ranks, int micro_steps)
+      : stage_(stage), parameters_(parameters), ranks_(ranks), micro_steps_(micro_steps) {}
+  void step_begins() {
+    nn::BufferPool::reset_peak();
+    at_start_ = static_cast<double>(nn::BufferPool::bytes_in_use());
+  }
+  void gradients_held(const parallel::HeldBytes& held) { held_ = held; }  // just before the optimizer step
+  void report(comm::Communicator& world) const {
+    const double peak = static_cast<double>(nn::BufferPool::peak_bytes_in_use());
+    const std::array<double, 5> mine{held_.parameters, held_.gradients, held_.optimizer, peak, peak - at_start_};
+    std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
+    world.allgather(std::span<const double>(mine), std::span(all));
+    if (world.rank() != 0) return;
+    for (int r = 0; r < world.size(); ++r) {
+      const double* m = all.data() + r * mine.size();
+      comm::say(
+          "memory rank {} (allocator): parameters {}, gradients {}, optimizer {} = {} (ZeRO-{} formula {}); "
+          "step peak {}, {} above the step's start (activations, buffers)",
+          r, nn::format_bytes(m[0]), nn::format_bytes(m[1]), nn::format_bytes(m[2]),
+          nn::format_bytes(m[0] + m[1] + m[2]), stage_, nn::format_bytes(zero_formula_bytes(stage_, parameters_, ranks_)),
+          nn::format_bytes(m[3]), nn::format_bytes(m[4]));
+    }
+    comm::say("communicated per rank per step ≈ {:.1f} MB by the formula ({} ranks, {} micro-step(s), Ψ = {:.2f}M)",
+              zero_traffic_elements(stage_, parameters_, micro_steps_) * 4 * (ranks_ - 1) / ranks_ / 1e6, ranks_,
+              micro_steps_, parameters_ / 1e6);
+  }
+
+ private:
+  int stage_;
+  double parameters_;
+  int ranks_, micro_steps_;
+  double at_start_ = 0;
+  parallel::HeldBytes held_;
+};
+
 // ---- training ----------------------------------------------------------------------------
 
 void train(const TrainOptions& options, comm::Communicator& world) {
@@ -113,21 +161,17 @@ void train(const TrainOptions& options, comm::Communicator& world) {
   // 1. The same start. Every rank builds a model, each from a different seed — so without
   //    the broadcast the replicas would differ — and rank 0's parameters are copied to all.
   nn::GPT model(config, stream_seed(o.seed, Stream::init, static_cast<uint64_t>(rank)));
-  nn::AdamW optimizer(model.parameters(), o.adamw);
+  auto update = make_data_parallel_update(o, model, world);
   const int64_t first_step = run.first_step();
-  if (!run.load_from.empty())
-    on_rank0_then_agree(world, [&] { nn::load_checkpoint(run.load_from, model, o.resume ? &optimizer : nullptr); });
-  broadcast_state(model, &optimizer, world);
-  if (comm::runtime().options().check) verify_identical(model, world);
+  update->start(run.load_from, o.resume);
 
   BatchSampler sampler(data.train, T, B, K, o.sampling == "partition" ? Sampling::partition : Sampling::random, o.seed,
                        rank, N);
-  auto averager = make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6));
   const int64_t tokens_per_step = static_cast<int64_t>(N) * B * K * T;
   TrainingLog log(o, world, first_step, tokens_per_step, model.flops_per_token(T), run.checkpoint_dir);
 
   comm::say("train_dp: {} ranks × {} compute thread(s), GEMM {}, backend {}, {}", N, nn::compute_threads(),
-            nn::gemm_library(), world.backend_name(), averager->describe());
+            nn::gemm_library(), world.backend_name(), update->describe());
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", config.n_layer,
             config.n_head, config.n_embd, T, config.vocab_size, static_cast<double>(model.num_params()) / 1e6);
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", data.train.size(), data.val.size(),
@@ -138,18 +182,18 @@ void train(const TrainOptions& options, comm::Communicator& world) {
 
   std::optional<Evaluation> last_eval;
   auto save = [&](int64_t steps_done) {
-    if (rank == 0)
-      nn::save_checkpoint(
-          run.checkpoint_dir, model, optimizer,
-          train_state(run, steps_done, N, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
+    update->save(run.checkpoint_dir,
+                 train_state(run, steps_done, N, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
     log.saved(steps_done);
   };
-  auto evaluate_and_sample = [&](int64_t step) {
-    const auto t0 = Clock::now();
-    last_eval = evaluate(model, data, o, step, world);
-    log.evaluation(step, last_eval->train_loss, last_eval->val_loss);
-    return seconds_since(t0);
+  auto evaluate_and_sample = [&](int64_t step, bool sample) {  // with every parameter present (ZeRO-3 gathers them)
+    update->with_full_parameters([&] {
+      last_eval = evaluate(model, data, o, step, world);
+      log.evaluation(step, last_eval->train_loss, last_eval->val_loss);
+      if (sample) print_sample(model, data.vocabulary, o, step, world);
+    });
   };
+  MemoryReport memory(o.zero, static_cast<double>(model.num_params(false)), N, K);
 
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
@@ -164,13 +208,13 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     trace.on = !o.trace.empty() && step < first_step + o.trace_steps;
     if (o.eval_interval > 0 && step > first_step && step % o.eval_interval == 0) {
       const auto t0 = Clock::now();
-      evaluate_and_sample(step);
-      print_sample(model, data.vocabulary, o, step, world);
+      evaluate_and_sample(step, true);
       log.exclude(seconds_since(t0));  // kept out of the ETA and the throughput
     }
     PhaseTimes& window = log.window();
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
+    memory.step_begins();
     float step_loss = 0.0f;
     for (int micro = 0; micro < K; ++micro) {
       // 2. Unique data: this rank's micro-batch.
@@ -190,30 +234,30 @@ void train(const TrainOptions& options, comm::Communicator& world) {
 
       // 3a. Backward; on the last micro-step the bucketed averager starts allreduces from inside it.
       t = Clock::now();
-      averager->before_backward(micro == K - 1);
+      update->before_backward(micro == K - 1);
       nn::autograd::backward(loss);
       window.backward += seconds_since(t);
       span(fmt::format("B{}", micro), "backward", t);
     }
     // 3b. Every gradient averaged over the ranks (the part of communication not hidden by overlap).
     auto t = Clock::now();
-    averager->finish();
+    update->finish_gradients();
     window.comm += seconds_since(t);
     span("grad sync", "comm", t);
+    memory.gradients_held(update->held());
 
     // 4. The same update everywhere.
     t = Clock::now();
-    const float norm =
-        o.grad_clip > 0 ? nn::clip_grad_norm(model.parameters(), o.grad_clip) : nn::grad_norm(model.parameters());
+    const float norm = update->clip_grad_norm(o.grad_clip);
     log.check_finite(step + 1, "gradient norm", norm);  // the same on every rank: computed from averaged gradients
-    optimizer.step(lr);
-    optimizer.zero_grad();
+    update->step(lr);
     window.optimizer += seconds_since(t);
     span("AdamW", "optimizer", t);
     window.total += seconds_since(step_start);
     ++window.steps;
 
     const int64_t done = step + 1;
+    if (done == first_step + 1) memory.report(world);
     if (log.due(done)) {
       std::array<float, 1> loss_avg{step_loss};
       world.allreduce(std::span<float>(loss_avg), comm::ReduceOp::avg);  // the logged loss: mean over ranks
@@ -231,12 +275,14 @@ void train(const TrainOptions& options, comm::Communicator& world) {
 
   // The end: evaluate, the exact val loss, a checkpoint, a sample.
   const int64_t end = std::max<int64_t>(o.max_iters, first_step);
-  evaluate_and_sample(end);
+  evaluate_and_sample(end, false);
   save(end);
-  if (o.final_full_val) log.final_loss(end, full_split_loss(model, data.val, world));
-  comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
-            run.checkpoint_dir.string(), o.metrics);
-  print_sample(model, data.vocabulary, o, end, world);
+  update->with_full_parameters([&] {
+    if (o.final_full_val) log.final_loss(end, full_split_loss(model, data.val, world));
+    comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
+              run.checkpoint_dir.string(), o.metrics);
+    print_sample(model, data.vocabulary, o, end, world);
+  });
 }
 
 }  // namespace
@@ -249,6 +295,10 @@ int main(int argc, char** argv) {
     comm::add_options(app, comm_options);
     TrainOptions options;
     trainers::add_train_options(app, options);
+    app.add_option("--zero", options.zero,
+                   "ZeRO stage: 0 replicated, 1 optimizer state, 2 + gradients, 3 + parameters sharded over the ranks")
+        ->check(comm::cli::whole(0, 3))
+        ->capture_default_str();
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];

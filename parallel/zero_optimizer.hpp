@@ -1,0 +1,114 @@
+// ZeRO (Rajbhandari et al., 2020): data parallelism whose replicas stop repeating each other.
+// Every rank still runs the whole model on its own micro-batch; what each rank *keeps* is
+// cut into N shards (parallel/zero_shards.hpp), and the averaging allreduce becomes its two
+// halves — a reduce-scatter (each rank gets the average of its shard of the gradients) and
+// an all-gather (each rank's updated shard of the parameters goes to everyone):
+//
+//   stage  a rank holds (float32, Ψ parameters, N ranks)     collectives per step
+//   0      parameters 4Ψ, gradients 4Ψ, AdamW 8Ψ  = 16Ψ       allreduce of the gradients (2Ψ sent)
+//   1      4Ψ + 4Ψ + AdamW of its shard 8Ψ/N                  reduce-scatter of the gradients after
+//                                                            backward, AdamW on the shard,
+//                                                            all-gather of the parameters (2Ψ)
+//   2      4Ψ + gradients of its shard 4Ψ/N + 8Ψ/N           a group's gradients reduce-scattered as
+//                                                            soon as backward finishes them (every
+//                                                            micro-step) and freed (2Ψ)
+//   3      its shards only: 16Ψ/N, plus the one or two       each group all-gathered just before its
+//          groups being used                                 forward and again before its backward,
+//                                                            freed after; the next one prefetched (3Ψ)
+//
+// Every rank steps AdamW on its shard only (nn::adamw_update, the loop nn::AdamW runs), so
+// stage k ≡ stage 0 up to the order of floating-point sums.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "nn/adamw.hpp"
+#include "nn/gpt.hpp"
+#include "parallel/zero_shards.hpp"
+
+namespace parallel {
+
+// Memory a rank holds, by kind, counted from the tensors that have memory now.
+struct HeldBytes {
+  double parameters = 0, gradients = 0, optimizer = 0;
+};
+
+class ZeroOptimizer {
+ public:
+  // stage 1, 2 or 3; `model` is the whole model, the same on every rank of `group`.
+  ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group);
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
+  // Collective, once, before training: the parameters are already identical on every rank;
+  // `full` (rank 0 only; null for a fresh start) is a whole AdamW state whose shards the ranks
+  // take. Stage 3 then keeps only its shard of the parameters.
+  void start(const nn::AdamW* full);
+
+  // The training step, as train_dp calls it (same shape as trainers::GradientAverager):
+  void before_backward(bool last_micro_step);  // stage 1 communicates on the last one only
+  void finish_gradients();                     // waits: this rank's gradient shard holds the average
+  float clip_grad_norm(float max_norm);        // the global norm (Σ shard² all-reduced); ≤ 0 only measures
+  void step(float lr);                         // AdamW on the shard; stages 1-2 all-gather the parameters
+  void zero_grad();
+
+  // Every parameter on every rank while `work` runs (evaluation, samples, a checkpoint);
+  // collective. Stages 1-2 always have them.
+  void with_full_parameters(const std::function<void()>& work);
+  // Collective: the whole AdamW state on rank 0 (to save), null on the others. Needs the
+  // full parameters (inside with_full_parameters at stage 3).
+  std::unique_ptr<nn::AdamW> gather_optimizer();
+
+  HeldBytes held() const;
+  int stage() const { return stage_; }
+  int64_t steps() const { return steps_; }
+  std::string describe() const;
+
+ private:
+  struct GroupState {
+    nn::Tensor grad_shard, exp_avg, exp_avg_sq;  // [shard]
+    nn::Tensor param_shard;                      // [shard], stage 3: the only copy between uses
+    nn::Tensor send, received;                   // a reduce-scatter in flight: [N·shard] work space, [shard]
+    comm::Work reducing;
+    bool reduce_started = false;  // in this micro-step
+    nn::Tensor gathered;          // an all-gather in flight: [N·shard]
+    comm::Work gathering;
+    int users = 0;  // stage 3: uses in progress; the parameters are resident while > 0
+  };
+  GroupState& state(int g) { return groups_[static_cast<std::size_t>(g)]; }
+  std::span<float> shard_of(nn::Tensor& flat) const;  // this rank's block of an [N·shard] buffer
+
+  void on_gradients_ready(std::span<const int> parameter_indices);
+  void start_reduce_scatter(int g);
+  void finish_reduce_scatter(int g);
+  void update_shard(int g, float* weights, const nn::AdamWScalars& s);
+
+  // Stage 3: gathering groups around their use.
+  void start_gather(int g, const float* my_shard);
+  void finish_gather(int g);  // the values back in the tensors
+  void free_parameters(int g);
+  void before_use(int g, bool backward);
+  void after_use(int g, bool backward);
+
+  int stage_;
+  nn::GPT& model_;
+  nn::AdamWConfig config_;
+  comm::Communicator& group_;
+  ZeroShards shards_;
+  std::vector<GroupState> groups_;
+  std::vector<int> group_of_parameter_;
+  int64_t steps_ = 0;
+  bool communicating_ = false;
+  bool full_parameters_ = false;            // stage 3 inside with_full_parameters: the hooks stand aside
+  std::vector<std::pair<int, bool>> uses_;  // stage 3: (group, backward) in the order a micro-step uses them
+  std::size_t next_use_ = 0;
+};
+
+}  // namespace parallel

@@ -1,0 +1,132 @@
+#include "trainers/data_parallel_update.hpp"
+
+#include <fmt/format.h>
+
+#include "comm/runtime.hpp"
+#include "nn/checkpoint.hpp"
+#include "nn/grad_clip.hpp"
+#include "trainers/gradient_averaging.hpp"
+#include "trainers/run_setup.hpp"
+
+namespace trainers {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Rank 0 loads (or keeps its initialisation), every rank takes its parameters.
+void load_on_rank0(const fs::path& checkpoint, nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& world) {
+  if (!checkpoint.empty()) on_rank0_then_agree(world, [&] { nn::load_checkpoint(checkpoint, model, optimizer); });
+}
+
+void check_replicas(const nn::GPT& model, comm::Communicator& world) {
+  if (comm::runtime().options().check) verify_identical(model, world);
+}
+
+class ReplicatedUpdate : public DataParallelUpdate {
+ public:
+  ReplicatedUpdate(const TrainOptions& o, nn::GPT& model, comm::Communicator& world)
+      : model_(model),
+        world_(world),
+        optimizer_(model.parameters(), o.adamw),
+        averager_(make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6))) {}
+
+  void start(const fs::path& checkpoint, bool with_optimizer) override {
+    load_on_rank0(checkpoint, model_, with_optimizer ? &optimizer_ : nullptr, world_);
+    broadcast_state(model_, &optimizer_, world_);
+    check_replicas(model_, world_);
+  }
+  void before_backward(bool last) override { averager_->before_backward(last); }
+  void finish_gradients() override { averager_->finish(); }
+  float clip_grad_norm(float max_norm) override {
+    return max_norm > 0 ? nn::clip_grad_norm(model_.parameters(), max_norm) : nn::grad_norm(model_.parameters());
+  }
+  void step(float lr) override {
+    optimizer_.step(lr);
+    optimizer_.zero_grad();
+  }
+  void with_full_parameters(const std::function<void()>& work) override { work(); }
+  void save(const fs::path& dir, const nlohmann::json& state) override {
+    if (world_.rank() == 0) nn::save_checkpoint(dir, model_, optimizer_, state);
+  }
+  parallel::HeldBytes held() const override {
+    parallel::HeldBytes h;
+    for (const auto& p : model_.parameters()) {
+      const double bytes = static_cast<double>(p.tensor.numel()) * 4;
+      h.parameters += bytes;
+      if (p.tensor.has_grad()) h.gradients += bytes;
+      h.optimizer += 2 * bytes;
+    }
+    return h;
+  }
+  std::string describe() const override { return averager_->describe(); }
+
+ private:
+  nn::GPT& model_;
+  comm::Communicator& world_;
+  nn::AdamW optimizer_;
+  std::unique_ptr<GradientAverager> averager_;
+};
+
+class ShardedUpdate : public DataParallelUpdate {
+ public:
+  ShardedUpdate(const TrainOptions& o, nn::GPT& model, comm::Communicator& world)
+      : model_(model), world_(world), adamw_(o.adamw), zero_(o.zero, model, o.adamw, world) {}
+
+  void start(const fs::path& checkpoint, bool with_optimizer) override {
+    // The whole AdamW state exists for a moment on rank 0 only, to be scattered in shards.
+    std::unique_ptr<nn::AdamW> full;
+    if (world_.rank() == 0 && with_optimizer) full = std::make_unique<nn::AdamW>(model_.parameters(), adamw_);
+    load_on_rank0(checkpoint, model_, full.get(), world_);
+    broadcast_state(model_, nullptr, world_);
+    check_replicas(model_, world_);
+    zero_.start(full.get());
+  }
+  void before_backward(bool last) override { zero_.before_backward(last); }
+  void finish_gradients() override { zero_.finish_gradients(); }
+  float clip_grad_norm(float max_norm) override { return zero_.clip_grad_norm(max_norm); }
+  void step(float lr) override {
+    zero_.step(lr);
+    zero_.zero_grad();
+  }
+  void with_full_parameters(const std::function<void()>& work) override { zero_.with_full_parameters(work); }
+  void save(const fs::path& dir, const nlohmann::json& state) override {
+    zero_.with_full_parameters([&] {
+      std::unique_ptr<nn::AdamW> full = zero_.gather_optimizer();  // gathered on rank 0 for the write
+      if (full) nn::save_checkpoint(dir, model_, *full, state);
+    });
+  }
+  parallel::HeldBytes held() const override { return zero_.held(); }
+  std::string describe() const override { return zero_.describe(); }
+
+ private:
+  nn::GPT& model_;
+  comm::Communicator& world_;
+  nn::AdamWConfig adamw_;
+  parallel::ZeroOptimizer zero_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions& o, nn::GPT& model,
+                                                              comm::Communicator& world) {
+  if (o.zero == 0) return std::make_unique<ReplicatedUpdate>(o, model, world);
+  return std::make_unique<ShardedUpdate>(o, model, world);
+}
+
+double zero_formula_bytes(int stage, double parameters, int ranks) {
+  const double P = parameters, N = ranks;
+  switch (stage) {
+    case 0: return 16 * P;
+    case 1: return 8 * P + 8 * P / N;
+    case 2: return 4 * P + 12 * P / N;
+    default: return 16 * P / N;
+  }
+}
+
+double zero_traffic_elements(int stage, double parameters, int micro_steps) {
+  if (stage == 3) return 3 * parameters * micro_steps;
+  if (stage == 2) return (micro_steps + 1) * parameters;
+  return 2 * parameters;
+}
+
+}  // namespace trainers

@@ -1,0 +1,58 @@
+// What train_dp does with the gradients backward leaves on every rank, for --zero 0-3:
+//
+//   0    ReplicatedUpdate: every gradient averaged on every rank (GradientAverager: naive or
+//        bucketed), every rank steps the whole AdamW — the replicas stay identical
+//   1-3  ShardedUpdate: parallel::ZeroOptimizer — each rank keeps and steps only its shard
+//
+// The training loop is the same for all four:
+//
+//   start(checkpoint)                          same start on every rank
+//   for each micro-step: before_backward(last); forward; backward
+//   finish_gradients(); clip_grad_norm(max); step(lr)
+//   with_full_parameters(evaluate, sample); save(dir, state)
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.hpp"
+#include "nn/adamw.hpp"
+#include "nn/gpt.hpp"
+#include "parallel/zero_optimizer.hpp"
+#include "trainers/train_options.hpp"
+
+namespace trainers {
+
+class DataParallelUpdate {
+ public:
+  virtual ~DataParallelUpdate() = default;
+  // Collective. Rank 0 loads `checkpoint` (its AdamW state too when `with_optimizer`) or keeps
+  // its fresh initialisation when it is empty; every rank then starts from rank 0's state.
+  virtual void start(const std::filesystem::path& checkpoint, bool with_optimizer) = 0;
+  virtual void before_backward(bool last_micro_step) = 0;
+  virtual void finish_gradients() = 0;       // every rank holds the average of what it keeps
+  virtual float clip_grad_norm(float max_norm) = 0;  // the global norm before clipping; ≤ 0 only measures
+  virtual void step(float lr) = 0;           // AdamW, then the gradients zeroed
+  // Every parameter on every rank while `work` runs (stage 3 holds only shards otherwise).
+  virtual void with_full_parameters(const std::function<void()>& work) = 0;
+  // Collective: one checkpoint (the whole model and AdamW state) written by rank 0.
+  virtual void save(const std::filesystem::path& dir, const nlohmann::json& train_state) = 0;
+  virtual parallel::HeldBytes held() const = 0;  // what this rank holds now
+  virtual std::string describe() const = 0;
+};
+
+std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions& o, nn::GPT& model,
+                                                              comm::Communicator& world);
+
+// The memory a rank holds under ZeRO stage `stage` by the paper's formula, float32: Ψ
+// parameters on N ranks. 0: 16Ψ; 1: 8Ψ + 8Ψ/N; 2: 4Ψ + 12Ψ/N; 3: 16Ψ/N (bytes).
+double zero_formula_bytes(int stage, double parameters, int ranks);
+// Elements each rank sends and receives per step, as the paper counts them (a reduce-scatter
+// or all-gather of Ψ moves about Ψ): 2Ψ for stages 0-2 — stage 2 reduce-scatters every
+// micro-step, so (K + 1)Ψ — and 3Ψ per micro-step for stage 3.
+double zero_traffic_elements(int stage, double parameters, int micro_steps);
+
+}  // namespace trainers
