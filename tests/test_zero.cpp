@@ -157,3 +157,15 @@ TEST_CASE("the memory a rank holds, counted from the allocator, falls as the for
 TEST_CASE("bad --zero: one line, exit status 2") {
   usage_failure(train_dp(2, zero_run("--zero 4 --out-dir " + out("zero_bad"))), "--zero");
 }
+
+TEST_CASE("a rank killed in a ZeRO-3 step is named by the watchdog; the gathered checkpoint survives and resumes") {
+  const std::string common = zero_run("--zero 3 --ckpt-interval 2 --timeout 5");
+  auto r = train_dp(3, common + " --crash-at-step 3 --crash-rank 2 --out-dir " + out("zero3_killed"));
+  CHECK(r.status != 0);
+  CHECK(r.seconds < 5 + 10);
+  CHECK_THAT(r.output, Catch::Contains("rank 2 is dead"));
+  CHECK(nn::read_checkpoint_info(checkpoint("zero3_killed")).train_state.at("step") == 2);
+  auto resumed = train_dp(3, common + " --resume --out-dir " + out("zero3_killed"));
+  CHECK(resumed.status == 0);
+  CHECK(nn::read_checkpoint_info(checkpoint("zero3_killed")).train_state.at("step") == 5);
+}

@@ -1,6 +1,8 @@
 // What every trainer does before step 0 (see run_setup.hpp).
 #include "trainers/run_setup.hpp"
 
+#include "trainers/data_parallel_update.hpp"
+
 #include <unistd.h>
 
 #include <array>
@@ -117,8 +119,14 @@ void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabular
 // Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
 // times the ranks on a node exceeds what the node has — one line instead of std::bad_alloc
 // or the kernel's OOM killer after minutes.
-void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world) {
-  const nn::MemoryEstimate need = nn::estimate_memory(config, batch_size, training);
+void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world,
+                  int zero_stage) {
+  nn::MemoryEstimate need = nn::estimate_memory(config, batch_size, training);
+  if (zero_stage > 0) {  // what a rank keeps, by the ZeRO formula
+    const double P = nn::parameter_count(config), N = world.size();
+    need.parameter_bytes = zero_stage == 3 ? 4 * P / N : 4 * P;
+    need.state_bytes = zero_formula_bytes(zero_stage, P, world.size()) - need.parameter_bytes;
+  }
   const int ranks_here = comm::runtime().local_size();
   std::array<double, 1> budget{comm::available_memory_bytes() / ranks_here};  // this rank's share of its node
   world.allreduce(std::span<double>(budget), comm::ReduceOp::min);

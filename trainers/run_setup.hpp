@@ -57,8 +57,10 @@ void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabular
 void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabulary);
 
 // Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
-// times the ranks on a node exceeds what the node has.
-void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world);
+// times the ranks on a node exceeds what the node has. With ZeRO (zero_stage 1-3) the
+// parameters and training state are those of the stage's formula over world's ranks.
+void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world,
+                  int zero_stage = 0);
 
 // Every place the run will write must be writable before step 0, not at the first checkpoint.
 void check_writable(const std::filesystem::path& dir, const std::string& flag);

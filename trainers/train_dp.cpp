@@ -156,7 +156,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
   const int rank = world.rank(), N = world.size();
   const nn::GPTConfig& config = run.start.config;
   const int T = config.block_size, B = o.batch_size, K = o.grad_accum;
-  check_memory(config, B, /*training=*/true, world);
+  check_memory(config, B, /*training=*/true, world, o.zero);
 
   // 1. The same start. Every rank builds a model, each from a different seed — so without
   //    the broadcast the replicas would differ — and rank 0's parameters are copied to all.
