@@ -23,14 +23,14 @@ std::unique_ptr<PendingOp> Backend::start_allreduce(const Transport& t, void* da
   return std::make_unique<FinishedOp>();
 }
 
-std::unique_ptr<PendingOp> Backend::start_reduce_scatter(const Transport& t, void* send, void* recv,
-                                                         std::size_t count, DataType type, ReduceOp op) {
+std::unique_ptr<PendingOp> Backend::start_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
+                                                         DataType type, ReduceOp op) {
   reduce_scatter(t, send, recv, count, type, op);
   return std::make_unique<FinishedOp>();
 }
 
-std::unique_ptr<PendingOp> Backend::start_allgather(const Transport& t, const void* send, void* recv,
-                                                    std::size_t count, DataType type) {
+std::unique_ptr<PendingOp> Backend::start_allgather(const Transport& t, const void* send, void* recv, std::size_t count,
+                                                    DataType type) {
   allgather(t, send, recv, count, type);
   return std::make_unique<FinishedOp>();
 }

@@ -59,8 +59,8 @@ class Backend {
                                                      ReduceOp op);
   // The same for reduce-scatter and allgather (ZeRO's two collectives). `send` of the
   // reduce-scatter is work space: a backend may leave partial sums in it.
-  virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv,
-                                                          std::size_t count, DataType type, ReduceOp op);
+  virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
+                                                          DataType type, ReduceOp op);
   virtual std::unique_ptr<PendingOp> start_allgather(const Transport& t, const void* send, void* recv,
                                                      std::size_t count, DataType type);
 };

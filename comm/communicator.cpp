@@ -195,9 +195,8 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
 }
 
 Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
-  return start_async(OpKind::allreduce, count, type, static_cast<int>(op), [&](const Transport& t) {
-    return backend_->start_allreduce(t, data, count, type, op);
-  });
+  return start_async(OpKind::allreduce, count, type, static_cast<int>(op),
+                     [&](const Transport& t) { return backend_->start_allreduce(t, data, count, type, op); });
 }
 
 Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count,

@@ -311,12 +311,16 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
     const char* direction = call_.kind == OpKind::send ? "to send to" : "to receive from";
     const std::string peer = fmt::format("rank {}", missing.front());
     std::string doing = "is not in any collective or send/receive";
-    if (!dead.empty()) doing = "is dead";
-    else if (!finished.empty()) doing = "has finished";
-    else if (!unknown.empty()) doing = "runs on another node (state unknown here)";
+    if (!dead.empty())
+      doing = "is dead";
+    else if (!finished.empty())
+      doing = "has finished";
+    else if (!unknown.empty())
+      doing = "runs on another node (state unknown here)";
     else if (elsewhere.size() > 1)
       for (const auto& [c, ranks] : elsewhere)
-        if (c != my_call) doing = fmt::format("is waiting in {} instead (a send that never came, or a cycle of waits)", c);
+        if (c != my_call)
+          doing = fmt::format("is waiting in {} instead (a send that never came, or a cycle of waits)", c);
     line = fmt::format("rank {} waits {} {} ({}), and {} {}", call_.comm_rank, direction, peer, my_call, peer, doing);
   }
   std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);

@@ -129,7 +129,7 @@ class GPT {
     Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
   };
   Tensor add_parameter(const std::string& name, Shape shape);
-  Tensor final_norm(const Tensor& x);                                        // ln_f
+  Tensor final_norm(const Tensor& x);  // ln_f
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
   void mark_grad_ready(const std::vector<int>& group);

@@ -60,10 +60,11 @@ void ZeroOptimizer::start(const nn::AdamW* full) {
         nn::Tensor flat;
         if (full) {
           flat = nn::Tensor::zeros({layout.shard * N});
-          shards_.for_each_overlap(gi, 0, layout.size, [&](const auto& piece, int64_t in_tensor, int64_t at, int64_t n) {
-            const auto& moments = second ? full->exp_avg_sq() : full->exp_avg();
-            std::copy_n(moments[static_cast<std::size_t>(piece.parameter)].data() + in_tensor, n, flat.data() + at);
-          });
+          shards_.for_each_overlap(
+              gi, 0, layout.size, [&](const auto& piece, int64_t in_tensor, int64_t at, int64_t n) {
+                const auto& moments = second ? full->exp_avg_sq() : full->exp_avg();
+                std::copy_n(moments[static_cast<std::size_t>(piece.parameter)].data() + in_tensor, n, flat.data() + at);
+              });
         }
         nn::Tensor& mine = second ? s.exp_avg_sq : s.exp_avg;
         group_.scatter(full ? std::span<const float>(flat.values()) : std::span<const float>(), mine.values(), 0);
@@ -72,11 +73,11 @@ void ZeroOptimizer::start(const nn::AdamW* full) {
     if (stage_ == 3) {  // keep this rank's shard of the parameters, give the rest back
       s.param_shard = nn::Tensor::zeros({layout.shard});
       const int64_t begin = shards_.shard_begin(gi);
-      shards_.for_each_overlap(gi, begin, begin + layout.shard, [&](const auto& piece, int64_t in_tensor,
-                                                                   int64_t at, int64_t n) {
-        const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
-        std::copy_n(t.data() + in_tensor, n, s.param_shard.data() + (at - begin));
-      });
+      shards_.for_each_overlap(
+          gi, begin, begin + layout.shard, [&](const auto& piece, int64_t in_tensor, int64_t at, int64_t n) {
+            const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
+            std::copy_n(t.data() + in_tensor, n, s.param_shard.data() + (at - begin));
+          });
       free_parameters(gi);
     }
   }
@@ -184,7 +185,8 @@ void ZeroOptimizer::step(float lr) {
       s.gathered = nn::Tensor::zeros({shards_.padded(g)});
       shards_.for_each_overlap(g, begin, begin + shards_.groups()[static_cast<std::size_t>(g)].shard,
                                [&](const auto& piece, int64_t in_tensor, int64_t at, int64_t n) {
-                                 const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
+                                 const nn::Tensor& t =
+                                     model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
                                  std::copy_n(t.data() + in_tensor, n, s.gathered.data() + at);
                                });
       update_shard(g, shard_of(s.gathered).data(), scalars);
@@ -235,8 +237,8 @@ void ZeroOptimizer::before_use(int g, bool backward) {
   // Prefetch: start gathering the group used after this one, so it travels while this computes.
   std::size_t at = next_use_;
   while (at < uses_.size() && uses_[at] != std::pair{g, backward}) ++at;
-  if (at == uses_.size()) at = static_cast<std::size_t>(std::find(uses_.begin(), uses_.end(), std::pair{g, backward}) -
-                                                        uses_.begin());
+  if (at == uses_.size())
+    at = static_cast<std::size_t>(std::find(uses_.begin(), uses_.end(), std::pair{g, backward}) - uses_.begin());
   next_use_ = at + 1;
   if (next_use_ < uses_.size()) {
     const int next = uses_[next_use_].first;

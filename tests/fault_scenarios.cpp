@@ -16,8 +16,7 @@ int main(int argc, char** argv) {
     std::string scenario;
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
-        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch",
-                                   "skip-async"}));
+        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch", "skip-async"}));
     comm::parse(app, argc, argv);
     comm::Communicator& world = runtime.start(options);
     const bool culprit = world.rank() == world.size() - 1;
@@ -33,7 +32,7 @@ int main(int argc, char** argv) {
       } else if (scenario == "exit-early") {
         return;  // leaves the loop: its runtime shuts down
       } else if (scenario == "killed") {
-        std::raise(SIGKILL);  // as `kill -9` would
+        std::raise(SIGKILL);                  // as `kill -9` would
       } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started
         std::this_thread::sleep_for(std::chrono::seconds(60));
       } else if (scenario == "count-mismatch") {

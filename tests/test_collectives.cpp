@@ -301,7 +301,8 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
     for (std::size_t i = 0; i < 5; ++i) in_place[static_cast<std::size_t>(c.rank()) * 5 + i] = c.rank() * 100 + int(i);
     auto block = std::span<const std::int64_t>(in_place).subspan(static_cast<std::size_t>(c.rank()) * 5, 5);
     c.allgather_async(block, std::span(in_place)).wait();
-    for (std::size_t i = 0; i < in_place.size(); ++i) CHECK(in_place[i] == static_cast<std::int64_t>(i / 5 * 100 + i % 5));
+    for (std::size_t i = 0; i < in_place.size(); ++i)
+      CHECK(in_place[i] == static_cast<std::int64_t>(i / 5 * 100 + i % 5));
   }
 }
 

@@ -104,7 +104,8 @@ TEST_CASE("ZeRO checkpoints: nanoGPT's names, resume bit-exact within a stage, c
   for (int stage : {0, 2}) {
     const std::string name = fmt::format("zs_three{}", stage);
     REQUIRE(train_dp(2, common + " --zero 1 --max-iters 4 --out-dir " + out(name)).status == 0);
-    auto resumed = train_dp(3, common + fmt::format(" --zero {} --max-iters 8 --resume --out-dir {}", stage, out(name)));
+    auto resumed =
+        train_dp(3, common + fmt::format(" --zero {} --max-iters 8 --resume --out-dir {}", stage, out(name)));
     REQUIRE(resumed.status == 0);
     CHECK(nn::read_checkpoint_info(checkpoint(name)).train_state.at("step") == 8);
   }
@@ -126,7 +127,8 @@ TEST_CASE("the memory a rank holds, counted from the allocator, falls as the for
   double psi = 0;
   for (int N : {2, 4}) {
     for (int stage : {0, 1, 2, 3}) {
-      auto r = train_dp(N, model + fmt::format(" --zero {} --out-dir {}", stage, out(fmt::format("mem{}_{}", N, stage))));
+      auto r =
+          train_dp(N, model + fmt::format(" --zero {} --out-dir {}", stage, out(fmt::format("mem{}_{}", N, stage))));
       REQUIRE(r.status == 0);
       at[{N, stage}] = memory_of_rank0(r.output);
     }
@@ -137,9 +139,9 @@ TEST_CASE("the memory a rank holds, counted from the allocator, falls as the for
     auto near = [&](double got, double want) { return std::abs(got - want) <= slack * want; };
     CHECK(near(replicated.gradients, 4 * psi));
     CHECK(near(replicated.optimizer, 8 * psi));
-    CHECK(near(at[{N, 1}].optimizer, 8 * psi / N));  // stage 1: the moments of one shard
+    CHECK(near(at[{N, 1}].optimizer, 8 * psi / N));            // stage 1: the moments of one shard
     CHECK(near(at[{N, 1}].gradients, 4 * psi + 4 * psi / N));  // full gradients (+ the averaged shard)
-    CHECK(near(at[{N, 2}].gradients, 4 * psi / N));  // stage 2: only the gradient shard
+    CHECK(near(at[{N, 2}].gradients, 4 * psi / N));            // stage 2: only the gradient shard
     CHECK(near(at[{N, 2}].parameters, 4 * psi));
     CHECK(near(at[{N, 3}].parameters, 4 * psi / N));  // stage 3: only the parameter shard
     CHECK(near(at[{N, 3}].gradients + at[{N, 3}].optimizer + at[{N, 3}].parameters, 16 * psi / N));

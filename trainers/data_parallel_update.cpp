@@ -116,10 +116,14 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
 double zero_formula_bytes(int stage, double parameters, int ranks) {
   const double P = parameters, N = ranks;
   switch (stage) {
-    case 0: return 16 * P;
-    case 1: return 8 * P + 8 * P / N;
-    case 2: return 4 * P + 12 * P / N;
-    default: return 16 * P / N;
+    case 0:
+      return 16 * P;
+    case 1:
+      return 8 * P + 8 * P / N;
+    case 2:
+      return 4 * P + 12 * P / N;
+    default:
+      return 16 * P / N;
   }
 }
 

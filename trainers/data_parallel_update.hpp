@@ -33,9 +33,9 @@ class DataParallelUpdate {
   // its fresh initialisation when it is empty; every rank then starts from rank 0's state.
   virtual void start(const std::filesystem::path& checkpoint, bool with_optimizer) = 0;
   virtual void before_backward(bool last_micro_step) = 0;
-  virtual void finish_gradients() = 0;       // every rank holds the average of what it keeps
+  virtual void finish_gradients() = 0;               // every rank holds the average of what it keeps
   virtual float clip_grad_norm(float max_norm) = 0;  // the global norm before clipping; ≤ 0 only measures
-  virtual void step(float lr) = 0;           // AdamW, then the gradients zeroed
+  virtual void step(float lr) = 0;                   // AdamW, then the gradients zeroed
   // Every parameter on every rank while `work` runs (stage 3 holds only shards otherwise).
   virtual void with_full_parameters(const std::function<void()>& work) = 0;
   // Collective: one checkpoint (the whole model and AdamW state) written by rank 0.

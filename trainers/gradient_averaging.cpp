@@ -40,7 +40,8 @@ class BucketedAllreduce : public GradientAverager {
       buckets_.back().bytes += bytes;
       bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(buckets_.size()) - 1;
     }
-    for (Bucket& b : buckets_) b.flat.resize(b.bytes / 4);
+    for (Bucket& b : buckets_)  // from the tensor pool, so the memory report counts them
+      b.flat = nn::Tensor::empty({static_cast<int64_t>(b.bytes / 4)});
     model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
   }
   ~BucketedAllreduce() override { model_.set_grad_ready_hook({}); }
@@ -73,7 +74,7 @@ class BucketedAllreduce : public GradientAverager {
   struct Bucket {
     std::vector<int> params;  // indices into model.parameters()
     std::size_t bytes = 0;
-    std::vector<float> flat;  // the bucket's gradients, back to back
+    nn::Tensor flat;  // the bucket's gradients, back to back
     std::size_t waiting_for = 0;
     bool started = false;
     comm::Work work;
@@ -99,7 +100,7 @@ class BucketedAllreduce : public GradientAverager {
       auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
       out = std::copy(g.begin(), g.end(), out);
     }
-    b.work = world_.allreduce_async(std::span(b.flat), comm::ReduceOp::avg);
+    b.work = world_.allreduce_async(b.flat.values(), comm::ReduceOp::avg);
     b.started = true;
   }
 

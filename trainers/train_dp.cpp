@@ -131,8 +131,9 @@ class MemoryReport {
           "memory rank {} (allocator): parameters {}, gradients {}, optimizer {} = {} (ZeRO-{} formula {}); "
           "step peak {}, {} above the step's start (activations, buffers)",
           r, nn::format_bytes(m[0]), nn::format_bytes(m[1]), nn::format_bytes(m[2]),
-          nn::format_bytes(m[0] + m[1] + m[2]), stage_, nn::format_bytes(zero_formula_bytes(stage_, parameters_, ranks_)),
-          nn::format_bytes(m[3]), nn::format_bytes(m[4]));
+          nn::format_bytes(m[0] + m[1] + m[2]), stage_,
+          nn::format_bytes(zero_formula_bytes(stage_, parameters_, ranks_)), nn::format_bytes(m[3]),
+          nn::format_bytes(m[4]));
     }
     comm::say("communicated per rank per step ≈ {:.1f} MB by the formula ({} ranks, {} micro-step(s), Ψ = {:.2f}M)",
               zero_traffic_elements(stage_, parameters_, micro_steps_) * 4 * (ranks_ - 1) / ranks_ / 1e6, ranks_,

@@ -23,8 +23,8 @@ class RingReduceScatter : public PendingOp {
         count_(count),
         type_(type),
         op_(op),
-        pass_(t, work, BlockLayout{count * static_cast<std::size_t>(t.size()), t.size()}, type,
-              RingPass::Mode::reduce, op) {}
+        pass_(t, work, BlockLayout{count * static_cast<std::size_t>(t.size()), t.size()}, type, RingPass::Mode::reduce,
+              op) {}
 
   bool progress() override {
     if (done_) return true;

@@ -122,9 +122,9 @@ class MpiBackend : public Backend {
   std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                              ReduceOp op) override {
     auto pending = std::make_unique<MpiPending>(data, count, type, op, t.size());
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(),
-                             pending->request()),
-              "MPI_Iallreduce");
+    check_mpi(
+        MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(), pending->request()),
+        "MPI_Iallreduce");
     return pending;
   }
   std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
