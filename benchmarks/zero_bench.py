@@ -33,7 +33,7 @@ args = parser.parse_args()
 
 MEMORY = re.compile(r"memory rank (\d+) \(allocator\): parameters ([^,]+), gradients ([^,]+), optimizer ([^=]+) = "
                     r"([^(]+) \(ZeRO-\d formula ([^)]+)\); step peak ([^,]+),")
-TRAFFIC = re.compile(r"communicated per rank per step ≈ ([0-9.]+) MB")
+TRAFFIC = re.compile(r"each rank sends ≈ ([0-9.]+) MB \(formula ([0-9.]+) MB")
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
@@ -60,18 +60,19 @@ with tempfile.TemporaryDirectory() as tmp:
             speeds = [w["tokens_per_s"] for w in train if w["kind"] == "train" and w["step"] > 2]
             memory = [m for m in (MEMORY.search(line) for line in done.stdout.splitlines()) if m]
             worst = max(memory, key=lambda m: mib(m.group(7)))  # the rank with the highest peak
-            traffic = float(TRAFFIC.search(done.stdout).group(1))
+            counted, formula = (float(x) for x in TRAFFIC.search(done.stdout).groups())
             row = dict(N=N, stage=stage, tps=statistics.median(speeds), params=mib(worst.group(2)),
                        grads=mib(worst.group(3)), optimizer=mib(worst.group(4)), held=mib(worst.group(5)),
-                       formula=mib(worst.group(6)), peak=mib(worst.group(7)), traffic=traffic)
+                       formula=mib(worst.group(6)), peak=mib(worst.group(7)), traffic=counted,
+                       traffic_formula=formula)
             rows.append(row)
             print(f"N={N} zero={stage}: {row['tps']:6.0f} tok/s, held {row['held']:.1f} MiB "
                   f"(formula {row['formula']:.1f}), peak {row['peak']:.1f} MiB", flush=True)
 
 print("\n| N | stage | tokens/s | parameters | gradients | optimizer | held (formula) | step peak | "
-      "sent per step (formula) |")
+      "sent per rank per step, counted (formula) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
     print(f"| {r['N']} | {r['stage']} | {r['tps']:,.0f} | {r['params']:.1f} MiB | {r['grads']:.1f} MiB | "
           f"{r['optimizer']:.1f} MiB | {r['held']:.1f} MiB ({r['formula']:.1f}) | {r['peak']:.1f} MiB | "
-          f"{r['traffic']:.0f} MB |")
+          f"{r['traffic']:.1f} MB ({r['traffic_formula']:.1f}) |")

@@ -106,8 +106,64 @@ void Communicator::collective(OpKind kind, std::size_t count, DataType type, int
   call.seq = next_seq_++;
   OpScope scope(call);
   watchdog().count_entry(id_);
+  count_traffic(kind, count, type);
   if (watchdog().check_mode()) watchdog().verify_same_call(lanes_[kCheckLane].get());
   body(Transport(lane(kind), rank_, size_), call);
+}
+
+void Communicator::count_traffic(OpKind kind, std::size_t count, DataType type) {
+  const bool per_rank =
+      kind == OpKind::reduce_scatter || kind == OpKind::allgather || kind == OpKind::gather || kind == OpKind::scatter;
+  Traffic& t = traffic_[static_cast<std::size_t>(kind)];
+  ++t.calls;
+  t.bytes += static_cast<double>(count * size_of(type)) * (per_rank ? size_ : 1);
+}
+
+double bytes_sent_per_rank(const TrafficByKind& traffic, int n) {
+  const double part = n > 1 ? static_cast<double>(n - 1) / n : 0.0;
+  double sent = 0;
+  for (std::size_t k = 0; k < kOpKinds; ++k) {
+    const double b = traffic[k].bytes;
+    switch (static_cast<OpKind>(k)) {
+      case OpKind::allreduce:
+        sent += 2 * part * b;
+        break;
+      case OpKind::reduce_scatter:
+      case OpKind::allgather:
+      case OpKind::gather:
+      case OpKind::scatter:
+        sent += part * b;
+        break;
+      case OpKind::broadcast:
+      case OpKind::reduce:
+        sent += n > 1 ? b : 0;
+        break;
+      case OpKind::send:
+      case OpKind::sendrecv:
+        sent += b;
+        break;
+      default:
+        break;
+    }
+  }
+  return sent;
+}
+
+std::string describe(const TrafficByKind& traffic) {
+  std::string text;
+  for (std::size_t k = 0; k < kOpKinds; ++k) {
+    if (traffic[k].calls == 0 || static_cast<OpKind>(k) == OpKind::split) continue;
+    if (!text.empty()) text += ", ";
+    text += fmt::format("{} {} ({:.1f} MB)", traffic[k].calls, name_of(static_cast<OpKind>(k)), traffic[k].bytes / 1e6);
+  }
+  return text.empty() ? "nothing" : text;
+}
+
+TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier) {
+  TrafficByKind d{};
+  for (std::size_t k = 0; k < kOpKinds; ++k)
+    d[k] = {later[k].calls - earlier[k].calls, later[k].bytes - earlier[k].bytes};
+  return d;
 }
 
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
@@ -222,6 +278,7 @@ void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count
   require_root(kind, peer);
   OpCall call = begin(kind, count, type, -1, peer);
   call.seq = next_p2p_seq_++;
+  count_traffic(kind, count, type);
   OpScope scope(call);
   const Transport transport(lane(kind), rank_, size_);
   if (kind == OpKind::send)
@@ -236,6 +293,7 @@ void Communicator::run_send_recv(const void* out, std::size_t out_count, int des
   require_root(OpKind::recv, source);
   OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
   call.seq = next_p2p_seq_++;
+  count_traffic(OpKind::sendrecv, out_count, type);
   OpScope scope(call);
   Transport(lane(OpKind::sendrecv), rank_, size_).send_recv(out, out_count, dest, in, in_count, source, type);
 }

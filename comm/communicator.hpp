@@ -64,6 +64,23 @@ class MpiComm {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
+// What went through a communicator, per kind of call: how many calls and how many bytes of
+// buffer — the whole buffer a collective reduces or assembles (for reduce_scatter, allgather,
+// gather and scatter: size() × the per-rank count), the message of a send or receive.
+struct Traffic {
+  std::int64_t calls = 0;
+  double bytes = 0;
+};
+using TrafficByKind = std::array<Traffic, kOpKinds>;
+
+// The ring-optimal bytes each rank sends for these calls on n ranks (nccl-tests' bus
+// convention): allreduce 2(n−1)/n of its buffer, reduce_scatter/allgather (n−1)/n,
+// broadcast/reduce 1 (a pipelined tree or chain), gather/scatter (n−1)/n, sends 1.
+double bytes_sent_per_rank(const TrafficByKind& traffic, int n);
+// "6 reduce_scatter (41.0 MiB), 6 allgather (41.0 MiB)": the kinds with calls.
+std::string describe(const TrafficByKind& traffic);
+TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier);
+
 class Communicator {
  public:
   // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
@@ -128,6 +145,9 @@ class Communicator {
   template <class T>
   Work allgather_async(std::span<const T> send, std::span<T> recv);
 
+  // Calls and bytes so far on this communicator, by kind (each rank counts its own).
+  const TrafficByKind& traffic() const { return traffic_; }
+
   // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
   Communicator split(int color, int key);
   // The same ranks, running another backend ("mpi", "ring", "naive"): to compare them.
@@ -163,6 +183,7 @@ class Communicator {
   template <class Body>
   void collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body);
   [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
+  void count_traffic(OpKind kind, std::size_t count, DataType type);
   void require_root(OpKind kind, int root) const;
   MPI_Comm lane(OpKind kind) const;
 
@@ -178,6 +199,7 @@ class Communicator {
   std::int64_t next_seq_ = 0;      // collectives, in the order every rank makes them
   std::int64_t next_p2p_seq_ = 0;  // sends and receives, counted per rank
   std::int64_t splits_ = 0;
+  TrafficByKind traffic_{};
 };
 
 // ---- templates: check sizes, forward to the type-erased core ----

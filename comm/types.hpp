@@ -27,6 +27,7 @@ enum class OpKind : int {
   split,
   finalize,
 };
+inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::finalize) + 1;
 
 constexpr std::size_t size_of(DataType t) {
   switch (t) {

@@ -306,6 +306,27 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
   }
 }
 
+TEST_CASE("the communicator counts its calls and bytes by kind", "[collectives][traffic]") {
+  Communicator c = comm::runtime().world().with_backend("ring");
+  const auto n = static_cast<std::size_t>(c.size());
+  const comm::TrafficByKind before = c.traffic();
+  std::vector<float> data(1000), shard(10), gathered(10 * n), all(10 * n);
+  c.allreduce(std::span(data));
+  c.allreduce_async(std::span(data)).wait();
+  c.reduce_scatter(std::span<const float>(all), std::span(shard));
+  c.allgather(std::span<const float>(shard), std::span(gathered));
+  const comm::TrafficByKind step = c.traffic() - before;
+  auto of = [&](comm::OpKind k) { return step[static_cast<std::size_t>(k)]; };
+  CHECK(of(comm::OpKind::allreduce).calls == 2);
+  CHECK(of(comm::OpKind::allreduce).bytes == 8000);
+  CHECK(of(comm::OpKind::reduce_scatter).calls == 1);
+  CHECK(of(comm::OpKind::reduce_scatter).bytes == 40.0 * static_cast<double>(n));  // the whole buffer reduced
+  CHECK(of(comm::OpKind::allgather).bytes == 40.0 * static_cast<double>(n));
+  const double part = n > 1 ? static_cast<double>(n - 1) / static_cast<double>(n) : 0.0;
+  CHECK(comm::bytes_sent_per_rank(step, c.size()) == Approx(2 * part * 8000 + 2 * part * 40.0 * double(n)));
+  CHECK_THAT(comm::describe(step), Catch::Contains("2 allreduce (0.0 MB)") && Catch::Contains("1 reduce_scatter"));
+}
+
 TEST_CASE("point-to-point send and recv deliver in order", "[collectives][p2p]") {
   Communicator& world = comm::runtime().world();
   const int n = world.size();

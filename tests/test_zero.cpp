@@ -41,6 +41,13 @@ struct Memory {
   double parameters, gradients, optimizer, peak;
 };
 
+// "each rank sends ≈ X MB (formula Y MB" → {X, Y}.
+std::pair<double, double> traffic_of(const std::string& output) {
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex(R"(each rank sends ≈ ([0-9.]+) MB \(formula ([0-9.]+) MB)")));
+  return {std::stod(m[1]), std::stod(m[2])};
+}
+
 Memory memory_of_rank0(const std::string& output) {
   std::smatch m;
   const std::regex line(
@@ -123,7 +130,8 @@ TEST_CASE("the memory a rank holds, counted from the allocator, falls as the for
   // Wide and short, so parameters outweigh activations: Ψ ≈ 1.6M, 16Ψ ≈ 25 MB.
   const std::string model =
       tiny(shakespeareish()) + " --n-embd 256 --n-head 2 --batch-size 2 --max-iters 1 --no-full-val";
-  std::map<std::pair<int, int>, Memory> at;  // (ranks, stage)
+  std::map<std::pair<int, int>, Memory> at;                       // (ranks, stage)
+  std::map<std::pair<int, int>, std::pair<double, double>> sent;  // counted by the communicator, formula
   double psi = 0;
   for (int N : {2, 4}) {
     for (int stage : {0, 1, 2, 3}) {
@@ -131,6 +139,7 @@ TEST_CASE("the memory a rank holds, counted from the allocator, falls as the for
           train_dp(N, model + fmt::format(" --zero {} --out-dir {}", stage, out(fmt::format("mem{}_{}", N, stage))));
       REQUIRE(r.status == 0);
       at[{N, stage}] = memory_of_rank0(r.output);
+      sent[{N, stage}] = traffic_of(r.output);
     }
     const Memory& replicated = at[{N, 0}];
     psi = replicated.parameters / 4;
@@ -154,6 +163,14 @@ TEST_CASE("the memory a rank holds, counted from the allocator, falls as the for
   CHECK(at[{4, 2}].peak < at[{4, 0}].peak);
   CHECK(at[{4, 3}].peak < at[{2, 3}].peak);
   for (int stage : {1, 2, 3}) CHECK(at[{4, stage}].optimizer < at[{2, stage}].optimizer);
+  // What the communicator counted in the step equals the formula: 2Ψ for stages 0-2, 3Ψ for
+  // stage 3 (a little more: wte is gathered again for lm_head), × (N−1)/N per rank.
+  for (const auto& [key, counted] : sent) {
+    INFO("N = " << key.first << ", stage " << key.second << ": counted " << counted.first << " MB, formula "
+                << counted.second);
+    CHECK(counted.first >= counted.second * 0.99);
+    CHECK(counted.first <= counted.second * 1.05);
+  }
 }
 
 TEST_CASE("bad --zero: one line, exit status 2") {

@@ -109,17 +109,20 @@ void sample_only(const TrainOptions& o, comm::Communicator& world) {
 // ---- memory, measured and by formula ------------------------------------------------------
 
 // After the first step, one line per rank: what it holds by kind (counted from the tensors
-// that have memory), the step's peak from the allocator (nn::BufferPool), and ZeRO's formula.
-class MemoryReport {
+// that have memory), the step's peak from the allocator (nn::BufferPool), and ZeRO's formula;
+// then what the step sent, counted by the communicator, beside the formula.
+class FirstStepReport {
  public:
-  MemoryReport(int stage, double parameters, int ranks, int micro_steps)
+  FirstStepReport(int stage, double parameters, int ranks, int micro_steps)
       : stage_(stage), parameters_(parameters), ranks_(ranks), micro_steps_(micro_steps) {}
-  void step_begins() {
+  void step_begins(const comm::Communicator& world) {
     nn::BufferPool::reset_peak();
     at_start_ = static_cast<double>(nn::BufferPool::bytes_in_use());
+    traffic_at_start_ = world.traffic();
   }
   void gradients_held(const parallel::HeldBytes& held) { held_ = held; }  // just before the optimizer step
   void report(comm::Communicator& world) const {
+    const comm::TrafficByKind step = world.traffic() - traffic_at_start_;  // before this report's own allgather
     const double peak = static_cast<double>(nn::BufferPool::peak_bytes_in_use());
     const std::array<double, 5> mine{held_.parameters, held_.gradients, held_.optimizer, peak, peak - at_start_};
     std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
@@ -135,9 +138,12 @@ class MemoryReport {
           nn::format_bytes(zero_formula_bytes(stage_, parameters_, ranks_)), nn::format_bytes(m[3]),
           nn::format_bytes(m[4]));
     }
-    comm::say("communicated per rank per step ≈ {:.1f} MB by the formula ({} ranks, {} micro-step(s), Ψ = {:.2f}M)",
-              zero_traffic_elements(stage_, parameters_, micro_steps_) * 4 * (ranks_ - 1) / ranks_ / 1e6, ranks_,
-              micro_steps_, parameters_ / 1e6);
+    comm::say(
+        "communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {} ranks, {} micro-step(s), "
+        "Ψ = {:.2f}M)",
+        comm::describe(step), comm::bytes_sent_per_rank(step, ranks_) / 1e6,
+        zero_traffic_elements(stage_, parameters_, micro_steps_) * 4 * (ranks_ - 1) / ranks_ / 1e6, ranks_,
+        micro_steps_, parameters_ / 1e6);
   }
 
  private:
@@ -145,6 +151,7 @@ class MemoryReport {
   double parameters_;
   int ranks_, micro_steps_;
   double at_start_ = 0;
+  comm::TrafficByKind traffic_at_start_{};
   parallel::HeldBytes held_;
 };
 
@@ -194,7 +201,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
       if (sample) print_sample(model, data.vocabulary, o, step, world);
     });
   };
-  MemoryReport memory(o.zero, static_cast<double>(model.num_params(false)), N, K);
+  FirstStepReport first_step_report(o.zero, static_cast<double>(model.num_params(false)), N, K);
 
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
@@ -215,7 +222,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     PhaseTimes& window = log.window();
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
-    memory.step_begins();
+    first_step_report.step_begins(world);
     float step_loss = 0.0f;
     for (int micro = 0; micro < K; ++micro) {
       // 2. Unique data: this rank's micro-batch.
@@ -245,7 +252,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     update->finish_gradients();
     window.comm += seconds_since(t);
     span("grad sync", "comm", t);
-    memory.gradients_held(update->held());
+    first_step_report.gradients_held(update->held());
 
     // 4. The same update everywhere.
     t = Clock::now();
@@ -258,7 +265,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     ++window.steps;
 
     const int64_t done = step + 1;
-    if (done == first_step + 1) memory.report(world);
+    if (done == first_step + 1) first_step_report.report(world);
     if (log.due(done)) {
       std::array<float, 1> loss_avg{step_loss};
       world.allreduce(std::span<float>(loss_avg), comm::ReduceOp::avg);  // the logged loss: mean over ranks
