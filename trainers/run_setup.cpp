@@ -16,6 +16,8 @@
 #include "nn/atomic_file.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/error.hpp"
+#include "nn/gemm.hpp"
+#include "nn/threads.hpp"
 #include "nn/memory_estimate.hpp"
 
 namespace trainers {
@@ -32,6 +34,23 @@ uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
 
 // Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
 // instead of the other ranks waiting forever for what rank 0 was about to send them.
+comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
+                                  const TrainOptions& options) {
+  comm::Communicator& world = runtime.start(comm_options);
+  try {
+    nn::gemm_library();  // the engine is chosen here: a bad NANODIST_GEMM is one line on every rank
+  } catch (const nn::Error& e) {
+    throw comm::UsageError(e.what());
+  }
+  nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
+  if (options.threads * runtime.local_size() > nn::machine_cores())
+    comm::say(
+        "warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
+        "and every step will be slower (0 picks cores / ranks)",
+        options.threads, runtime.local_size(), options.threads * runtime.local_size(), nn::machine_cores());
+  return world;
+}
+
 void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work) {
   std::array<int32_t, 1> failed{0};
   std::string message;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.hpp"
+#include "comm/runtime.hpp"
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
 #include "nn/gpt.hpp"
@@ -28,6 +29,12 @@ double seconds_since(Clock::time_point start);
 // the seed and the step.
 enum class Stream : uint64_t { init = 1, dropout = 2, eval = 3, sample = 4 };
 uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b = 0);
+
+// After the flags are parsed, what every trainer's main() does first: starts comm (the
+// world), the GEMM engine (a bad NANODIST_GEMM is one line on every rank) and the compute
+// threads (--threads, or cores / ranks on this node; a warning when they oversubscribe).
+comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
+                                  const TrainOptions& options);
 
 // Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
 // instead of the other ranks waiting forever for what rank 0 was about to send them.

@@ -310,18 +310,7 @@ int main(int argc, char** argv) {
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];
-    comm::Communicator& world = runtime.start(comm_options);
-    try {
-      nn::gemm_library();  // the engine is chosen here: a bad NANODIST_GEMM is one line on every rank
-    } catch (const nn::Error& e) {
-      throw comm::UsageError(e.what());
-    }
-    nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
-    if (options.threads * runtime.local_size() > nn::machine_cores())
-      comm::say(
-          "warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
-          "and every step will be slower (0 picks cores / ranks)",
-          options.threads, runtime.local_size(), options.threads * runtime.local_size(), nn::machine_cores());
+    comm::Communicator& world = trainers::start_trainer(runtime, comm_options, options);
     if (options.eval_only)
       eval_only(options, world);
     else if (options.sample_only)

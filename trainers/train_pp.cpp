@@ -381,13 +381,7 @@ int main(int argc, char** argv) {
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];
-    comm::Communicator& world = runtime.start(comm_options);
-    try {
-      nn::gemm_library();  // the engine is chosen here: a bad NANODIST_GEMM is one line on every rank
-    } catch (const nn::Error& e) {
-      throw comm::UsageError(e.what());
-    }
-    nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
+    comm::Communicator& world = trainers::start_trainer(runtime, comm_options, options);
     if (world.size() % p.dp != 0)
       throw comm::UsageError(
           fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
