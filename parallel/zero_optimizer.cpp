@@ -290,13 +290,18 @@ std::unique_ptr<nn::AdamW> ZeroOptimizer::gather_optimizer() {
   return full;
 }
 
-HeldBytes ZeroOptimizer::held() const {
+HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters) {
   HeldBytes h;
-  for (const auto& p : model_.parameters()) {
+  for (const auto& p : parameters) {
     const double bytes = static_cast<double>(p.tensor.numel()) * 4;
     if (p.tensor.has_values()) h.parameters += bytes;
     if (p.tensor.has_grad()) h.gradients += bytes;
   }
+  return h;
+}
+
+HeldBytes ZeroOptimizer::held() const {
+  HeldBytes h = held_by_tensors(model_.parameters());
   for (const GroupState& s : groups_) {
     const double shard = static_cast<double>(s.grad_shard.numel()) * 4;
     if (s.param_shard.defined()) h.parameters += shard;

@@ -38,6 +38,8 @@ namespace parallel {
 struct HeldBytes {
   double parameters = 0, gradients = 0, optimizer = 0;
 };
+// The parameters' and gradients' bytes of these tensors that hold memory now (optimizer 0).
+HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters);
 
 class ZeroOptimizer {
  public:

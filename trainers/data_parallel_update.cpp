@@ -37,9 +37,7 @@ class ReplicatedUpdate : public DataParallelUpdate {
   }
   void before_backward(bool last) override { averager_->before_backward(last); }
   void finish_gradients() override { averager_->finish(); }
-  float clip_grad_norm(float max_norm) override {
-    return max_norm > 0 ? nn::clip_grad_norm(model_.parameters(), max_norm) : nn::grad_norm(model_.parameters());
-  }
+  float clip_grad_norm(float max_norm) override { return nn::clip_grad_norm(model_.parameters(), max_norm); }
   void step(float lr) override {
     optimizer_.step(lr);
     optimizer_.zero_grad();
@@ -49,13 +47,8 @@ class ReplicatedUpdate : public DataParallelUpdate {
     if (world_.rank() == 0) nn::save_checkpoint(dir, model_, optimizer_, state);
   }
   parallel::HeldBytes held() const override {
-    parallel::HeldBytes h;
-    for (const auto& p : model_.parameters()) {
-      const double bytes = static_cast<double>(p.tensor.numel()) * 4;
-      h.parameters += bytes;
-      if (p.tensor.has_grad()) h.gradients += bytes;
-      h.optimizer += 2 * bytes;
-    }
+    parallel::HeldBytes h = parallel::held_by_tensors(model_.parameters());
+    h.optimizer = 2 * h.parameters;  // AdamW's two moments of every parameter
     return h;
   }
   std::string describe() const override { return averager_->describe(); }
