@@ -85,7 +85,8 @@ Communicator& Runtime::start(const Options& options) {
   if (world_) fail("comm::Runtime::start called twice");
   options_ = options;
   board_ = std::make_unique<StatusBoard>(MPI_COMM_WORLD);
-  watchdog_ = std::make_unique<Watchdog>(*board_, options.timeout_s, options.check);
+  exchange_ = std::make_unique<StatusExchange>(MPI_COMM_WORLD, *board_);
+  watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);
   set_watchdog(watchdog_.get());
   install_termination_report();
   MPI_Comm world;
@@ -126,6 +127,7 @@ Runtime::~Runtime() {
   world_.reset();
   set_watchdog(nullptr);
   watchdog_.reset();
+  exchange_.reset();
   board_.reset();
   g_runtime = nullptr;
   MPI_Finalize();

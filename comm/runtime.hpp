@@ -83,6 +83,7 @@ class Runtime {
   int local_rank_ = 0;
   int local_size_ = 1;
   std::unique_ptr<StatusBoard> board_;
+  std::unique_ptr<StatusExchange> exchange_;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<Communicator> world_;
 };

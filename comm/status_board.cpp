@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -36,6 +37,23 @@ std::string OpRecord::name() const {
     std::memcpy(packed + 8 * i, &word, 8);
   }
   return std::string(packed);
+}
+
+OpView OpRecord::view(std::int64_t now) const {
+  OpView v;
+  v.kind = kind;
+  v.comm_id = comm_id;
+  v.seq = seq;
+  v.count = count;
+  v.type = type;
+  v.op = op;
+  v.root = root;
+  v.started_ago_ns = now - start_ns;
+  const std::int64_t end = end_ns;
+  v.returned_ago_ns = end ? now - end : -1;
+  const std::string text = name();
+  std::memcpy(v.comm_name, text.data(), std::min(text.size(), sizeof(v.comm_name) - 1));
+  return v;
 }
 
 StatusBoard::StatusBoard(MPI_Comm world) {
@@ -92,6 +110,21 @@ std::int64_t StatusBoard::entered(int world_rank, std::int64_t comm_id) {
   return slot(world_rank).pid.load() == 0 ? -1 : 0;
 }
 
+RankView StatusBoard::view(int world_rank, std::int64_t comm_id) {
+  const std::int64_t now = now_ns();
+  RankSlot& s = slot(world_rank);
+  RankView v;
+  v.world_rank = world_rank;
+  v.pid = s.pid;
+  if (v.pid == 0) return v;
+  v.process = process_state(v.pid);
+  v.state = static_cast<RankState>(s.state.load());
+  v.entered = entered(world_rank, comm_id);
+  v.current = s.current.view(now);
+  v.last = s.last.view(now);
+  return v;
+}
+
 void StatusBoard::count_entry(std::int64_t comm_id) {
   auto& table = mine().progress;
   for (auto& p : table) {
@@ -119,14 +152,17 @@ void StatusBoard::forget(std::int64_t comm_id) {
   }
 }
 
-bool process_alive(std::int64_t pid) {
+ProcessState process_state(std::int64_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
-  if (!std::getline(stat, text)) return false;
+  if (!std::getline(stat, text)) return ProcessState::gone;
   auto paren = text.rfind(')');  // "pid (name) S ..."
-  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
-  char state = text[paren + 2];
-  return state != 'Z' && state != 'X';
+  if (paren == std::string::npos || paren + 2 >= text.size()) return ProcessState::gone;
+  const char state = text[paren + 2];
+  if (state == 'Z' || state == 'X') return ProcessState::gone;
+  return state == 'T' || state == 't' ? ProcessState::stopped : ProcessState::running;
 }
+
+bool process_alive(std::int64_t pid) { return process_state(pid) != ProcessState::gone; }
 
 }  // namespace comm

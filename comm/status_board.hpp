@@ -25,6 +25,15 @@ namespace comm {
 // Monotonic nanoseconds, comparable between processes on one machine.
 std::int64_t now_ns();
 
+// One collective call read from a board at one moment: plain values, times as ages, so that
+// a node can send what its board says to another node (whose clock may differ).
+struct OpView {
+  std::int64_t kind = 0, comm_id = 0, seq = 0, count = 0, type = 0, op = -1, root = -1;
+  std::int64_t started_ago_ns = 0;    // how long ago it was entered
+  std::int64_t returned_ago_ns = -1;  // how long ago it returned; -1 while in it
+  char comm_name[48] = {};
+};
+
 // One collective call as the watchdog describes it.
 struct OpRecord {
   std::atomic<std::int64_t> kind{0};                      // OpKind
@@ -40,6 +49,7 @@ struct OpRecord {
 
   void set_name(std::string_view name);
   std::string name() const;
+  OpView view(std::int64_t now) const;
 };
 
 enum class RankState : std::int64_t { absent, running, in_collective, finalizing, reported };
@@ -58,6 +68,21 @@ struct RankSlot {
   OpRecord current;                    // valid while state == in_collective
   OpRecord last;                       // the latest collective entered
   std::array<CommProgress, kTrackedComms> progress;
+};
+
+// What /proc says of a rank's process.
+enum class ProcessState : std::int64_t { unknown, running, stopped, gone };
+
+// One rank's slot read at one moment (see OpView): what the watchdog's report is made of,
+// whether the slot is on this node's board or was sent by the rank's own node.
+struct RankView {
+  std::int64_t world_rank = -1;
+  std::int64_t pid = 0;  // 0: the board read has no such rank (it runs on another node)
+  ProcessState process = ProcessState::unknown;
+  RankState state = RankState::absent;
+  std::int64_t entered = -1;  // collectives entered on the communicator asked about; -1 unknown
+  OpView current;             // valid while state is in_collective or reported
+  OpView last;                // kind 0: no collective call yet
 };
 
 struct BoardHeader {
@@ -81,6 +106,8 @@ class StatusBoard {
 
   // How many collectives `world_rank` has entered on communicator `comm_id`; -1 if unknown.
   std::int64_t entered(int world_rank, std::int64_t comm_id);
+  // Slot `world_rank` as it stands now, with its progress on communicator `comm_id`.
+  RankView view(int world_rank, std::int64_t comm_id);
   // Records that this rank entered one more collective on `comm_id`.
   void count_entry(std::int64_t comm_id);
   // Frees this rank's table entry of a communicator that no longer exists.
@@ -95,7 +122,9 @@ class StatusBoard {
   int world_size_ = 0;
 };
 
-// Is the process with this pid (on this machine) still running? Zombies count as dead.
+// Is the process with this pid (on this machine) still running? Zombies count as dead,
+// stopped ones (SIGSTOP, a debugger) as alive.
 bool process_alive(std::int64_t pid);
+ProcessState process_state(std::int64_t pid);
 
 }  // namespace comm

@@ -20,14 +20,28 @@ namespace {
 
 Watchdog* g_watchdog = nullptr;
 std::atomic<StatusBoard*> g_board{nullptr};   // read by the signal handler
-volatile std::sig_atomic_t g_terminated = 0;  // set by SIGTERM while waiting
+volatile std::sig_atomic_t g_terminated = 0;  // the signal (SIGTERM, SIGINT) received while waiting
 volatile std::sig_atomic_t g_waiting = 0;     // inside wait_all
+std::atomic<bool> g_spans_nodes{false};       // the job runs on several nodes
 
 // The note rank 0 prints when the user interrupts the job, double-buffered so the signal
 // handler always reads a complete one.
 constexpr std::size_t kNoteSize = 1024;
 char g_notes[2][kNoteSize] = {{0}, {0}};
 std::atomic<int> g_note_index{0};
+
+// rank 0's line when the job is interrupted (Ctrl-C): the note the program left, or a default.
+void write_interrupt_note(int signal) {
+  const char* note = g_notes[g_note_index.load()];
+  char line[kNoteSize + 64];
+  std::size_t n = 0;
+  auto put = [&](const char* text) {
+    while (*text && n < sizeof line - 1) line[n++] = *text++;
+  };
+  put(note[0] ? note : (signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"));
+  put("\n");
+  [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
+}
 
 // Did the job fail (a rank on this node dead, or a watchdog fired), or is this a plain
 // Ctrl-C? Only async-signal-safe calls: atomics, kill(), open()/read().
@@ -46,18 +60,15 @@ bool job_failed(StatusBoard* board) {
 // rank 0 (the note), the second the watchdog's report from the ranks that were waiting.
 void on_termination_signal(int signal) {
   StatusBoard* board = g_board.load();
-  if (!job_failed(board)) {
-    if (board && board->world_rank() == 0) {
-      const char* note = g_notes[g_note_index.load()];
-      char line[kNoteSize + 64];
-      std::size_t n = 0;
-      auto put = [&](const char* text) {
-        while (*text && n < sizeof line - 1) line[n++] = *text++;
-      };
-      put(note[0] ? note : (signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"));
-      put("\n");
-      [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
-    }
+  const bool failed_here = job_failed(board);
+  if (!failed_here && g_waiting && g_spans_nodes) {
+    // Nothing failed on this node, but this board cannot see the others: the wait loop asks
+    // them before deciding between a report and a plain interrupt.
+    g_terminated = signal;
+    return;
+  }
+  if (!failed_here) {
+    if (board && board->world_rank() == 0) write_interrupt_note(signal);
     _exit(128 + signal);
   }
   if (!g_waiting) {  // not in a collective: nothing to report, die as usual
@@ -65,7 +76,7 @@ void on_termination_signal(int signal) {
     std::raise(signal);
     return;
   }
-  g_terminated = 1;
+  g_terminated = signal;
 }
 
 void store(OpRecord& r, const OpCall& c, std::int64_t start_ns) {
@@ -92,16 +103,21 @@ std::string arguments(OpKind kind, std::int64_t count, DataType type, int op, in
   return text;
 }
 
+// How long a report waits for other nodes' answers: after the deadline, and when the
+// launcher is ending the job (it sends SIGKILL one second after SIGTERM).
+constexpr double kAskBudget = 1.0;
+constexpr double kAskBudgetWhenEnding = 0.4;
+
 // How the check mode describes one call: the fields every rank must agree on.
 using CallKey = std::array<std::int64_t, 6>;  // kind, seq, count, type, op, root
 
 }  // namespace
 
-std::string describe(const OpRecord& r) {
-  auto kind = static_cast<OpKind>(r.kind.load());
+std::string describe(const OpView& r) {
+  auto kind = static_cast<OpKind>(r.kind);
   return fmt::format(
-      "{} #{} on '{}' ({})", name_of(kind), r.seq.load(), r.name(),
-      arguments(kind, r.count, static_cast<DataType>(r.type.load()), static_cast<int>(r.op), static_cast<int>(r.root)));
+      "{} #{} on '{}' ({})", name_of(kind), r.seq, r.comm_name,
+      arguments(kind, r.count, static_cast<DataType>(r.type), static_cast<int>(r.op), static_cast<int>(r.root)));
 }
 
 Watchdog& watchdog() {
@@ -113,6 +129,7 @@ bool has_watchdog() { return g_watchdog != nullptr; }
 
 void install_termination_report() {
   g_board = g_watchdog ? &g_watchdog->board() : nullptr;
+  g_spans_nodes = g_watchdog && g_watchdog->spans_nodes();
   std::signal(SIGTERM, on_termination_signal);
   std::signal(SIGINT, on_termination_signal);
 }
@@ -129,8 +146,8 @@ void set_interrupt_note(std::string_view note) {
   g_note_index.store(next);
 }
 
-Watchdog::Watchdog(StatusBoard& board, double timeout_s, bool check_mode)
-    : board_(board), timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)), check_mode_(check_mode) {}
+Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode)
+    : board_(board), exchange_(exchange), timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)), check_mode_(check_mode) {}
 
 void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
   call_ = call;
@@ -169,26 +186,34 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
     if (spin % 64 == 0) {  // look at the clock and the board now and then, not every poll
       const std::int64_t now = now_ns();
       const std::int64_t aborting = board_.header().aborting_rank.load();
-      if (g_terminated) {  // the launcher is ending the job and sends SIGKILL soon: say it and go
-        std::string text = report(now, "interrupted (the launcher is ending the job: a process failed)") + "\n";
+      // Another node's watchdog may be asking what this node's board says. Only a wait that
+      // has lasted 10 ms listens: a collective that finishes sooner pays nothing for it.
+      if (exchange_ && now - start_ns_ > 10'000'000) exchange_->serve();
+      if (g_terminated) {  // the launcher is ending the job and sends SIGKILL in a second: say it and go
+        const int signal = g_terminated;
+        const bool failed_here = job_failed(&board_);
+        std::string text =
+            report(now, "interrupted (the launcher is ending the job: a process failed)", kAskBudgetWhenEnding) + "\n";
+        if (!failed_here && !report_found_trouble_) {  // every node says all is well: a plain Ctrl-C
+          if (board_.world_rank() == 0) write_interrupt_note(signal);
+          _exit(128 + signal);
+        }
         [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+        linger(2.0);  // answer the other nodes' reporters until the launcher's SIGKILL
         _exit(kWatchdogExitCode);
       }
       if (aborting >= 0 && aborting != board_.world_rank()) {
         // Another rank fired first and prints the full report: one line from here, after it.
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        const std::string who = call_.comm_rank == board_.world_rank()
-                                    ? fmt::format("rank {}", call_.comm_rank)
-                                    : fmt::format("rank {} (world rank {})", call_.comm_rank, board_.world_rank());
-        end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who, describe(board_.mine().current),
-                            seconds(now - start_ns_)),
+        linger(0.3);
+        end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
+                            describe(board_.mine().current.view(now)), seconds(now - start_ns_)),
                 false);
       }
       if (now > deadline) {
         std::int64_t none = -1;
         const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
         if (!first) continue;  // another rank won the race: the branch above handles it
-        end_job(report(now, "timed out"), true);
+        end_job(report(now, "timed out", kAskBudget), true);
       }
     }
     if (spin > 16) std::this_thread::yield();  // let an oversubscribed peer run
@@ -215,16 +240,45 @@ std::string ranks_phrase(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", rank_list(ranks));
 }
 
-std::string short_call(const OpRecord& r) {  // "allreduce #3"
-  return fmt::format("{} #{}", name_of(static_cast<OpKind>(r.kind.load())), r.seq.load());
+std::string short_call(const OpView& r) {  // "allreduce #3"
+  return fmt::format("{} #{}", name_of(static_cast<OpKind>(r.kind)), r.seq);
 }
 
 }  // namespace
 
-// What every member of the stuck call is doing, as far as this node can see: the full
-// report opens with a one-line diagnosis (who diverged), then a line per missing rank.
-std::string Watchdog::report(std::int64_t now, const char* what_happened) {
+std::string Watchdog::who(int comm_rank, int world_rank) const {
+  std::string text = comm_rank == world_rank ? fmt::format("rank {}", comm_rank)
+                                             : fmt::format("rank {} (world rank {})", comm_rank, world_rank);
+  if (exchange_ && exchange_->spans_nodes()) text += " on " + exchange_->host_of(world_rank);
+  return text;
+}
+
+void Watchdog::linger(double seconds) {
+  if (exchange_)
+    exchange_->serve_for(seconds);
+  else
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// What every member of the stuck call is doing, wherever it runs: this node's board for
+// the ranks here, the answer of their own node for the others. The full report opens with
+// a one-line diagnosis (who diverged), then a line per missing rank.
+std::string Watchdog::report(std::int64_t now, const char* what_happened, double ask_budget_s) {
   const std::string my_call = fmt::format("{} #{}", name_of(call_.kind), call_.seq);
+  const bool point_to_point =
+      call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
+  std::vector<int> others;  // the communicator ranks this call waits for
+  for (int r = 0; r < static_cast<int>(call_.members->size()); ++r)
+    if (r != call_.comm_rank && (!point_to_point || r == call_.root)) others.push_back(r);
+
+  // Ranks on other nodes: ask their nodes (those of them that are listening answer at once).
+  std::map<int, RankView> remote;
+  if (exchange_ && exchange_->spans_nodes()) {
+    std::vector<int> world_ranks;
+    for (int r : others) world_ranks.push_back((*call_.members)[r]);
+    remote = exchange_->ask(world_ranks, call_.comm_id, ask_budget_s);
+  }
+
   std::vector<int> arrived = {call_.comm_rank};  // in this very call (me included)
   std::vector<int> missing;
   std::map<std::string, std::vector<int>> elsewhere;  // "barrier #1" → ranks in it
@@ -232,56 +286,68 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
   auto add = [&](std::string phrase, std::vector<int>& ranks) {
     if (!ranks.empty()) diagnosis.push_back(fmt::format("{} {}", ranks_phrase(ranks), phrase));
   };
-  std::vector<int> dead, finished, outside, unknown;
-  const bool point_to_point =
-      call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
-  for (int r = 0; r < static_cast<int>(call_.members->size()); ++r) {
-    if (r == call_.comm_rank) continue;
-    if (point_to_point && r != call_.root) continue;
+  std::vector<int> dead, stopped, finished, outside, unknown;
+  bool reported_elsewhere = false;  // a rank whose watchdog has fired
+  for (int r : others) {
     const int w = (*call_.members)[r];
-    RankSlot& slot = board_.slot(w);
+    const std::string rank = who(r, w);
+    RankView v;
+    if (!exchange_ || exchange_->same_node(w)) {
+      v = board_.view(w, call_.comm_id);
+    } else if (auto answer = remote.find(w); answer != remote.end()) {
+      v = answer->second;
+    }
+    if (v.pid == 0) {  // no board that could be read says anything about it
+      missing.push_back(r);
+      unknown.push_back(r);
+      lines.push_back(fmt::format(
+          "{}: no answer from its node within {:.1f} s (no rank there is waiting in a collective to answer: "
+          "all computing, stopped or dead, or the node is unreachable); its state is unknown",
+          rank, ask_budget_s));
+      continue;
+    }
+    std::string last = "it has made no collective call yet";
+    if (v.last.kind != 0)
+      last = v.last.returned_ago_ns >= 0 ? fmt::format("its last call, {}, returned {} ago", describe(v.last),
+                                                      seconds(v.last.returned_ago_ns))
+                                         : fmt::format("its last call is {}, entered {} ago", describe(v.last),
+                                                       seconds(v.last.started_ago_ns));
+    if (v.process == ProcessState::gone) {
+      missing.push_back(r);
+      dead.push_back(r);
+      lines.push_back(fmt::format("{} is dead: process {} is gone (crashed or killed); {}", rank, v.pid, last));
+      continue;
+    }
+    if (v.process == ProcessState::stopped) {
+      missing.push_back(r);
+      stopped.push_back(r);
+      lines.push_back(fmt::format("{} is stopped: process {} is suspended (SIGSTOP, Ctrl-Z or a debugger); {}", rank,
+                                  v.pid, last));
+      continue;
+    }
     // It has arrived once it entered this collective (seq) on this communicator — and,
     // when its latest call is this very one, with the same arguments.
-    const bool same_number = slot.last.comm_id.load() == call_.comm_id && slot.last.seq.load() == call_.seq;
-    const bool same_call = slot.last.kind.load() == static_cast<std::int64_t>(call_.kind) &&
-                           slot.last.count.load() == call_.count &&
-                           slot.last.type.load() == static_cast<std::int64_t>(call_.type) &&
-                           slot.last.op.load() == call_.op && slot.last.root.load() == call_.root;
-    if (!point_to_point && board_.entered(w, call_.comm_id) > call_.seq && (!same_number || same_call)) {
+    const bool same_number = v.last.comm_id == call_.comm_id && v.last.seq == call_.seq;
+    const bool same_call = v.last.kind == static_cast<std::int64_t>(call_.kind) && v.last.count == call_.count &&
+                           v.last.type == static_cast<std::int64_t>(call_.type) && v.last.op == call_.op &&
+                           v.last.root == call_.root;
+    if (!point_to_point && v.entered > call_.seq && (!same_number || same_call)) {
       arrived.push_back(r);
       continue;
     }
     missing.push_back(r);
-    const std::string who = w == r ? fmt::format("rank {}", r) : fmt::format("rank {} (world rank {})", r, w);
-    const auto state = static_cast<RankState>(slot.state.load());
-    std::string last;
-    if (slot.last.kind.load() != 0) {
-      const std::int64_t end = slot.last.end_ns.load();
-      last = end ? fmt::format("its last call, {}, returned {} ago", describe(slot.last), seconds(now - end))
-                 : fmt::format("its last call is {}, entered {} ago", describe(slot.last),
-                               seconds(now - slot.last.start_ns));
-    } else {
-      last = "it has made no collective call yet";
-    }
-    if (slot.pid.load() == 0) {
-      unknown.push_back(r);
-      lines.push_back(fmt::format("{} runs on another node: its state is unknown from here", who));
-    } else if (!process_alive(slot.pid)) {
-      dead.push_back(r);
-      lines.push_back(
-          fmt::format("{} is dead: process {} is gone (crashed or killed); {}", who, slot.pid.load(), last));
-    } else if (state == RankState::finalizing ||
-               (state == RankState::in_collective &&
-                slot.current.kind.load() == static_cast<std::int64_t>(OpKind::finalize))) {
+    if (v.state == RankState::finalizing ||
+        (v.state == RankState::in_collective && v.current.kind == static_cast<std::int64_t>(OpKind::finalize))) {
       finished.push_back(r);
-      lines.push_back(fmt::format("{} has finished its work and is shutting down (it skipped this collective)", who));
-    } else if (state == RankState::in_collective || state == RankState::reported) {
-      elsewhere[short_call(slot.current)].push_back(r);
-      lines.push_back(fmt::format("{} is waiting in a different call, {}, for {}", who, describe(slot.current),
-                                  seconds(now - slot.current.start_ns)));
+      lines.push_back(fmt::format("{} has finished its work and is shutting down (it skipped this collective)", rank));
+    } else if (v.state == RankState::in_collective || v.state == RankState::reported) {
+      reported_elsewhere = reported_elsewhere || v.state == RankState::reported;
+      elsewhere[short_call(v.current)].push_back(r);
+      lines.push_back(fmt::format("{} is waiting in a different call, {}, for {}", rank, describe(v.current),
+                                  seconds(v.current.started_ago_ns)));
     } else {
       outside.push_back(r);
-      lines.push_back(fmt::format("{} is not in any collective (computing, or stuck outside comm); {}", who, last));
+      lines.push_back(fmt::format("{} is not in any collective (computing, or stuck outside comm); {}", rank, last));
     }
   }
 
@@ -296,11 +362,10 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
         (it->second.size() == majority->second.size() && it->second.front() < majority->second.front()))
       majority = it;
   add(fmt::format("{} dead", dead.size() > 1 ? "are" : "is"), dead);
+  add(fmt::format("{} stopped (suspended)", stopped.size() > 1 ? "are" : "is"), stopped);
   add(fmt::format("finished without calling {}", my_call), finished);
   add(fmt::format("never called {}: not in any collective", my_call), outside);
-  add(fmt::format("did not arrive in {} and run{} on another node (state unknown here)", my_call,
-                  unknown.size() > 1 ? "" : "s"),
-      unknown);
+  add(fmt::format("did not arrive in {} and their node gave no answer (state unknown)", my_call), unknown);
   for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
     if (it != majority) add("called " + it->first, it->second);
   std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
@@ -313,10 +378,12 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
     std::string doing = "is not in any collective or send/receive";
     if (!dead.empty())
       doing = "is dead";
+    else if (!stopped.empty())
+      doing = "is stopped (suspended)";
     else if (!finished.empty())
       doing = "has finished";
     else if (!unknown.empty())
-      doing = "runs on another node (state unknown here)";
+      doing = "runs on a node that gave no answer (state unknown)";
     else if (elsewhere.size() > 1)
       for (const auto& [c, ranks] : elsewhere)
         if (c != my_call)
@@ -324,9 +391,11 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened) {
     line = fmt::format("rank {} waits {} {} ({}), and {} {}", call_.comm_rank, direction, peer, my_call, peer, doing);
   }
   std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
-  text += fmt::format("\n[watchdog] rank {}: {} {} after waiting {} (deadline {})", call_.comm_rank,
-                      describe(board_.mine().current), what_happened, seconds(now - start_ns_), seconds(timeout_ns_));
+  text += fmt::format("\n[watchdog] {}: {} {} after waiting {} (deadline {})", who(call_.comm_rank, board_.world_rank()),
+                      describe(board_.mine().current.view(now)), what_happened, seconds(now - start_ns_),
+                      seconds(timeout_ns_));
   if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
+  report_found_trouble_ = !dead.empty() || !stopped.empty() || !unknown.empty() || reported_elsewhere;
   for (const std::string& l : lines) text += "\n[watchdog]   " + l;
   return text;
 }
@@ -370,12 +439,12 @@ void Watchdog::end_job(const std::string& report, bool first) {
     // (Not MPI_Abort: its banner message to the launcher, cut short by the teardown,
     // makes OpenMPI print a stray "ORTE_ERROR_LOG: Data unpack would read past end of
     // buffer" after the report.)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    linger(1.0);
     _exit(kWatchdogExitCode);
   }
   // Wait for the launcher to end this process once the first rank has exited; end it
   // ourselves if that never comes (the first rank died, or runs on a node that lost its launcher).
-  std::this_thread::sleep_for(std::chrono::seconds(10));
+  linger(10.0);
   _exit(kWatchdogExitCode);
 }
 

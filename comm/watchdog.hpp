@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/status_board.hpp"
+#include "comm/status_exchange.hpp"
 #include "comm/types.hpp"
 
 namespace comm {
@@ -42,11 +43,13 @@ struct OpCall {
 
 class Watchdog {
  public:
-  Watchdog(StatusBoard& board, double timeout_s, bool check_mode);
+  // `exchange` asks other nodes for their boards when a report needs them (null: one node).
+  Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode);
 
   double timeout_s() const { return timeout_ns_ * 1e-9; }
   StatusBoard& board() { return board_; }
   bool check_mode() const { return check_mode_; }
+  bool spans_nodes() const { return exchange_ && exchange_->spans_nodes(); }
 
   // Marks this rank as inside `call` from `start_ns` on (its deadline counts from there).
   void enter(const OpCall& call, std::int64_t start_ns);
@@ -64,15 +67,22 @@ class Watchdog {
 
  private:
   // The full report of the call in progress: a one-line diagnosis, then each missing rank.
-  std::string report(std::int64_t now, const char* what_happened);
+  // Ranks on other nodes are asked (for at most `ask_budget_s`) what their node's board says.
+  std::string report(std::int64_t now, const char* what_happened, double ask_budget_s);
+  // "rank 2", "rank 2 (world rank 5)", and " on nanodist-b" when the job spans nodes.
+  std::string who(int comm_rank, int world_rank) const;
+  // Waits, answering other nodes' questions meanwhile.
+  void linger(double seconds);
   [[noreturn]] void end_job(const std::string& report, bool first);
 
   StatusBoard& board_;
+  StatusExchange* exchange_;
   std::int64_t timeout_ns_;
   bool check_mode_;
   OpCall call_;  // the call in progress
   std::int64_t start_ns_ = 0;
   bool inside_ = false;
+  bool report_found_trouble_ = false;  // the last report saw a rank dead, stopped, reported or unknown
 };
 
 // The process's watchdog, set up by Runtime.
@@ -90,7 +100,7 @@ class OpScope {
 };
 
 // "allreduce #3 on 'world' (count 4 int32, op sum)"
-std::string describe(const OpRecord& record);
+std::string describe(const OpView& call);
 
 // Installs the SIGINT/SIGTERM handler. When the launcher tears the job down because another
 // rank crashed or was killed, a rank waiting in a collective reports before it goes; when

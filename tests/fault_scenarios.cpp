@@ -1,5 +1,5 @@
-// A program that goes wrong on purpose, for the watchdog's tests: the last rank misbehaves
-// in the second collective of a loop, in the way --scenario names.
+// A program that goes wrong on purpose, for the watchdog's tests: the last rank (or the last
+// --culprits ranks) misbehaves in the second collective of a loop, in the way --scenario names.
 //   mpiexec -n 3 fault_scenarios --scenario skip --timeout 2
 #include <csignal>
 #include <chrono>
@@ -16,10 +16,12 @@ int main(int argc, char** argv) {
     std::string scenario;
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
-        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "count-mismatch", "skip-async"}));
+        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "stopped", "count-mismatch", "skip-async"}));
+    int culprits = 1;
+    app.add_option("--culprits", culprits, "how many ranks, the last ones, misbehave")->check(CLI::PositiveNumber);
     comm::parse(app, argc, argv);
     comm::Communicator& world = runtime.start(options);
-    const bool culprit = world.rank() == world.size() - 1;
+    const bool culprit = world.rank() >= world.size() - culprits;
 
     std::vector<float> gradient(4, 1.0f);
     world.allreduce(std::span(gradient));  // collective #0: everyone
@@ -32,7 +34,9 @@ int main(int argc, char** argv) {
       } else if (scenario == "exit-early") {
         return;  // leaves the loop: its runtime shuts down
       } else if (scenario == "killed") {
-        std::raise(SIGKILL);                  // as `kill -9` would
+        std::raise(SIGKILL);  // as `kill -9` would
+      } else if (scenario == "stopped") {
+        std::raise(SIGSTOP);  // as `kill -STOP` or Ctrl-Z would: alive, but never runs again
       } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started
         std::this_thread::sleep_for(std::chrono::seconds(60));
       } else if (scenario == "count-mismatch") {
