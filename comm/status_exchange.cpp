@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -20,15 +21,6 @@ namespace {
 constexpr std::uint32_t kMagic = 0x6e647778;  // "ndwx"
 enum class Kind : std::uint32_t { request = 1, reply = 2 };
 
-// Every datagram starts with this; a reply is followed by `views` RankViews.
-struct Header {
-  std::uint32_t magic = kMagic;
-  Kind kind = Kind::request;
-  std::uint64_t job = 0;       // a number drawn at start: datagrams of other jobs are ignored
-  std::int64_t comm_id = 0;    // the communicator asked about
-  std::int32_t from_rank = 0;  // world rank of the sender
-  std::int32_t views = 0;
-};
 
 // Where a rank listens: its port, on each IPv4 address of its machine.
 struct Endpoint {
@@ -54,6 +46,16 @@ std::vector<std::uint32_t> machine_addresses() {
 }
 
 }  // namespace
+
+// Every datagram starts with this; a reply is followed by `views` RankViews.
+struct StatusExchange::Header {
+  std::uint32_t magic = kMagic;
+  Kind kind = Kind::request;
+  std::uint64_t job = 0;       // a number drawn at start: datagrams of other jobs are ignored
+  std::int64_t comm_id = 0;    // the communicator asked about
+  std::int32_t from_rank = 0;  // world rank of the sender
+  std::int32_t views = 0;
+};
 
 StatusExchange::StatusExchange(MPI_Comm world, StatusBoard& board) : board_(board) {
   int size = 0;
@@ -108,31 +110,45 @@ StatusExchange::~StatusExchange() {
   if (socket_ >= 0) close(socket_);
 }
 
+std::optional<StatusExchange::Header> StatusExchange::receive() {
+  if (buffer_.empty()) buffer_.resize(kMaxDatagram);
+  sockaddr_in from{};
+  socklen_t from_size = sizeof from;
+  received_ = recvfrom(socket_, buffer_.data(), buffer_.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
+                       &from_size);
+  if (received_ < static_cast<ssize_t>(sizeof(Header))) return std::nullopt;  // nothing (EAGAIN), or a stray
+  Header header;
+  std::memcpy(&header, buffer_.data(), sizeof header);
+  if (header.magic != kMagic || header.job != job_ || header.from_rank < 0 ||
+      header.from_rank >= static_cast<int>(node_of_.size()))
+    {
+    Header stray;
+    stray.magic = 0;
+    return stray;
+  }  // not this job's: ignored
+  if (header.kind == Kind::request) answer(header, from);
+  return header;
+}
+
+void StatusExchange::answer(const Header& request, const sockaddr_in& to) {
+  // This node's board as it stands: every rank here (a dead one's slot still says what it did last).
+  Header reply = request;
+  reply.kind = Kind::reply;
+  reply.from_rank = me_;
+  std::vector<RankView> views;
+  for (int r = 0; r < static_cast<int>(node_of_.size()); ++r)
+    if (same_node(r)) views.push_back(board_.view(r, request.comm_id));
+  reply.views = static_cast<std::int32_t>(views.size());
+  std::vector<char> datagram(sizeof reply + views.size() * sizeof(RankView));
+  std::memcpy(datagram.data(), &reply, sizeof reply);
+  std::memcpy(datagram.data() + sizeof reply, views.data(), views.size() * sizeof(RankView));
+  sendto(socket_, datagram.data(), datagram.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
+}
+
 void StatusExchange::serve() {
   if (socket_ < 0) return;
-  alignas(8) char buffer[sizeof(Header)];
-  for (;;) {
-    sockaddr_in from{};
-    socklen_t from_size = sizeof from;
-    const ssize_t got = recvfrom(socket_, buffer, sizeof buffer, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
-                                 &from_size);
-    if (got < 0) return;  // nothing more (EAGAIN), or an error: answer next time
-    Header request;
-    std::memcpy(&request, buffer, sizeof request);
-    if (got != sizeof request || request.magic != kMagic || request.job != job_ || request.kind != Kind::request)
-      continue;  // a stray datagram, or an answer that came too late: ignore it
-    // This node's board as it stands: every rank here (a dead one's slot still says what it did last).
-    Header reply = request;
-    reply.kind = Kind::reply;
-    reply.from_rank = me_;
-    std::vector<RankView> views;
-    for (int r = 0; r < static_cast<int>(node_of_.size()); ++r)
-      if (same_node(r)) views.push_back(board_.view(r, request.comm_id));
-    reply.views = static_cast<std::int32_t>(views.size());
-    std::vector<char> datagram(sizeof reply + views.size() * sizeof(RankView));
-    std::memcpy(datagram.data(), &reply, sizeof reply);
-    std::memcpy(datagram.data() + sizeof reply, views.data(), views.size() * sizeof(RankView));
-    sendto(socket_, datagram.data(), datagram.size(), 0, reinterpret_cast<sockaddr*>(&from), from_size);
+  // Answers questions; an answer that comes after its question was given up is dropped.
+  while (receive()) {
   }
 }
 
@@ -171,27 +187,21 @@ std::map<int, RankView> StatusExchange::ask(const std::vector<int>& world_ranks,
     }
   }
 
-  std::vector<char> buffer(kMaxDatagram);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget_s);
   while (!waiting_for.empty() && std::chrono::steady_clock::now() < until) {
-    // Answers and questions share the socket: peek, and leave questions to serve().
-    const ssize_t got = recv(socket_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_PEEK);
-    Header header;
-    if (got >= static_cast<ssize_t>(sizeof header)) std::memcpy(&header, buffer.data(), sizeof header);
-    if (got < static_cast<ssize_t>(sizeof header) || header.kind != Kind::reply) {
-      serve();  // another node's reporter may be asking this one at the same time
-      if (got < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Questions (another node's reporter may be asking this one now) are answered in receive().
+    const std::optional<Header> header = receive();
+    if (!header) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    const ssize_t size = recv(socket_, buffer.data(), buffer.size(), MSG_DONTWAIT);
-    const std::size_t expected = sizeof header + static_cast<std::size_t>(header.views) * sizeof(RankView);
-    if (header.magic != kMagic || header.job != job_ || header.comm_id != comm_id || header.from_rank < 0 ||
-        header.from_rank >= static_cast<int>(node_of_.size()) || static_cast<std::size_t>(size) != expected)
+    const std::size_t expected = sizeof *header + static_cast<std::size_t>(header->views) * sizeof(RankView);
+    if (header->kind != Kind::reply || header->comm_id != comm_id || static_cast<std::size_t>(received_) != expected)
       continue;
-    if (!waiting_for.erase(node_of_[header.from_rank])) continue;  // that node has answered already
-    for (std::int32_t i = 0; i < header.views; ++i) {
+    if (!waiting_for.erase(node_of_[header->from_rank])) continue;  // that node has answered already
+    for (std::int32_t i = 0; i < header->views; ++i) {
       RankView v;
-      std::memcpy(&v, buffer.data() + sizeof header + static_cast<std::size_t>(i) * sizeof v, sizeof v);
+      std::memcpy(&v, buffer_.data() + sizeof *header + static_cast<std::size_t>(i) * sizeof v, sizeof v);
       answers[static_cast<int>(v.world_rank)] = v;
     }
   }

@@ -24,9 +24,12 @@
 #pragma once
 
 #include <mpi.h>
+#include <netinet/in.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,12 @@ class StatusExchange {
 
  private:
   static constexpr std::size_t kMaxDatagram = 65507;  // the largest UDP payload
+  struct Header;  // what every datagram starts with (the .cpp)
+
+  // Reads one datagram into buffer_, if any; answers it when it is a question. Returns its
+  // header (magic 0: not this job's), or nothing when none was waiting.
+  std::optional<Header> receive();
+  void answer(const Header& question, const sockaddr_in& asker);
 
   StatusBoard& board_;
   int me_ = 0;
@@ -67,6 +76,8 @@ class StatusExchange {
   int socket_ = -1;                 // UDP, for questions and answers (only when the job spans nodes)
   std::vector<char> endpoints_;     // where each world rank listens (Endpoint, see the .cpp)
   std::uint64_t job_ = 0;           // drawn by rank 0: tells this job's datagrams from others'
+  std::vector<char> buffer_;        // the datagram just received, received_ bytes
+  ssize_t received_ = 0;
 };
 
 }  // namespace comm
