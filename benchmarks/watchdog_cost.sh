@@ -12,7 +12,7 @@ ref="${1:-5561d58}"
 repeats="${2:-5}"
 old="build-watchdog-cost/$ref"
 if [ ! -x "$old/benchmarks/comm_bench" ]; then  # the old comm_bench, built once
-  rm -rf "$old-src" && git worktree add --force --detach "$old-src" "$ref" >/dev/null
+  rm -rf "$old-src" && git worktree add --force --detach "$old-src" "$ref" >/dev/null 2>&1
   cmake -S "$old-src" -B "$old" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$old" -j2 --target comm_bench >/dev/null
   git worktree remove --force "$old-src"
