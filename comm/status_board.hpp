@@ -52,7 +52,9 @@ struct OpRecord {
   OpView view(std::int64_t now) const;
 };
 
-enum class RankState : std::int64_t { absent, running, in_collective, finalizing, reported };
+// interrupted: the rank is ending because of a Ctrl-C (SIGINT/SIGTERM with nothing wrong),
+// so its process being gone soon after is no failure.
+enum class RankState : std::int64_t { absent, running, in_collective, finalizing, reported, interrupted };
 
 // How many collectives this rank has entered on one communicator.
 struct CommProgress {

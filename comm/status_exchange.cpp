@@ -19,7 +19,7 @@ namespace comm {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x6e647778;  // "ndwx"
-enum class Kind : std::uint32_t { request = 1, reply = 2 };
+enum class Kind : std::uint32_t { request = 1, reply = 2, interrupted = 3 };
 
 
 // Where a rank listens: its port, on each IPv4 address of its machine.
@@ -104,6 +104,29 @@ StatusExchange::StatusExchange(MPI_Comm world, StatusBoard& board) : board_(boar
   MPI_Allgather(&mine, sizeof mine, MPI_BYTE, endpoints_.data(), sizeof mine, MPI_BYTE, world);
   if (me_ == 0) job_ = std::random_device{}() * 0x100000001ull + static_cast<std::uint64_t>(getpid());
   MPI_Bcast(&job_, 1, MPI_UINT64_T, 0, world);
+
+  // Everything the interrupt notice needs, ready now: a signal handler may not allocate.
+  const auto* endpoints = reinterpret_cast<const Endpoint*>(endpoints_.data());
+  for (int r = 0; r < size; ++r) {
+    if (same_node(r) || endpoints[r].port == 0) continue;
+    for (int a = 0; a < endpoints[r].address_count; ++a) {
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_port = endpoints[r].port;
+      to.sin_addr.s_addr = endpoints[r].addresses[a];
+      notice_targets_.push_back(to);
+    }
+  }
+}
+
+void StatusExchange::announce_interrupt() noexcept {
+  if (socket_ < 0) return;
+  Header notice;
+  notice.kind = Kind::interrupted;
+  notice.job = job_;
+  notice.from_rank = me_;
+  for (const sockaddr_in& to : notice_targets_)  // sendto is async-signal-safe
+    sendto(socket_, &notice, sizeof notice, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof to);
 }
 
 StatusExchange::~StatusExchange() {
@@ -127,6 +150,7 @@ std::optional<StatusExchange::Header> StatusExchange::receive() {
     return stray;
   }  // not this job's: ignored
   if (header.kind == Kind::request) answer(header, from);
+  if (header.kind == Kind::interrupted) interrupt_seen_ = true;
   return header;
 }
 
@@ -183,7 +207,7 @@ std::map<int, RankView> StatusExchange::ask(const std::vector<int>& world_ranks,
       to.sin_family = AF_INET;
       to.sin_port = e.port;
       to.sin_addr.s_addr = e.addresses[a];
-      sendto(socket_, &request, sizeof request, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+      sendto(socket_, &request, sizeof request, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
     }
   }
 

@@ -59,6 +59,13 @@ class StatusExchange {
   // node did not answer is absent from the result.
   std::map<int, RankView> ask(const std::vector<int>& world_ranks, std::int64_t comm_id, double budget_s);
 
+  // A Ctrl-C reaches the ranks of each node at a different moment (mpiexec signals its own
+  // node first). A rank that ends because of one tells the other nodes, so that their ranks,
+  // finding it gone, know it was an interrupt and not a failure. Safe in a signal handler.
+  void announce_interrupt() noexcept;
+  // Has another node announced an interrupt (seen while serving or asking)?
+  bool interrupt_seen() const { return interrupt_seen_; }
+
  private:
   static constexpr std::size_t kMaxDatagram = 65507;  // the largest UDP payload
   struct Header;  // what every datagram starts with (the .cpp)
@@ -78,6 +85,8 @@ class StatusExchange {
   std::uint64_t job_ = 0;           // drawn by rank 0: tells this job's datagrams from others'
   std::vector<char> buffer_;        // the datagram just received, received_ bytes
   ssize_t received_ = 0;
+  std::vector<sockaddr_in> notice_targets_;  // every address of every rank on another node
+  bool interrupt_seen_ = false;
 };
 
 }  // namespace comm

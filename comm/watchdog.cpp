@@ -22,7 +22,7 @@ Watchdog* g_watchdog = nullptr;
 std::atomic<StatusBoard*> g_board{nullptr};   // read by the signal handler
 volatile std::sig_atomic_t g_terminated = 0;  // the signal (SIGTERM, SIGINT) received while waiting
 volatile std::sig_atomic_t g_waiting = 0;     // inside wait_all
-std::atomic<bool> g_spans_nodes{false};       // the job runs on several nodes
+std::atomic<StatusExchange*> g_exchange{nullptr};  // set when the job runs on several nodes
 
 // The note rank 0 prints when the user interrupts the job, double-buffered so the signal
 // handler always reads a complete one.
@@ -50,9 +50,21 @@ bool job_failed(StatusBoard* board) {
   if (board->header().aborting_rank.load() >= 0) return true;
   for (int r = 0; r < board->world_size(); ++r) {
     const std::int64_t pid = board->slot(r).pid.load();
-    if (pid != 0 && !process_alive(pid)) return true;
+    const bool interrupted = board->slot(r).state.load() == static_cast<std::int64_t>(RankState::interrupted);
+    if (pid != 0 && !interrupted && !process_alive(pid)) return true;
   }
   return false;
+}
+
+// Ends this rank because of a plain interrupt: rank 0 prints the note; the board and the
+// other nodes learn that this exit is no failure. Async-signal-safe.
+[[noreturn]] void end_interrupted(StatusBoard* board, StatusExchange* exchange, int signal) {
+  if (board) {
+    board->mine().state = static_cast<std::int64_t>(RankState::interrupted);
+    if (board->world_rank() == 0) write_interrupt_note(signal);
+  }
+  if (exchange) exchange->announce_interrupt();
+  _exit(128 + signal);
 }
 
 // SIGINT / SIGTERM. mpiexec passes a Ctrl-C on to every rank as SIGTERM, and also sends
@@ -61,15 +73,14 @@ bool job_failed(StatusBoard* board) {
 void on_termination_signal(int signal) {
   StatusBoard* board = g_board.load();
   const bool failed_here = job_failed(board);
-  if (!failed_here && g_waiting && g_spans_nodes) {
+  if (!failed_here && g_waiting && g_exchange.load()) {
     // Nothing failed on this node, but this board cannot see the others: the wait loop asks
     // them before deciding between a report and a plain interrupt.
     g_terminated = signal;
     return;
   }
   if (!failed_here) {
-    if (board && board->world_rank() == 0) write_interrupt_note(signal);
-    _exit(128 + signal);
+    end_interrupted(board, g_exchange.load(), signal);
   }
   if (!g_waiting) {  // not in a collective: nothing to report, die as usual
     std::signal(signal, SIG_DFL);
@@ -129,12 +140,13 @@ bool has_watchdog() { return g_watchdog != nullptr; }
 
 void install_termination_report() {
   g_board = g_watchdog ? &g_watchdog->board() : nullptr;
-  g_spans_nodes = g_watchdog && g_watchdog->spans_nodes();
+  g_exchange = g_watchdog && g_watchdog->spans_nodes() ? g_watchdog->exchange() : nullptr;
   std::signal(SIGTERM, on_termination_signal);
   std::signal(SIGINT, on_termination_signal);
 }
 
 void uninstall_termination_report() {
+  g_exchange = nullptr;
   g_board = nullptr;  // what the handler reads is about to go away; a late signal just ends the process
 }
 
@@ -194,10 +206,8 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
         const bool failed_here = job_failed(&board_);
         std::string text =
             report(now, "interrupted (the launcher is ending the job: a process failed)", kAskBudgetWhenEnding) + "\n";
-        if (!failed_here && !report_found_trouble_) {  // every node says all is well: a plain Ctrl-C
-          if (board_.world_rank() == 0) write_interrupt_note(signal);
-          _exit(128 + signal);
-        }
+        if (!failed_here && !report_found_trouble_)  // every node says all is well: a plain Ctrl-C
+          end_interrupted(&board_, exchange_, signal);
         [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
         linger(2.0);  // answer the other nodes' reporters until the launcher's SIGKILL
         _exit(kWatchdogExitCode);
@@ -286,7 +296,7 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
   auto add = [&](std::string phrase, std::vector<int>& ranks) {
     if (!ranks.empty()) diagnosis.push_back(fmt::format("{} {}", ranks_phrase(ranks), phrase));
   };
-  std::vector<int> dead, stopped, finished, outside, unknown;
+  std::vector<int> dead, stopped, finished, outside, unknown, interrupted;
   bool reported_elsewhere = false;  // a rank whose watchdog has fired
   for (int r : others) {
     const int w = (*call_.members)[r];
@@ -312,6 +322,12 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
                                                       seconds(v.last.returned_ago_ns))
                                          : fmt::format("its last call is {}, entered {} ago", describe(v.last),
                                                        seconds(v.last.started_ago_ns));
+    if (v.state == RankState::interrupted) {  // gone, or going, because of a Ctrl-C: no failure
+      missing.push_back(r);
+      interrupted.push_back(r);
+      lines.push_back(fmt::format("{} was interrupted (Ctrl-C or SIGTERM) and is ending", rank));
+      continue;
+    }
     if (v.process == ProcessState::gone) {
       missing.push_back(r);
       dead.push_back(r);
@@ -364,6 +380,7 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
   add(fmt::format("{} dead", dead.size() > 1 ? "are" : "is"), dead);
   add(fmt::format("{} stopped (suspended)", stopped.size() > 1 ? "are" : "is"), stopped);
   add(fmt::format("finished without calling {}", my_call), finished);
+  add(fmt::format("{} interrupted", interrupted.size() > 1 ? "were" : "was"), interrupted);
   add(fmt::format("never called {}: not in any collective", my_call), outside);
   add(fmt::format("did not arrive in {} and their node gave no answer (state unknown)", my_call), unknown);
   for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
@@ -395,7 +412,10 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
                       describe(board_.mine().current.view(now)), what_happened, seconds(now - start_ns_),
                       seconds(timeout_ns_));
   if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
-  report_found_trouble_ = !dead.empty() || !stopped.empty() || !unknown.empty() || reported_elsewhere;
+  // Trouble: a rank dead, stopped or reporting — or silent, unless its node announced a Ctrl-C.
+  const bool interrupted_elsewhere = exchange_ && exchange_->interrupt_seen();
+  report_found_trouble_ =
+      !dead.empty() || !stopped.empty() || reported_elsewhere || (!unknown.empty() && !interrupted_elsewhere);
   for (const std::string& l : lines) text += "\n[watchdog]   " + l;
   return text;
 }

@@ -50,6 +50,7 @@ class Watchdog {
   StatusBoard& board() { return board_; }
   bool check_mode() const { return check_mode_; }
   bool spans_nodes() const { return exchange_ && exchange_->spans_nodes(); }
+  StatusExchange* exchange() { return exchange_; }
 
   // Marks this rank as inside `call` from `start_ns` on (its deadline counts from there).
   void enter(const OpCall& call, std::int64_t start_ns);

@@ -30,7 +30,7 @@ done
 
 # Exit status 77: "cannot be done here" (ctest reports such a test as skipped).
 refuse() { echo "two_hosts: $*" >&2; exit 77; }
-[ "$(id -u)" -eq 0 ] || refuse "must run as root (network namespaces need it): try sudo"
+[ "$EUID" -eq 0 ] || refuse "must run as root (network namespaces need it): try sudo"
 for tool in ip unshare nsenter; do
   command -v "$tool" >/dev/null || refuse "'$tool' is missing (Debian: apt install iproute2 util-linux)"
 done
