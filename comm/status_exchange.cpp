@@ -21,7 +21,6 @@ namespace {
 constexpr std::uint32_t kMagic = 0x6e647778;  // "ndwx"
 enum class Kind : std::uint32_t { request = 1, reply = 2, interrupted = 3 };
 
-
 // Where a rank listens: its port, on each IPv4 address of its machine.
 struct Endpoint {
   std::uint32_t addresses[4] = {};  // network byte order
@@ -137,14 +136,13 @@ std::optional<StatusExchange::Header> StatusExchange::receive() {
   if (buffer_.empty()) buffer_.resize(kMaxDatagram);
   sockaddr_in from{};
   socklen_t from_size = sizeof from;
-  received_ = recvfrom(socket_, buffer_.data(), buffer_.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
-                       &from_size);
+  received_ =
+      recvfrom(socket_, buffer_.data(), buffer_.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_size);
   if (received_ < static_cast<ssize_t>(sizeof(Header))) return std::nullopt;  // nothing (EAGAIN), or a stray
   Header header;
   std::memcpy(&header, buffer_.data(), sizeof header);
   if (header.magic != kMagic || header.job != job_ || header.from_rank < 0 ||
-      header.from_rank >= static_cast<int>(node_of_.size()))
-    {
+      header.from_rank >= static_cast<int>(node_of_.size())) {
     Header stray;
     stray.magic = 0;
     return stray;

@@ -68,7 +68,7 @@ class StatusExchange {
 
  private:
   static constexpr std::size_t kMaxDatagram = 65507;  // the largest UDP payload
-  struct Header;  // what every datagram starts with (the .cpp)
+  struct Header;                                      // what every datagram starts with (the .cpp)
 
   // Reads one datagram into buffer_, if any; answers it when it is a question. Returns its
   // header (magic 0: not this job's), or nothing when none was waiting.

@@ -19,9 +19,9 @@ namespace comm {
 namespace {
 
 Watchdog* g_watchdog = nullptr;
-std::atomic<StatusBoard*> g_board{nullptr};   // read by the signal handler
-volatile std::sig_atomic_t g_terminated = 0;  // the signal (SIGTERM, SIGINT) received while waiting
-volatile std::sig_atomic_t g_waiting = 0;     // inside wait_all
+std::atomic<StatusBoard*> g_board{nullptr};        // read by the signal handler
+volatile std::sig_atomic_t g_terminated = 0;       // the signal (SIGTERM, SIGINT) received while waiting
+volatile std::sig_atomic_t g_waiting = 0;          // inside wait_all
 std::atomic<StatusExchange*> g_exchange{nullptr};  // set when the job runs on several nodes
 
 // The note rank 0 prints when the user interrupts the job, double-buffered so the signal
@@ -159,7 +159,10 @@ void set_interrupt_note(std::string_view note) {
 }
 
 Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode)
-    : board_(board), exchange_(exchange), timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)), check_mode_(check_mode) {}
+    : board_(board),
+      exchange_(exchange),
+      timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)),
+      check_mode_(check_mode) {}
 
 void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
   call_ = call;
@@ -318,10 +321,9 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
     }
     std::string last = "it has made no collective call yet";
     if (v.last.kind != 0)
-      last = v.last.returned_ago_ns >= 0 ? fmt::format("its last call, {}, returned {} ago", describe(v.last),
-                                                      seconds(v.last.returned_ago_ns))
-                                         : fmt::format("its last call is {}, entered {} ago", describe(v.last),
-                                                       seconds(v.last.started_ago_ns));
+      last = v.last.returned_ago_ns >= 0
+                 ? fmt::format("its last call, {}, returned {} ago", describe(v.last), seconds(v.last.returned_ago_ns))
+                 : fmt::format("its last call is {}, entered {} ago", describe(v.last), seconds(v.last.started_ago_ns));
     if (v.state == RankState::interrupted) {  // gone, or going, because of a Ctrl-C: no failure
       missing.push_back(r);
       interrupted.push_back(r);
@@ -337,8 +339,8 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
     if (v.process == ProcessState::stopped) {
       missing.push_back(r);
       stopped.push_back(r);
-      lines.push_back(fmt::format("{} is stopped: process {} is suspended (SIGSTOP, Ctrl-Z or a debugger); {}", rank,
-                                  v.pid, last));
+      lines.push_back(
+          fmt::format("{} is stopped: process {} is suspended (SIGSTOP, Ctrl-Z or a debugger); {}", rank, v.pid, last));
       continue;
     }
     // It has arrived once it entered this collective (seq) on this communicator — and,
@@ -408,9 +410,9 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
     line = fmt::format("rank {} waits {} {} ({}), and {} {}", call_.comm_rank, direction, peer, my_call, peer, doing);
   }
   std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", line, call_.comm_name);
-  text += fmt::format("\n[watchdog] {}: {} {} after waiting {} (deadline {})", who(call_.comm_rank, board_.world_rank()),
-                      describe(board_.mine().current.view(now)), what_happened, seconds(now - start_ns_),
-                      seconds(timeout_ns_));
+  text += fmt::format("\n[watchdog] {}: {} {} after waiting {} (deadline {})",
+                      who(call_.comm_rank, board_.world_rank()), describe(board_.mine().current.view(now)),
+                      what_happened, seconds(now - start_ns_), seconds(timeout_ns_));
   if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
   // Trouble: a rank dead, stopped or reporting — or silent, unless its node announced a Ctrl-C.
   const bool interrupted_elsewhere = exchange_ && exchange_->interrupt_seen();

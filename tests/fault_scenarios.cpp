@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
     std::string scenario;
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
-        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "stopped", "count-mismatch", "skip-async"}));
+        ->check(CLI::IsMember(
+            {"none", "skip", "different", "exit-early", "killed", "stopped", "count-mismatch", "skip-async"}));
     int culprits = 1;
     app.add_option("--culprits", culprits, "how many ranks, the last ones, misbehave")->check(CLI::PositiveNumber);
     comm::parse(app, argc, argv);
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
       } else if (scenario == "killed") {
         std::raise(SIGKILL);  // as `kill -9` would
       } else if (scenario == "stopped") {
-        std::raise(SIGSTOP);  // as `kill -STOP` or Ctrl-Z would: alive, but never runs again
+        std::raise(SIGSTOP);                  // as `kill -STOP` or Ctrl-Z would: alive, but never runs again
       } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started
         std::this_thread::sleep_for(std::chrono::seconds(60));
       } else if (scenario == "count-mismatch") {

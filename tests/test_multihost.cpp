@@ -21,8 +21,8 @@ constexpr double kDeadline = 2.0;
 
 // `program args` on 4 ranks, 2 on host nanodist-a (ranks 0-1) and 2 on nanodist-b (ranks 2-3).
 CommandResult across_hosts(const std::string& program, const std::string& args) {
-  CommandResult r = run_command(fmt::format("{} \"{} --hostfile \\$NANODIST_HOSTFILE -n 4 {} {}\"", TWO_HOSTS,
-                                            NANODIST_MPIEXEC, program, args));
+  CommandResult r = run_command(
+      fmt::format("{} \"{} --hostfile \\$NANODIST_HOSTFILE -n 4 {} {}\"", TWO_HOSTS, NANODIST_MPIEXEC, program, args));
   UNSCOPED_INFO("$ two_hosts.sh mpiexec -n 4 " << program << " " << args << "\n" << r.output);
   return r;
 }
@@ -163,9 +163,10 @@ TEST_CASE("Ctrl-C across hosts is an interrupt, not a failure: the note, and no 
     const std::string name = fmt::format("interrupted_{}", attempt);
     fs::remove_all(out(name));
     const fs::path log = kWork / (name + ".log");
-    const std::string job = fmt::format("{} --hostfile \\$NANODIST_HOSTFILE -n 4 {} {} --max-iters 1000000 "
-                                        "--ckpt-interval 20 --log-interval 1000 --out-dir {}",
-                                        NANODIST_MPIEXEC, TRAIN_DP, tiny(shakespeareish()), out(name));
+    const std::string job = fmt::format(
+        "{} --hostfile \\$NANODIST_HOSTFILE -n 4 {} {} --max-iters 1000000 "
+        "--ckpt-interval 20 --log-interval 1000 --out-dir {}",
+        NANODIST_MPIEXEC, TRAIN_DP, tiny(shakespeareish()), out(name));
     // In its own session, so that the SIGINT goes to this job's mpiexec and to no other.
     const std::string script = fmt::format(
         "setsid {} \"{}\" > {} 2>&1 & pid=$!; for i in $(seq 600); do [ -f {}/state.json ] && break; sleep 0.1; "
