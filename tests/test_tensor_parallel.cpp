@@ -1,0 +1,81 @@
+// The tensor-parallel building blocks against their one-process meaning, on every rank
+// count: f and g (parallel/tp_conjugate_ops.*) give the forward sum and the gradient of
+// the whole computation; the vocab-parallel cross-entropy equals nn::cross_entropy on the
+// gathered logits — loss and every gradient column — with padding columns ignored.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "comm/runtime.hpp"
+#include "nn/autograd.hpp"
+#include "nn/ops.hpp"
+#include "parallel/tp_conjugate_ops.hpp"
+#include "parallel/vocab_parallel_cross_entropy.hpp"
+
+namespace {
+
+std::vector<float> pattern(std::size_t n, int seed) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(seed));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("f then g: the sum of every rank's branch forward, the whole gradient backward") {
+  comm::Communicator& tp = comm::runtime().world();
+  const int T = tp.size();
+  const nn::Shape shape = {4, 6};
+  const std::size_t n = 24;
+  nn::Tensor x = nn::Tensor::from(pattern(n, 0), shape, true);
+  nn::Tensor c = nn::Tensor::from(pattern(n, 100), shape);
+  // Rank r's branch multiplies by w_r: out = Σ_r x ⊙ w_r, loss = Σ out ⊙ c.
+  nn::Tensor w = nn::Tensor::from(pattern(n, 1 + tp.rank()), shape);
+  nn::Tensor out = parallel::reduce_from_tensor_parallel(nn::mul(parallel::copy_to_tensor_parallel(x, tp), w), tp);
+  nn::Tensor loss = nn::sum(nn::mul(out, c));
+  nn::autograd::backward(loss);
+
+  std::vector<float> expected_out(n, 0.0f), expected_grad(n, 0.0f);
+  for (int r = 0; r < T; ++r) {
+    const std::vector<float> wr = pattern(n, 1 + r), xs = pattern(n, 0), cs = pattern(n, 100);
+    for (std::size_t i = 0; i < n; ++i) {
+      expected_out[i] += xs[i] * wr[i];
+      expected_grad[i] += wr[i] * cs[i];
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    CHECK(out.data()[i] == Approx(expected_out[i]).margin(1e-6));
+    CHECK(x.grad()[i] == Approx(expected_grad[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("vocab-parallel cross-entropy equals the plain one on the gathered logits; padding never counts") {
+  comm::Communicator& tp = comm::runtime().world();
+  const int T = tp.size();
+  const int64_t N = 7, V = 13;  // 13 classes: padded to a multiple of T (T = 2, 3, 4 pad)
+  const int64_t Vp = (V + T - 1) / T * T, Vr = Vp / T, start = Vr * tp.rank();
+  std::vector<float> full_values = pattern(static_cast<std::size_t>(N * V), 7);
+  for (float& v : full_values) v *= 4.0f;
+  const std::vector<int32_t> targets = {3, 12, -1, 0, 7, 12, 5};  // one ignored row
+
+  nn::Tensor full = nn::Tensor::from(full_values, {N, V}, true);
+  nn::Tensor reference = nn::cross_entropy(full, targets);
+  nn::autograd::backward(reference);
+
+  // This rank's columns; padding columns get large values, which must not matter.
+  std::vector<float> mine(static_cast<std::size_t>(N * Vr));
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t j = 0; j < Vr; ++j) mine[r * Vr + j] = start + j < V ? full_values[r * V + start + j] : 50.0f;
+  nn::Tensor local = nn::Tensor::from(mine, {N, Vr}, true);
+  nn::Tensor loss = parallel::vocab_parallel_cross_entropy(local, targets, start, V, tp);
+  nn::autograd::backward(loss);
+
+  CHECK(loss.item() == Approx(reference.item()).epsilon(1e-6));
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t j = 0; j < Vr; ++j) {
+      const float expected = start + j < V ? full.grad()[r * V + start + j] : 0.0f;
+      CHECK(local.grad()[r * Vr + j] == Approx(expected).margin(1e-7));
+    }
+  }
+}
