@@ -1,0 +1,158 @@
+#include "parallel/tp_gpt.hpp"
+
+#include <numeric>
+
+#include "nn/autograd.hpp"
+#include "nn/error.hpp"
+#include "nn/ops.hpp"
+#include "parallel/tp_linear.hpp"
+#include "parallel/vocab_parallel_cross_entropy.hpp"
+#include "parallel/vocab_parallel_embedding.hpp"
+
+namespace parallel {
+namespace {
+
+int64_t rows_of(const nn::Shape& s) { return s[0]; }
+int64_t columns_of(const nn::Shape& s) { return s.size() > 1 ? s[1] : 1; }
+
+}  // namespace
+
+TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp)
+    : config_(config),
+      tp_(tp),
+      dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL),
+      attention_rng_(seed ^ 0x9e3779b97f4a7c15ULL, 1'000'000'007ULL * static_cast<uint64_t>(tp.rank() + 1)) {
+  const int T = tp.size();
+  if (config.n_head % T != 0)
+    nn::fail("tensor parallelism: n_head {} is not divisible by the {} tensor-parallel ranks", config.n_head, T);
+  rows_per_rank_ = (config.vocab_size + T - 1) / T;
+  // The whole model, drawn as one process would draw it; this rank keeps its slices.
+  const nn::GPT whole(config, seed);
+  wte_rows_ = keep(whole, "transformer.wte.weight", TpSplit::rows);
+  wpe_ = keep(whole, "transformer.wpe.weight", TpSplit::replicated);
+  for (int l = 0; l < config.n_layer; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    Block b;
+    b.ln_1_weight = keep(whole, p + "ln_1.weight", TpSplit::replicated);
+    b.ln_1_bias = keep(whole, p + "ln_1.bias", TpSplit::replicated);
+    b.c_attn_weight = keep(whole, p + "attn.c_attn.weight", TpSplit::qkv_rows);
+    b.c_attn_bias = keep(whole, p + "attn.c_attn.bias", TpSplit::qkv_rows);
+    b.attn_proj_weight = keep(whole, p + "attn.c_proj.weight", TpSplit::columns);
+    b.attn_proj_bias = keep(whole, p + "attn.c_proj.bias", TpSplit::replicated);
+    b.ln_2_weight = keep(whole, p + "ln_2.weight", TpSplit::replicated);
+    b.ln_2_bias = keep(whole, p + "ln_2.bias", TpSplit::replicated);
+    b.c_fc_weight = keep(whole, p + "mlp.c_fc.weight", TpSplit::rows);
+    b.c_fc_bias = keep(whole, p + "mlp.c_fc.bias", TpSplit::rows);
+    b.mlp_proj_weight = keep(whole, p + "mlp.c_proj.weight", TpSplit::columns);
+    b.mlp_proj_bias = keep(whole, p + "mlp.c_proj.bias", TpSplit::replicated);
+    blocks_.push_back(b);
+  }
+  ln_f_weight_ = keep(whole, "transformer.ln_f.weight", TpSplit::replicated);
+  ln_f_bias_ = keep(whole, "transformer.ln_f.bias", TpSplit::replicated);
+  positions_.resize(static_cast<std::size_t>(config.block_size));
+  std::iota(positions_.begin(), positions_.end(), 0);
+}
+
+// This rank's part of parameter `name` of the whole model (nothing when the model has no such
+// parameter: biases with bias = false).
+nn::Tensor TensorParallelGPT::keep(const nn::GPT& whole, const std::string& name, TpSplit split) {
+  for (const nn::NamedTensor& w : whole.parameters()) {
+    if (w.name != name) continue;
+    TpParameter p{name, {}, split, w.tensor.shape()};
+    const std::vector<float> mine = shard_of(p, w.tensor.values());
+    nn::Shape shape = w.tensor.shape();
+    if (split == TpSplit::rows || split == TpSplit::qkv_rows)
+      shape[0] = static_cast<int64_t>(mine.size()) / columns_of(shape);
+    else if (split == TpSplit::columns)
+      shape[1] /= tp_.size();
+    p.tensor = nn::Tensor::from(mine, shape, /*requires_grad=*/true);
+    parameters_.push_back(p);
+    return p.tensor;
+  }
+  return {};
+}
+
+std::vector<float> TensorParallelGPT::shard_of(const TpParameter& p, std::span<const float> whole) const {
+  const int T = tp_.size(), r = tp_.rank();
+  const int64_t rows = rows_of(p.full_shape), columns = columns_of(p.full_shape);
+  switch (p.split) {
+    case TpSplit::replicated:
+      return {whole.begin(), whole.end()};
+    case TpSplit::rows: {
+      // The vocabulary is padded with zero rows up to T·⌈V/T⌉ (the other row splits divide evenly).
+      const int64_t padded = (rows + T - 1) / T * T;
+      std::vector<float> full(whole.begin(), whole.end());
+      full.resize(static_cast<std::size_t>(padded * columns), 0.0f);
+      return row_slice(full, padded, columns, r, T);
+    }
+    case TpSplit::qkv_rows:
+      return row_slice(whole, rows, columns, r, T, 3);
+    case TpSplit::columns:
+      return column_slice(whole, rows, columns, r, T);
+  }
+  return {};
+}
+
+std::vector<float> TensorParallelGPT::gather(const TpParameter& p, std::span<const float> mine) {
+  if (p.split == TpSplit::replicated) return {mine.begin(), mine.end()};
+  const int T = tp_.size();
+  std::vector<float> parts(mine.size() * static_cast<std::size_t>(T));
+  tp_.allgather(mine, std::span(parts));  // rank r's part at r·|mine|
+  const int64_t rows = rows_of(p.full_shape), columns = columns_of(p.full_shape);
+  const auto part = static_cast<int64_t>(mine.size());
+  std::vector<float> whole(static_cast<std::size_t>(rows * columns));
+  for (int r = 0; r < T; ++r) {
+    const float* from = parts.data() + r * part;
+    if (p.split == TpSplit::rows) {  // consecutive rows; the padding rows past `rows` are cut
+      const int64_t first = r * part / columns, n = std::min(part / columns, rows - first);
+      if (n > 0) std::copy_n(from, n * columns, whole.data() + first * columns);
+    } else if (p.split == TpSplit::qkv_rows) {  // q, k and v each: consecutive rows
+      const int64_t piece = rows / 3, mine_rows = piece / T;
+      for (int q = 0; q < 3; ++q)
+        std::copy_n(from + q * mine_rows * columns, mine_rows * columns,
+                    whole.data() + (q * piece + r * mine_rows) * columns);
+    } else {  // columns
+      const int64_t mine_columns = columns / T;
+      for (int64_t row = 0; row < rows; ++row)
+        std::copy_n(from + row * mine_columns, mine_columns, whole.data() + row * columns + r * mine_columns);
+    }
+  }
+  return whole;
+}
+
+nn::Tensor TensorParallelGPT::maybe_dropout(const nn::Tensor& x) {
+  return training_ && config_.dropout > 0.0f ? nn::dropout(x, config_.dropout, dropout_rng_) : x;
+}
+
+nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
+                                   int64_t T) {
+  if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
+    nn::fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
+  if (T > config_.block_size) nn::fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
+  const int64_t vocab_start = rows_per_rank_ * tp_.rank();
+  const int local_heads = config_.n_head / tp_.size();
+  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+
+  nn::Tensor x = vocab_parallel_embedding(wte_rows_, vocab_start, ids, {B, T}, tp_);  // [B,T,C]
+  x = maybe_dropout(nn::add(x, nn::embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T})));
+  for (Block& b : blocks_) {
+    nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
+    h = column_parallel_linear(h, b.c_attn_weight, b.c_attn_bias, tp_);                    // [B,T,3C/T]
+    h = nn::causal_self_attention(h, local_heads, attn_dropout, &attention_rng_);          // [B,T,C/T]
+    h = maybe_dropout(row_parallel_linear(h, b.attn_proj_weight, b.attn_proj_bias, tp_));  // [B,T,C]
+    x = nn::add(x, h);
+    h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
+    h = nn::gelu(column_parallel_linear(h, b.c_fc_weight, b.c_fc_bias, tp_));            // [B,T,4C/T]
+    h = maybe_dropout(row_parallel_linear(h, b.mlp_proj_weight, b.mlp_proj_bias, tp_));  // [B,T,C]
+    x = nn::add(x, h);
+  }
+  nn::Tensor h = nn::layernorm(x, ln_f_weight_, ln_f_bias_);
+  nn::Tensor logits = column_parallel_linear(h, wte_rows_, {}, tp_);  // lm_head tied to wte: [B,T,V/T]
+  return vocab_parallel_cross_entropy(logits, targets, vocab_start, config_.vocab_size, tp_);
+}
+
+void TensorParallelGPT::zero_grad() {
+  for (TpParameter& p : parameters_) p.tensor.zero_grad();
+}
+
+}  // namespace parallel

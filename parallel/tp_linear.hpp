@@ -1,0 +1,34 @@
+// Column- and row-parallel linear layers (Megatron), and how a full nn.Linear weight
+// [out, in] is cut for them. T = the tensor-parallel group's size, r = this rank.
+//
+//   column-parallel  Y_r = f(X) · W_rᵀ + b_r    W_r = rows [r·out/T, (r+1)·out/T) of W   → Y split by columns
+//   row-parallel     Y   = g(X_r · W_rᵀ) + b    W_r = columns [r·in/T, (r+1)·in/T) of W  → Y whole
+//
+//        X ──f──> [X·W_0ᵀ | X·W_1ᵀ]  (each rank its columns)  ──> [X_0 | X_1]·[W_0 | W_1]ᵀ ──g──> Y
+//
+// A column-parallel layer followed by a row-parallel one (attention's c_attn → c_proj, the
+// MLP's c_fc → c_proj) needs no communication in between: the activation stays split.
+// The row-parallel bias is added once, after the reduction (on every rank, the same b).
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "nn/tensor.hpp"
+
+namespace parallel {
+
+// x [..., in] (whole on every rank) → [..., out/T] (this rank's output columns).
+nn::Tensor column_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_rows, const nn::Tensor& bias_rows,
+                                  comm::Communicator& tp);
+// x [..., in/T] (this rank's input columns) → [..., out] (whole, the same on every rank).
+nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_columns, const nn::Tensor& bias,
+                               comm::Communicator& tp);
+
+// Cutting full parameters (values or gradients) into this rank's shard:
+// rows [r·n/T, (r+1)·n/T) of a [n, ...] tensor — done within each of `pieces` equal parts
+// (c_attn is q | k | v stacked: each is cut by whole heads, so pieces = 3).
+std::vector<float> row_slice(std::span<const float> full, int64_t rows, int64_t columns, int rank, int T,
+                             int pieces = 1);
+// columns [r·n/T, (r+1)·n/T) of a [rows, n] tensor.
+std::vector<float> column_slice(std::span<const float> full, int64_t rows, int64_t columns, int rank, int T);
+
+}  // namespace parallel
