@@ -1,9 +1,11 @@
 #include "parallel/tp_gpt.hpp"
 
+#include <cmath>
 #include <numeric>
 
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
+#include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
 #include "parallel/tp_linear.hpp"
 #include "parallel/vocab_parallel_cross_entropy.hpp"
@@ -149,6 +151,25 @@ nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const
   nn::Tensor h = nn::layernorm(x, ln_f_weight_, ln_f_bias_);
   nn::Tensor logits = column_parallel_linear(h, wte_rows_, {}, tp_);  // lm_head tied to wte: [B,T,V/T]
   return vocab_parallel_cross_entropy(logits, targets, vocab_start, config_.vocab_size, tp_);
+}
+
+std::vector<nn::NamedTensor> TensorParallelGPT::named_parameters() const {
+  std::vector<nn::NamedTensor> named;
+  for (const TpParameter& p : parameters_) named.push_back({p.name, p.tensor});
+  return named;
+}
+
+float TensorParallelGPT::clip_grad_norm(float max_norm) {
+  std::vector<nn::NamedTensor> split, replicated;
+  for (const TpParameter& p : parameters_)
+    (p.split == TpSplit::replicated ? replicated : split).push_back({p.name, p.tensor});
+  double squares = nn::squared_grad_norm(split);
+  tp_.allreduce(std::span(&squares, 1));
+  squares += nn::squared_grad_norm(replicated);
+  const auto norm = static_cast<float>(std::sqrt(squares));
+  std::vector<nn::NamedTensor> all = named_parameters();
+  if (max_norm > 0.0f) nn::clip_to_norm(all, max_norm, norm);
+  return norm;
 }
 
 void TensorParallelGPT::zero_grad() {

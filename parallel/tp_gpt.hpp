@@ -57,6 +57,14 @@ class TensorParallelGPT {
   // The whole parameter from every rank's part (an all-gather over the group).
   std::vector<float> gather(const TpParameter& p, std::span<const float> mine);
 
+  // The parts as named tensors (for nn::AdamW: its update is element by element, so stepping
+  // each rank's part is stepping the whole model, sliced).
+  std::vector<nn::NamedTensor> named_parameters() const;
+  // Global-norm clipping of the whole model's gradient: Σ g² of the split parameters is summed
+  // over the group (each element counted once), the replicated ones' added once (each rank
+  // holds the same). Returns the norm before clipping; max_norm ≤ 0 only measures.
+  float clip_grad_norm(float max_norm);
+
   void set_training(bool on) { training_ = on; }
   void zero_grad();
 

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "comm/runtime.hpp"
+#include "nn/adamw.hpp"
 #include "nn/autograd.hpp"
+#include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
 #include "parallel/tp_conjugate_ops.hpp"
 #include "parallel/tp_gpt.hpp"
@@ -119,4 +121,50 @@ TEST_CASE("tensor-parallel GPT ≡ the one-process GPT: the loss and every gradi
       CHECK(model.gather(p, p.tensor.values()) == std::vector<float>(full.values().begin(), full.values().end()));
     }
   }
+}
+
+TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-norm clipping") {
+  comm::Communicator& world = comm::runtime().world();
+  nn::GPTConfig config;
+  config.n_layer = 2;
+  config.n_head = 12;
+  config.n_embd = 48;
+  config.block_size = 8;
+  config.vocab_size = 13;
+  config.bias = true;
+  const int64_t B = 2, S = 8;
+  const float max_norm = 0.5f;  // below the gradients' norm here: clipping acts
+  nn::GPT whole(config, 99);
+  parallel::TensorParallelGPT model(config, 99, world);
+  nn::AdamW whole_optimizer(whole.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  nn::AdamW optimizer(model.named_parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  for (int step = 0; step < 5; ++step) {
+    std::vector<int32_t> ids(static_cast<std::size_t>(B * S)), targets(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int32_t>((i * 7 + 3 * step) % 13);
+      targets[i] = static_cast<int32_t>((i * 5 + step) % 13);
+    }
+    whole.zero_grad();
+    nn::Tensor reference = whole.loss(ids, targets, B, S);
+    nn::autograd::backward(reference);
+    const float whole_norm = nn::clip_grad_norm(whole.parameters(), max_norm);
+    whole_optimizer.step(1e-3f);
+
+    model.zero_grad();
+    nn::Tensor loss = model.loss(ids, targets, B, S);
+    nn::autograd::backward(loss);
+    const float norm = model.clip_grad_norm(max_norm);
+    optimizer.step(1e-3f);
+    CHECK(loss.item() == Approx(reference.item()).epsilon(1e-5));
+    CHECK(norm == Approx(whole_norm).epsilon(1e-4));
+    CHECK(whole_norm > 2 * max_norm);
+  }
+  float worst = 0.0f;
+  for (parallel::TpParameter& p : model.parameters()) {
+    const std::vector<float> gathered = model.gather(p, p.tensor.values());
+    const nn::Tensor& full = whole.parameter(p.name);
+    for (std::size_t i = 0; i < gathered.size(); ++i) worst = std::max(worst, std::abs(gathered[i] - full.data()[i]));
+  }
+  INFO("largest difference " << worst);
+  CHECK(worst < 2e-5f);
 }
