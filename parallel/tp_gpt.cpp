@@ -128,6 +128,11 @@ nn::Tensor TensorParallelGPT::maybe_dropout(const nn::Tensor& x) {
 
 nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
                                    int64_t T) {
+  return vocab_parallel_cross_entropy(local_logits(ids, B, T), targets, rows_per_rank_ * tp_.rank(), config_.vocab_size,
+                                      tp_);
+}
+
+nn::Tensor TensorParallelGPT::local_logits(std::span<const int32_t> ids, int64_t B, int64_t T) {
   if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
     nn::fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) nn::fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
@@ -149,8 +154,30 @@ nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const
     x = nn::add(x, h);
   }
   nn::Tensor h = nn::layernorm(x, ln_f_weight_, ln_f_bias_);
-  nn::Tensor logits = column_parallel_linear(h, wte_rows_, {}, tp_);  // lm_head tied to wte: [B,T,V/T]
-  return vocab_parallel_cross_entropy(logits, targets, vocab_start, config_.vocab_size, tp_);
+  return column_parallel_linear(h, wte_rows_, {}, tp_);  // lm_head tied to wte: [B,T,V/T]
+}
+
+std::vector<int32_t> TensorParallelGPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature,
+                                                 int top_k, nn::Rng& rng) {
+  if (tokens.empty()) nn::fail("generate: the prompt is empty");
+  if (!(temperature > 0.0f)) nn::fail("generate: temperature must be positive, got {}", temperature);
+  nn::autograd::NoGrad no_grad;
+  const bool was_training = training_;
+  training_ = false;
+  const int64_t Vr = rows_per_rank_;
+  std::vector<float> all(static_cast<std::size_t>(Vr * tp_.size()));
+  for (int step = 0; step < max_new_tokens; ++step) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
+    std::span<const int32_t> context(tokens.data() + tokens.size() - T, T);
+    const nn::Tensor logits = local_logits(context, 1, T);  // [1,T,Vr]
+    std::vector<float> last(logits.data() + (T - 1) * Vr, logits.data() + T * Vr);
+    for (float& z : last) z /= temperature;
+    tp_.allgather(std::span<const float>(last), std::span(all));  // the padded vocabulary, in order
+    std::span<float> real(all.data(), static_cast<std::size_t>(config_.vocab_size));
+    tokens.push_back(nn::sample_token(real, top_k, rng));
+  }
+  training_ = was_training;
+  return tokens;
 }
 
 std::vector<nn::NamedTensor> TensorParallelGPT::named_parameters() const {

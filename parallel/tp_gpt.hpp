@@ -50,6 +50,12 @@ class TensorParallelGPT {
 
   // ids, targets [B,T] row-major, the same on every rank of the group → the mean loss.
   nn::Tensor loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T);
+  // ids [B,T] → this rank's logits [B,T,V/T] (columns [rank·V/T, …) of the padded vocabulary).
+  nn::Tensor local_logits(std::span<const int32_t> ids, int64_t B, int64_t T);
+  // nn::GPT::generate's answer: each step gathers the last position's logits over the group
+  // (V/T from each rank, padding cut), and every rank draws the same token from `rng`.
+  std::vector<int32_t> generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k,
+                                nn::Rng& rng);
 
   std::vector<TpParameter>& parameters() { return parameters_; }
   // This rank's part of a whole tensor laid out like parameter `p` (values or a gradient).

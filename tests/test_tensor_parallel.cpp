@@ -168,3 +168,43 @@ TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-n
   INFO("largest difference " << worst);
   CHECK(worst < 2e-5f);
 }
+
+namespace {
+nn::GPTConfig small_config() {
+  nn::GPTConfig config;
+  config.n_layer = 2;
+  config.n_head = 12;  // divisible by 1, 2, 3 and 4 ranks
+  config.n_embd = 48;
+  config.block_size = 8;
+  config.vocab_size = 13;
+  return config;
+}
+}  // namespace
+
+TEST_CASE("tensor-parallel sampling draws the one-process GPT's tokens") {
+  comm::Communicator& world = comm::runtime().world();
+  nn::GPT whole(small_config(), 5);
+  parallel::TensorParallelGPT model(small_config(), 5, world);
+  for (int top_k : {0, 4}) {
+    nn::Rng a(77), b(77);
+    const std::vector<int32_t> expected = whole.generate({1, 2, 3}, 20, 1.0f, top_k, a);
+    CHECK(model.generate({1, 2, 3}, 20, 1.0f, top_k, b) == expected);
+  }
+}
+
+TEST_CASE("tensor-parallel communication per step: 2 all-reduces of [B,T,C] per block forward and 2 backward") {
+  comm::Communicator& world = comm::runtime().world();
+  const nn::GPTConfig config = small_config();
+  parallel::TensorParallelGPT model(config, 5, world);
+  const int64_t B = 2, S = 8, L = config.n_layer, C = config.n_embd;
+  std::vector<int32_t> ids(static_cast<std::size_t>(B * S), 3), targets(ids.size(), 4);
+  const comm::TrafficByKind before = world.traffic();
+  nn::Tensor loss = model.loss(ids, targets, B, S);
+  nn::autograd::backward(loss);
+  const comm::Traffic allreduce = (world.traffic() - before)[static_cast<std::size_t>(comm::OpKind::allreduce)];
+  // Forward: the embedding's g, 2 g per block, the loss's 3 (max, target logit, Σ exp) of B·T
+  // numbers; backward: 2 f per block and the head's f. Nothing else moves.
+  CHECK(allreduce.calls == 1 + 2 * L + 3 + 2 * L + 1);
+  CHECK(allreduce.bytes == 4.0 * ((1 + 2 * L + 2 * L + 1) * B * S * C + 3 * B * S));
+  CHECK(comm::describe(world.traffic() - before).find("allgather") == std::string::npos);
+}
