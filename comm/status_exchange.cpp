@@ -28,7 +28,7 @@ struct Endpoint {
   std::uint16_t port = 0;  // network byte order
 };
 
-// This machine's IPv4 addresses, loopback last (used when there is nothing else).
+// This machine's IPv4 addresses other than loopback (loopback only when there is nothing else).
 std::vector<std::uint32_t> machine_addresses() {
   std::vector<std::uint32_t> found;
   ifaddrs* list = nullptr;
@@ -40,7 +40,7 @@ std::vector<std::uint32_t> machine_addresses() {
     }
     freeifaddrs(list);
   }
-  found.push_back(htonl(INADDR_LOOPBACK));
+  if (found.empty()) found.push_back(htonl(INADDR_LOOPBACK));  // never otherwise: it would reach this machine
   return found;
 }
 

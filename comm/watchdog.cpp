@@ -30,8 +30,12 @@ constexpr std::size_t kNoteSize = 1024;
 char g_notes[2][kNoteSize] = {{0}, {0}};
 std::atomic<int> g_note_index{0};
 
-// rank 0's line when the job is interrupted (Ctrl-C): the note the program left, or a default.
+// rank 0's line when the job is interrupted (Ctrl-C): the note the program left, or a
+// default. Once.
+volatile std::sig_atomic_t g_note_written = 0;
 void write_interrupt_note(int signal) {
+  if (g_note_written) return;
+  g_note_written = 1;
   const char* note = g_notes[g_note_index.load()];
   char line[kNoteSize + 64];
   std::size_t n = 0;
@@ -75,7 +79,10 @@ void on_termination_signal(int signal) {
   const bool failed_here = job_failed(board);
   if (!failed_here && g_waiting && g_exchange.load()) {
     // Nothing failed on this node, but this board cannot see the others: the wait loop asks
-    // them before deciding between a report and a plain interrupt.
+    // them before deciding between a report and a quiet exit. Rank 0's note goes out now —
+    // the launcher may kill this process before the answers come (its last checkpoint and how
+    // to resume are worth saying either way).
+    if (board && board->world_rank() == 0) write_interrupt_note(signal);
     g_terminated = signal;
     return;
   }
@@ -197,6 +204,7 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
       g_waiting = 0;
       check_mpi(code, "MPI_Testall");
     }
+    if (g_terminated) end_terminated(now_ns());  // even when the wait has just completed
     if (done) break;
     if (spin % 64 == 0) {  // look at the clock and the board now and then, not every poll
       const std::int64_t now = now_ns();
@@ -204,17 +212,6 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
       // Another node's watchdog may be asking what this node's board says. Only a wait that
       // has lasted 10 ms listens: a collective that finishes sooner pays nothing for it.
       if (exchange_ && now - start_ns_ > 10'000'000) exchange_->serve();
-      if (g_terminated) {  // the launcher is ending the job and sends SIGKILL in a second: say it and go
-        const int signal = g_terminated;
-        const bool failed_here = job_failed(&board_);
-        std::string text =
-            report(now, "interrupted (the launcher is ending the job: a process failed)", kAskBudgetWhenEnding) + "\n";
-        if (!failed_here && !report_found_trouble_)  // every node says all is well: a plain Ctrl-C
-          end_interrupted(&board_, exchange_, signal);
-        [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
-        linger(2.0);  // answer the other nodes' reporters until the launcher's SIGKILL
-        _exit(kWatchdogExitCode);
-      }
       if (aborting >= 0 && aborting != board_.world_rank()) {
         // Another rank fired first and prints the full report: one line from here, after it.
         linger(0.3);
@@ -232,6 +229,20 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
     if (spin > 16) std::this_thread::yield();  // let an oversubscribed peer run
   }
   g_waiting = 0;
+  if (g_terminated) end_terminated(now_ns());  // the signal came after the last look
+}
+
+// The launcher is ending the job (SIGTERM while this rank waited) and sends SIGKILL in a
+// second: say why and go — or, when no node saw anything wrong, it was a plain Ctrl-C.
+void Watchdog::end_terminated(std::int64_t now) {
+  const int signal = g_terminated;
+  const bool failed_here = job_failed(&board_);
+  const std::string text =
+      report(now, "interrupted (the launcher is ending the job: a process failed)", kAskBudgetWhenEnding) + "\n";
+  if (!failed_here && !report_found_trouble_) end_interrupted(&board_, exchange_, signal);
+  [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+  linger(2.0);  // answer the other nodes' reporters until the launcher's SIGKILL
+  _exit(kWatchdogExitCode);
 }
 
 namespace {

@@ -72,6 +72,8 @@ class Watchdog {
   std::string report(std::int64_t now, const char* what_happened, double ask_budget_s);
   // "rank 2", "rank 2 (world rank 5)", and " on nanodist-b" when the job spans nodes.
   std::string who(int comm_rank, int world_rank) const;
+  // SIGTERM came while this rank waited: the report, or the interrupt note (see the .cpp).
+  [[noreturn]] void end_terminated(std::int64_t now);
   // Waits, answering other nodes' questions meanwhile.
   void linger(double seconds);
   [[noreturn]] void end_job(const std::string& report, bool first);
