@@ -21,7 +21,9 @@ slots=2
 check_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --slots) slots="$2"; shift 2 ;;
+    --slots)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "two_hosts: --slots needs a positive number, got '${2:-}'" >&2; exit 2; }
+      slots="$2"; shift 2 ;;
     --check) check_only=1; shift ;;
     --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
