@@ -33,4 +33,10 @@ std::string MemoryEstimate::describe() const {
                      format_bytes(parameter_bytes), format_bytes(state_bytes), format_bytes(activation_bytes));
 }
 
+double flops_per_token(const GPTConfig& config, int64_t T) {
+  // As GPT::flops_per_token: 6 per non-embedding parameter (without wpe) plus attention's q·k and p·v.
+  return 6.0 * (parameter_count(config) - static_cast<double>(config.block_size) * config.n_embd) +
+         12.0 * config.n_layer * config.n_embd * static_cast<double>(T);
+}
+
 }  // namespace nn

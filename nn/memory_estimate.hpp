@@ -35,6 +35,8 @@ std::string format_bytes(double bytes);
 
 // Parameters as nanoGPT counts them, with the position embedding (lm_head is tied to wte).
 double parameter_count(const GPTConfig& config);
+// GPT::flops_per_token without building the model (for trainers that hold only a slice).
+double flops_per_token(const GPTConfig& config, int64_t T);
 
 // `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
 MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training);

@@ -38,7 +38,8 @@ std::size_t index_of(const nn::AdamW& optimizer, const std::string& name) {
   return params.size();
 }
 
-// The tensors of one parameter, in the order they travel: values, then the two moments.
+}  // namespace
+
 std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, const std::string& name) {
   std::vector<std::span<float>> t = {model.parameter(name).values()};
   if (optimizer) {
@@ -48,8 +49,6 @@ std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, c
   }
   return t;
 }
-
-}  // namespace
 
 void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW& optimizer,
                               const nlohmann::json& train_state, comm::Communicator& pp) {

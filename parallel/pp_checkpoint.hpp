@@ -10,6 +10,9 @@
 #pragma once
 #include <filesystem>
 #include <functional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +21,10 @@
 #include "nn/gpt.hpp"
 
 namespace parallel {
+
+// The tensors of parameter `name` in the order they travel: values, then (with an optimizer)
+// its two moments.
+std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, const std::string& name);
 
 void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& stage_model, nn::AdamW& optimizer,
                               const nlohmann::json& train_state, comm::Communicator& pp);

@@ -10,13 +10,14 @@ namespace {
 
 // Stage 0 embeds ids; the others receive x. Every stage runs its blocks and passes x on.
 // Returns x after this stage's blocks.
-nn::Tensor run_to_here(nn::GPT& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B, int64_t T) {
-  const int r = pp.rank(), C = model.config().n_embd;
+nn::Tensor run_to_here(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B,
+                       int64_t T) {
+  const int r = pp.rank();
   nn::Tensor x;
   if (r == 0) {
     x = model.embed(ids, B, T);
   } else {
-    x = nn::Tensor::empty({B, T, C});
+    x = nn::Tensor::empty(model.activation_shape(B, T));
     pp.recv(x.values(), r - 1);
   }
   x = model.run_blocks(x);
@@ -26,7 +27,7 @@ nn::Tensor run_to_here(nn::GPT& model, comm::Communicator& pp, std::span<const i
 
 }  // namespace
 
-float pipeline_loss(nn::GPT& model, comm::Communicator& pp, std::span<const int32_t> ids,
+float pipeline_loss(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids,
                     std::span<const int32_t> targets, int64_t B, int64_t T) {
   nn::Tensor x = run_to_here(model, pp, ids, B, T);
   std::array<float, 1> loss{0.0f};
@@ -35,7 +36,7 @@ float pipeline_loss(nn::GPT& model, comm::Communicator& pp, std::span<const int3
   return loss[0];
 }
 
-std::vector<int32_t> pipeline_generate(nn::GPT& model, comm::Communicator& pp, std::vector<int32_t> tokens,
+std::vector<int32_t> pipeline_generate(StageModel& model, comm::Communicator& pp, std::vector<int32_t> tokens,
                                        int new_tokens, float temperature, int top_k, nn::Rng& rng) {
   nn::autograd::NoGrad no_grad;
   const bool was_training = model.training();

@@ -45,14 +45,14 @@ nn::GPTPart stage_part(const std::vector<int>& layers, int stage) {
           stage == static_cast<int>(layers.size()) - 1};
 }
 
-PipelineStage::PipelineStage(nn::GPT& model, comm::Communicator& pp_group, int micro_batches, int micro_batch,
+PipelineStage::PipelineStage(StageModel& model, comm::Communicator& pp_group, int micro_batches, int micro_batch,
                              int block_size)
     : model_(model),
       pp_(pp_group),
       M_(micro_batches),
       b_(micro_batch),
       T_(block_size),
-      C_(model.config().n_embd),
+      activation_shape_(model.activation_shape(micro_batch, block_size)),
       tapes_(static_cast<std::size_t>(micro_batches)),
       inputs_(static_cast<std::size_t>(micro_batches)),
       outputs_(static_cast<std::size_t>(micro_batches)),
@@ -122,7 +122,7 @@ void PipelineStage::exchange(std::span<const float> out, int dest, std::span<flo
 void PipelineStage::recv_forward(int m) {
   if (is_first()) return;
   const auto i = static_cast<std::size_t>(m);
-  inputs_[i] = nn::Tensor::empty({b_, T_, C_}, /*requires_grad=*/true);
+  inputs_[i] = new_input();
   exchange({}, -1, inputs_[i].values(), pp_.rank() - 1, "recv x");
 }
 
@@ -134,7 +134,7 @@ void PipelineStage::send_forward(int m) {
 void PipelineStage::recv_backward(int m) {
   if (is_last()) return;
   auto& g = grad_outputs_[static_cast<std::size_t>(m)];
-  g.resize(static_cast<std::size_t>(activation_size()));
+  g.resize(static_cast<std::size_t>(nn::numel_of(activation_shape_)));
   exchange({}, -1, g, pp_.rank() + 1, "recv dx");
 }
 
@@ -148,7 +148,7 @@ void PipelineStage::send_backward(int m) {
 void PipelineStage::send_forward_recv_backward(int send_m, int recv_m) {
   if (is_last()) return;
   auto& g = grad_outputs_[static_cast<std::size_t>(recv_m)];
-  g.resize(static_cast<std::size_t>(activation_size()));
+  g.resize(static_cast<std::size_t>(nn::numel_of(activation_shape_)));
   std::span<const float> out = outputs_[static_cast<std::size_t>(send_m)].values();
   exchange(skip_sends ? std::span<const float>() : out, pp_.rank() + 1, g, pp_.rank() + 1, "send x, recv dx");
 }
@@ -156,7 +156,7 @@ void PipelineStage::send_forward_recv_backward(int send_m, int recv_m) {
 void PipelineStage::send_backward_recv_forward(int send_m, int recv_m) {
   if (is_first()) return;
   const auto s = static_cast<std::size_t>(send_m), r = static_cast<std::size_t>(recv_m);
-  inputs_[r] = nn::Tensor::empty({b_, T_, C_}, /*requires_grad=*/true);
+  inputs_[r] = new_input();
   exchange(inputs_[s].grad_values(), pp_.rank() - 1, inputs_[r].values(), pp_.rank() - 1, "send dx, recv x");
   inputs_[s] = nn::Tensor{};
 }

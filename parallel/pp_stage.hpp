@@ -27,6 +27,7 @@
 #include "nn/autograd.hpp"
 #include "nn/gpt.hpp"
 #include "nn/tensor.hpp"
+#include "parallel/stage_model.hpp"
 
 namespace parallel {
 
@@ -46,7 +47,7 @@ struct StageTimes {
 class PipelineStage {
  public:
   // `micro_batch` rows of `block_size` tokens per micro-batch, `micro_batches` of them per step.
-  PipelineStage(nn::GPT& model, comm::Communicator& pp_group, int micro_batches, int micro_batch, int block_size);
+  PipelineStage(StageModel& model, comm::Communicator& pp_group, int micro_batches, int micro_batch, int block_size);
 
   bool is_first() const { return pp_.rank() == 0; }
   bool is_last() const { return pp_.rank() == pp_.size() - 1; }
@@ -90,11 +91,12 @@ class PipelineStage {
 
  private:
   void exchange(std::span<const float> out, int dest, std::span<float> in, int source, const char* what);
-  int64_t activation_size() const { return static_cast<int64_t>(b_) * T_ * C_; }
+  nn::Tensor new_input() const { return nn::Tensor::empty(activation_shape_, /*requires_grad=*/true); }
 
-  nn::GPT& model_;
+  StageModel& model_;
   comm::Communicator& pp_;
-  int M_, b_, T_, C_;
+  int M_, b_, T_;
+  nn::Shape activation_shape_;  // of what passes between stages: [b,T,C] (or [b,T/tp,C])
   std::vector<int32_t> ids_, targets_;
   std::vector<nn::autograd::Tape> tapes_;
   std::vector<nn::Tensor> inputs_, outputs_;      // per micro-batch: received x, produced x (or loss)

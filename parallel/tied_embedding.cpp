@@ -21,19 +21,27 @@ int partner(comm::Communicator& pp) {
 }  // namespace
 
 void sum_tied_embedding_grads(nn::GPT& model, comm::Communicator& pp) {
+  if (partner(pp) >= 0) sum_tied_embedding_grads(model.parameter("transformer.wte.weight"), pp);
+}
+
+void verify_tied_embedding(nn::GPT& model, comm::Communicator& pp) {
+  if (partner(pp) >= 0) verify_tied_embedding(model.parameter("transformer.wte.weight"), pp);
+}
+
+void sum_tied_embedding_grads(const nn::Tensor& wte, comm::Communicator& pp) {
   const int other = partner(pp);
   if (other < 0) return;
-  auto grad = model.parameter("transformer.wte.weight").grad_values();
+  auto grad = wte.grad_values();
   std::vector<float> theirs(grad.size());
   pp.send_recv(std::span<const float>(grad), other, std::span<float>(theirs), other);
   // a + b on one side, b + a on the other: float addition is commutative, so the sums are equal.
   for (std::size_t i = 0; i < grad.size(); ++i) grad[i] += theirs[i];
 }
 
-void verify_tied_embedding(nn::GPT& model, comm::Communicator& pp) {
+void verify_tied_embedding(const nn::Tensor& wte, comm::Communicator& pp) {
   const int other = partner(pp);
   if (other < 0) return;
-  auto mine = model.parameter("transformer.wte.weight").values();
+  auto mine = wte.values();
   std::vector<float> theirs(mine.size());
   pp.send_recv(std::span<const float>(mine), other, std::span<float>(theirs), other);
   if (!std::equal(mine.begin(), mine.end(), theirs.begin()))

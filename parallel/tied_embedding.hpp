@@ -16,4 +16,9 @@ void sum_tied_embedding_grads(nn::GPT& model, comm::Communicator& pp_group);
 // Check mode: the two copies must be bit-identical; throws naming the stages otherwise.
 void verify_tied_embedding(nn::GPT& model, comm::Communicator& pp_group);
 
+// The same for any stage's copy (train_3d: this tp rank's wte rows, summed with the same rows
+// on the other end of its pipeline).
+void sum_tied_embedding_grads(const nn::Tensor& wte, comm::Communicator& pp_group);
+void verify_tied_embedding(const nn::Tensor& wte, comm::Communicator& pp_group);
+
 }  // namespace parallel

@@ -7,6 +7,8 @@
 #include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
+#include "parallel/sequence_parallel_ops.hpp"
+#include "parallel/tp_conjugate_ops.hpp"
 #include "parallel/tp_linear.hpp"
 #include "parallel/vocab_parallel_cross_entropy.hpp"
 #include "parallel/vocab_parallel_embedding.hpp"
@@ -19,20 +21,26 @@ int64_t columns_of(const nn::Shape& s) { return s.size() > 1 ? s[1] : 1; }
 
 }  // namespace
 
-TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp)
+TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp,
+                                     bool sequence_parallel, std::optional<nn::GPTPart> part)
     : config_(config),
+      part_(part.value_or(nn::GPTPart::whole(config))),
       tp_(tp),
+      sequence_parallel_(sequence_parallel),
       dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL),
-      attention_rng_(seed ^ 0x9e3779b97f4a7c15ULL, 1'000'000'007ULL * static_cast<uint64_t>(tp.rank() + 1)) {
+      own_rng_(seed ^ 0x9e3779b97f4a7c15ULL, 1'000'000'007ULL * static_cast<uint64_t>(tp.rank() + 1)) {
   const int T = tp.size();
   if (config.n_head % T != 0)
     nn::fail("tensor parallelism: n_head {} is not divisible by the {} tensor-parallel ranks", config.n_head, T);
+  if (sequence_parallel && config.block_size % T != 0)
+    nn::fail("sequence parallelism: block_size {} is not divisible by the {} tensor-parallel ranks",
+             config.block_size, T);
   rows_per_rank_ = (config.vocab_size + T - 1) / T;
-  // The whole model, drawn as one process would draw it; this rank keeps its slices.
-  const nn::GPT whole(config, seed);
-  wte_rows_ = keep(whole, "transformer.wte.weight", TpSplit::rows);
-  wpe_ = keep(whole, "transformer.wpe.weight", TpSplit::replicated);
-  for (int l = 0; l < config.n_layer; ++l) {
+  // The whole model's part, drawn as one process would draw it; this rank keeps its slices.
+  const nn::GPT whole(config, seed, part_);
+  if (part_.embedding || part_.head) wte_rows_ = keep(whole, "transformer.wte.weight", TpSplit::rows);
+  if (part_.embedding) wpe_ = keep(whole, "transformer.wpe.weight", TpSplit::replicated);
+  for (int l = part_.first_block; l < part_.end_block; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     Block b;
     b.ln_1_weight = keep(whole, p + "ln_1.weight", TpSplit::replicated);
@@ -49,8 +57,10 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
     b.mlp_proj_bias = keep(whole, p + "mlp.c_proj.bias", TpSplit::replicated);
     blocks_.push_back(b);
   }
-  ln_f_weight_ = keep(whole, "transformer.ln_f.weight", TpSplit::replicated);
-  ln_f_bias_ = keep(whole, "transformer.ln_f.bias", TpSplit::replicated);
+  if (part_.head) {
+    ln_f_weight_ = keep(whole, "transformer.ln_f.weight", TpSplit::replicated);
+    ln_f_bias_ = keep(whole, "transformer.ln_f.bias", TpSplit::replicated);
+  }
   positions_.resize(static_cast<std::size_t>(config.block_size));
   std::iota(positions_.begin(), positions_.end(), 0);
 }
@@ -123,38 +133,86 @@ std::vector<float> TensorParallelGPT::gather(const TpParameter& p, std::span<con
 }
 
 nn::Tensor TensorParallelGPT::maybe_dropout(const nn::Tensor& x) {
-  return training_ && config_.dropout > 0.0f ? nn::dropout(x, config_.dropout, dropout_rng_) : x;
+  if (!training_ || config_.dropout <= 0.0f) return x;
+  return nn::dropout(x, config_.dropout, sharded() ? own_rng_ : dropout_rng_);
+}
+
+nn::Shape TensorParallelGPT::activation_shape(int64_t B, int64_t T) const {
+  return {B, sharded() ? T / tp_.size() : T, config_.n_embd};
+}
+
+nn::Tensor TensorParallelGPT::column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias) {
+  if (!sharded()) return column_parallel_linear(x, weight, bias, tp_);
+  return nn::linear(gather_from_sequence_parallel(x, tp_), weight, bias);  // [B,T/tp,C] → [B,T,out/tp]
+}
+
+nn::Tensor TensorParallelGPT::row_out(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias) {
+  if (!sharded()) return row_parallel_linear(x, weight, bias, tp_);
+  nn::Tensor y = reduce_scatter_to_sequence_parallel(nn::linear(x, weight), tp_);  // [B,T,out] partial → [B,T/tp,out]
+  return bias.defined() ? nn::add(y, bias) : y;
+}
+
+nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  if (!part_.embedding) nn::fail("TensorParallelGPT::embed: this part has no embedding");
+  if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
+    nn::fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
+  if (T > config_.block_size) nn::fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
+  nn::Tensor partial = vocab_parallel_lookup(wte_rows_, rows_per_rank_ * tp_.rank(), ids, {B, T});  // [B,T,C]
+  if (!sharded()) {
+    nn::Tensor tok = reduce_from_tensor_parallel(partial, tp_);
+    return maybe_dropout(nn::add(tok, nn::embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T})));
+  }
+  // Sequence parallel: the sum of the lookups, this rank's positions only, and their position rows.
+  const int64_t S = T / tp_.size();
+  nn::Tensor tok = reduce_scatter_to_sequence_parallel(partial, tp_);  // [B,S,C]
+  std::span<const int32_t> mine = std::span(positions_).subspan(static_cast<size_t>(S * tp_.rank()), static_cast<size_t>(S));
+  return maybe_dropout(nn::add(tok, nn::embedding(wpe_, mine, {S})));
+}
+
+nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
+  const int local_heads = config_.n_head / tp_.size();
+  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  for (Block& b : blocks_) {
+    nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
+    h = column_in(h, b.c_attn_weight, b.c_attn_bias);                          // [B,T,3C/tp]
+    h = nn::causal_self_attention(h, local_heads, attn_dropout, &own_rng_);    // [B,T,C/tp]
+    x = nn::add(x, maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias)));  // [B,T,C] (or [B,T/tp,C])
+    h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
+    h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));                    // [B,T,4C/tp]
+    x = nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
+  }
+  return x;
+}
+
+// ln_f, then lm_head (tied to wte: a column-parallel linear over the vocabulary) → [B,T,Vr].
+nn::Tensor TensorParallelGPT::head_local_logits(const nn::Tensor& x) {
+  if (!part_.head) nn::fail("TensorParallelGPT: this part has no head");
+  return column_in(nn::layernorm(x, ln_f_weight_, ln_f_bias_), wte_rows_, {});
+}
+
+nn::Tensor TensorParallelGPT::head_loss(const nn::Tensor& x, std::span<const int32_t> targets) {
+  return vocab_parallel_cross_entropy(head_local_logits(x), targets, rows_per_rank_ * tp_.rank(), config_.vocab_size,
+                                      tp_);
 }
 
 nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
                                    int64_t T) {
-  return vocab_parallel_cross_entropy(local_logits(ids, B, T), targets, rows_per_rank_ * tp_.rank(), config_.vocab_size,
-                                      tp_);
+  return head_loss(run_blocks(embed(ids, B, T)), targets);
 }
 
 nn::Tensor TensorParallelGPT::local_logits(std::span<const int32_t> ids, int64_t B, int64_t T) {
-  if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
-    nn::fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
-  if (T > config_.block_size) nn::fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
-  const int64_t vocab_start = rows_per_rank_ * tp_.rank();
-  const int local_heads = config_.n_head / tp_.size();
-  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  return head_local_logits(run_blocks(embed(ids, B, T)));
+}
 
-  nn::Tensor x = vocab_parallel_embedding(wte_rows_, vocab_start, ids, {B, T}, tp_);  // [B,T,C]
-  x = maybe_dropout(nn::add(x, nn::embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T})));
-  for (Block& b : blocks_) {
-    nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
-    h = column_parallel_linear(h, b.c_attn_weight, b.c_attn_bias, tp_);                    // [B,T,3C/T]
-    h = nn::causal_self_attention(h, local_heads, attn_dropout, &attention_rng_);          // [B,T,C/T]
-    h = maybe_dropout(row_parallel_linear(h, b.attn_proj_weight, b.attn_proj_bias, tp_));  // [B,T,C]
-    x = nn::add(x, h);
-    h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
-    h = nn::gelu(column_parallel_linear(h, b.c_fc_weight, b.c_fc_bias, tp_));            // [B,T,4C/T]
-    h = maybe_dropout(row_parallel_linear(h, b.mlp_proj_weight, b.mlp_proj_bias, tp_));  // [B,T,C]
-    x = nn::add(x, h);
-  }
-  nn::Tensor h = nn::layernorm(x, ln_f_weight_, ln_f_bias_);
-  return column_parallel_linear(h, wte_rows_, {}, tp_);  // lm_head tied to wte: [B,T,V/T]
+void TensorParallelGPT::next_token_logits(const nn::Tensor& x, int64_t T, float temperature,
+                                          std::span<float> logits) {
+  const int64_t Vr = rows_per_rank_;
+  const nn::Tensor local = head_local_logits(x);  // [1,T,Vr]
+  std::vector<float> last(local.data() + (T - 1) * Vr, local.data() + T * Vr);
+  for (float& z : last) z /= temperature;
+  std::vector<float> all(static_cast<std::size_t>(Vr * tp_.size()));
+  tp_.allgather(std::span<const float>(last), std::span(all));  // the padded vocabulary, in order
+  std::copy_n(all.begin(), config_.vocab_size, logits.begin());  // the padding cut
 }
 
 std::vector<int32_t> TensorParallelGPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature,
@@ -164,17 +222,12 @@ std::vector<int32_t> TensorParallelGPT::generate(std::vector<int32_t> tokens, in
   nn::autograd::NoGrad no_grad;
   const bool was_training = training_;
   training_ = false;
-  const int64_t Vr = rows_per_rank_;
-  std::vector<float> all(static_cast<std::size_t>(Vr * tp_.size()));
+  std::vector<float> logits(static_cast<std::size_t>(config_.vocab_size));
   for (int step = 0; step < max_new_tokens; ++step) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
     std::span<const int32_t> context(tokens.data() + tokens.size() - T, T);
-    const nn::Tensor logits = local_logits(context, 1, T);  // [1,T,Vr]
-    std::vector<float> last(logits.data() + (T - 1) * Vr, logits.data() + T * Vr);
-    for (float& z : last) z /= temperature;
-    tp_.allgather(std::span<const float>(last), std::span(all));  // the padded vocabulary, in order
-    std::span<float> real(all.data(), static_cast<std::size_t>(config_.vocab_size));
-    tokens.push_back(nn::sample_token(real, top_k, rng));
+    next_token_logits(run_blocks(embed(context, 1, T)), T, temperature, logits);
+    tokens.push_back(nn::sample_token(logits, top_k, rng));
   }
   training_ = was_training;
   return tokens;
@@ -186,17 +239,41 @@ std::vector<nn::NamedTensor> TensorParallelGPT::named_parameters() const {
   return named;
 }
 
-float TensorParallelGPT::clip_grad_norm(float max_norm) {
-  std::vector<nn::NamedTensor> split, replicated;
+void TensorParallelGPT::sum_replicated_grads() {
+  if (!sequence_parallel_) return;
+  std::vector<float> flat;  // every replicated gradient in one buffer: one all-reduce
   for (const TpParameter& p : parameters_)
+    if (p.split == TpSplit::replicated) flat.insert(flat.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
+  tp_.allreduce(std::span(flat));
+  std::size_t at = 0;
+  for (const TpParameter& p : parameters_)
+    if (p.split == TpSplit::replicated) {
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), p.tensor.numel(), p.tensor.grad());
+      at += static_cast<std::size_t>(p.tensor.numel());
+    }
+}
+
+double TensorParallelGPT::squared_grad_norm() {
+  std::vector<nn::NamedTensor> split, replicated;
+  for (const TpParameter& p : parameters_) {
+    if (p.tensor.data() == wte_rows_.data() && !part_.embedding) continue;  // the head's copy: counted on stage 0
     (p.split == TpSplit::replicated ? replicated : split).push_back({p.name, p.tensor});
+  }
   double squares = nn::squared_grad_norm(split);
   tp_.allreduce(std::span(&squares, 1));
-  squares += nn::squared_grad_norm(replicated);
-  const auto norm = static_cast<float>(std::sqrt(squares));
+  return squares + nn::squared_grad_norm(replicated);
+}
+
+float TensorParallelGPT::clip_grad_norm(float max_norm) {
+  const auto norm = static_cast<float>(std::sqrt(squared_grad_norm()));
   std::vector<nn::NamedTensor> all = named_parameters();
   if (max_norm > 0.0f) nn::clip_to_norm(all, max_norm, norm);
   return norm;
+}
+
+void TensorParallelGPT::set_dropout_seeds(uint64_t shared, uint64_t own) {
+  dropout_rng_ = nn::Rng(shared);
+  own_rng_ = nn::Rng(own);
 }
 
 void TensorParallelGPT::zero_grad() {

@@ -14,13 +14,15 @@
 // Whole on every rank: wpe, the layernorms, the row-parallel biases (their gradients come out
 // the same on every rank: f and g make every replicated activation's gradient whole).
 //
-// Initialisation: the whole model is drawn from the seed (nn::GPT) and this rank keeps its
-// slices, so any T starts from exactly the T = 1 model. Dropout on the residual stream uses
-// the same random stream on every rank (identical masks); inside attention (a tensor-parallel
-// region: different heads per rank) each rank draws its own.
+// Initialisation: the whole model (or the stage's part of it) is drawn from the seed (nn::GPT)
+// and this rank keeps its slices, so any T starts from exactly the T = 1 model. Dropout on the
+// residual stream uses the same random stream on every rank (identical masks); inside
+// attention (a tensor-parallel region: different heads per rank), and on a sequence-parallel
+// shard (different positions per rank), each rank draws its own — Megatron's rule.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "comm/communicator.hpp"
 #include "nn/gpt.hpp"
 #include "nn/rng.hpp"
+#include "parallel/stage_model.hpp"
 
 namespace parallel {
 
@@ -41,14 +44,21 @@ struct TpParameter {
   nn::Shape full_shape;  // the whole parameter's shape (wte: [V, C], unpadded)
 };
 
-class TensorParallelGPT {
+class TensorParallelGPT final : public StageModel {
  public:
-  TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp);
+  // The whole model, or a pipeline stage's `part` of it (train_3d). With sequence_parallel,
+  // training activations outside the tensor-parallel regions are [B, T/tp, C]
+  // (parallel/sequence_parallel_ops.hpp); evaluation and generation keep them whole (no
+  // backward to save memory for, and any length T).
+  TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp, bool sequence_parallel = false,
+                    std::optional<nn::GPTPart> part = std::nullopt);
 
-  const nn::GPTConfig& config() const { return config_; }
+  const nn::GPTConfig& config() const override { return config_; }
+  const nn::GPTPart& part() const { return part_; }
   int64_t padded_vocab() const { return rows_per_rank_ * tp_.size(); }
+  bool sequence_parallel() const { return sequence_parallel_; }
 
-  // ids, targets [B,T] row-major, the same on every rank of the group → the mean loss.
+  // ids, targets [B,T] row-major, the same on every rank of the group → the mean loss (whole model).
   nn::Tensor loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T);
   // ids [B,T] → this rank's logits [B,T,V/T] (columns [rank·V/T, …) of the padded vocabulary).
   nn::Tensor local_logits(std::span<const int32_t> ids, int64_t B, int64_t T);
@@ -57,21 +67,43 @@ class TensorParallelGPT {
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k,
                                 nn::Rng& rng);
 
+  // The pieces, as a pipeline stage (StageModel). The activation between them is [B,T,C], or
+  // [B,T/tp,C] (this rank's positions) while training with sequence parallelism.
+  nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) override;
+  nn::Tensor run_blocks(nn::Tensor x) override;
+  nn::Tensor head_loss(const nn::Tensor& x, std::span<const int32_t> targets) override;
+  void next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) override;
+  nn::Shape activation_shape(int64_t B, int64_t T) const override;
+  void set_training(bool on) override { training_ = on; }
+  bool training() const override { return training_; }
+
   std::vector<TpParameter>& parameters() { return parameters_; }
   // This rank's part of a whole tensor laid out like parameter `p` (values or a gradient).
   std::vector<float> shard_of(const TpParameter& p, std::span<const float> whole) const;
   // The whole parameter from every rank's part (an all-gather over the group).
   std::vector<float> gather(const TpParameter& p, std::span<const float> mine);
+  // This rank's wte rows (the embedding's, or the head's copy on a last stage); undefined when
+  // the part has neither.
+  const nn::Tensor& tied_embedding() const { return wte_rows_; }
 
   // The parts as named tensors (for nn::AdamW: its update is element by element, so stepping
   // each rank's part is stepping the whole model, sliced).
   std::vector<nn::NamedTensor> named_parameters() const;
-  // Global-norm clipping of the whole model's gradient: Σ g² of the split parameters is summed
-  // over the group (each element counted once), the replicated ones' added once (each rank
-  // holds the same). Returns the norm before clipping; max_norm ≤ 0 only measures.
+  // Sequence parallelism: each rank's replicated parameters (layernorms, wpe, row-parallel
+  // biases) saw only its own positions, so their gradients are summed over the group. Call
+  // after backward; nothing to do without sequence parallelism.
+  void sum_replicated_grads();
+  // Σ g² of this part, the same on every rank of the group: the split parameters' squares
+  // summed over the group (each element counted once), the replicated ones' once. A last
+  // stage's copy of wte is left out (the first stage counts it).
+  double squared_grad_norm();
+  // Global-norm clipping of the whole model's gradient (whole model only). Returns the norm
+  // before clipping; max_norm ≤ 0 only measures.
   float clip_grad_norm(float max_norm);
 
-  void set_training(bool on) { training_ = on; }
+  // Dropout masks: `shared` seeds the residual-stream masks (identical on the group's ranks),
+  // `own` this rank's masks inside tensor-parallel regions and on its sequence shard.
+  void set_dropout_seeds(uint64_t shared, uint64_t own);
   void zero_grad();
 
  private:
@@ -80,18 +112,26 @@ class TensorParallelGPT {
     nn::Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
   };
   nn::Tensor keep(const nn::GPT& whole, const std::string& name, TpSplit split);
+  bool sharded() const { return sequence_parallel_ && training_; }
   nn::Tensor maybe_dropout(const nn::Tensor& x);
+  // Into a column-parallel layer (f, or the all-gather of the shards) and out of a row-parallel
+  // one (g, or the reduce-scatter into shards), with the bias added once after the sum.
+  nn::Tensor column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);
+  nn::Tensor row_out(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);
+  nn::Tensor head_local_logits(const nn::Tensor& x);
 
   nn::GPTConfig config_;
+  nn::GPTPart part_;
   comm::Communicator& tp_;
+  bool sequence_parallel_ = false;
   int64_t rows_per_rank_ = 0;  // wte rows per rank: ⌈V/T⌉
   std::vector<TpParameter> parameters_;
   nn::Tensor wte_rows_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<Block> blocks_;
   std::vector<int32_t> positions_;
   bool training_ = true;
-  nn::Rng dropout_rng_;    // the same on every rank: residual-stream dropout
-  nn::Rng attention_rng_;  // this rank's own: dropout inside attention
+  nn::Rng dropout_rng_;  // the same on every rank: residual-stream dropout
+  nn::Rng own_rng_;      // this rank's own: dropout inside attention and on a sequence shard
 };
 
 }  // namespace parallel

@@ -8,10 +8,10 @@
 
 namespace parallel {
 
-// forward:  partial[i] = wte_rows[ids[i] − start] if this rank owns ids[i], else 0;  x = g(partial)
-// backward: d wte_rows[ids[i] − start] += dx[i] for the owned ids
-nn::Tensor vocab_parallel_embedding(const nn::Tensor& wte_rows, int64_t vocab_start, std::span<const int32_t> ids,
-                                    const nn::Shape& ids_shape, comm::Communicator& tp) {
+// forward:  partial[i] = wte_rows[ids[i] − start] if this rank owns ids[i], else 0
+// backward: d wte_rows[ids[i] − start] += dpartial[i] for the owned ids
+nn::Tensor vocab_parallel_lookup(const nn::Tensor& wte_rows, int64_t vocab_start, std::span<const int32_t> ids,
+                                 const nn::Shape& ids_shape) {
   const int64_t Vr = wte_rows.size(0), C = wte_rows.size(1), n = static_cast<int64_t>(ids.size());
   nn::Shape shape = ids_shape;
   shape.push_back(C);
@@ -33,7 +33,13 @@ nn::Tensor vocab_parallel_embedding(const nn::Tensor& wte_rows, int64_t vocab_st
           for (int64_t c = 0; c < C; ++c) dw[owned[i] * C + c] += dx[static_cast<int64_t>(i) * C + c];
     });
   }
-  return reduce_from_tensor_parallel(partial, tp);
+  return partial;
+}
+
+// x = g(partial): exactly one rank contributed each row.
+nn::Tensor vocab_parallel_embedding(const nn::Tensor& wte_rows, int64_t vocab_start, std::span<const int32_t> ids,
+                                    const nn::Shape& ids_shape, comm::Communicator& tp) {
+  return reduce_from_tensor_parallel(vocab_parallel_lookup(wte_rows, vocab_start, ids, ids_shape), tp);
 }
 
 }  // namespace parallel

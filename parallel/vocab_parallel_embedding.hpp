@@ -17,6 +17,11 @@
 
 namespace parallel {
 
+// This rank's partial lookup (zeros for the ids it does not own), before any communication;
+// sequence parallelism reduce-scatters it instead of all-reducing it.
+nn::Tensor vocab_parallel_lookup(const nn::Tensor& wte_rows, int64_t vocab_start, std::span<const int32_t> ids,
+                                 const nn::Shape& ids_shape);
+
 // wte_rows [Vr, C] = rows [vocab_start, vocab_start + Vr) → x [ids_shape..., C], the same on every rank.
 nn::Tensor vocab_parallel_embedding(const nn::Tensor& wte_rows, int64_t vocab_start, std::span<const int32_t> ids,
                                     const nn::Shape& ids_shape, comm::Communicator& tp);

@@ -128,4 +128,15 @@ std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, 
   return std::make_unique<BucketedAllreduce>(model, world, bucket_bytes);
 }
 
+void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group) {
+  std::vector<float> flat;
+  for (const auto& p : parameters) flat.insert(flat.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
+  group.allreduce(std::span(flat), comm::ReduceOp::avg);
+  auto at = flat.begin();
+  for (auto& p : parameters) {
+    std::copy_n(at, p.tensor.numel(), p.tensor.grad());
+    at += p.tensor.numel();
+  }
+}
+
 }  // namespace trainers

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "nn/gpt.hpp"
@@ -38,5 +39,9 @@ class GradientAverager {
 // kind: "naive" or "bucketed". The bucketed one installs itself as `model`'s grad-ready hook.
 std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
                                                          comm::Communicator& world, std::size_t bucket_bytes);
+
+// The simplest averaging, for any list of parameter tensors (train_3d's slices): every
+// gradient packed into one buffer, one blocking allreduce (avg) over `group`, unpacked.
+void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group);
 
 }  // namespace trainers

@@ -173,7 +173,11 @@ void check_writable(const fs::path& dir, const std::string& flag) {
 // ---- step 1: the same start on every rank -----------------------------------------------
 
 void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& world) {
-  for (auto& p : model.parameters()) world.broadcast(p.tensor.values(), 0);
+  broadcast_state(model.parameters(), optimizer, world);
+}
+
+void broadcast_state(std::vector<nn::NamedTensor>& parameters, nn::AdamW* optimizer, comm::Communicator& world) {
+  for (auto& p : parameters) world.broadcast(p.tensor.values(), 0);
   if (!optimizer) return;
   for (auto& m : optimizer->exp_avg()) world.broadcast(m.values(), 0);
   for (auto& v : optimizer->exp_avg_sq()) world.broadcast(v.values(), 0);

@@ -76,6 +76,7 @@ void check_writable(const std::filesystem::path& dir, const std::string& flag);
 
 // Rank 0's parameters (and optimizer moments and step) on every rank of `group`.
 void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& group);
+void broadcast_state(std::vector<nn::NamedTensor>& parameters, nn::AdamW* optimizer, comm::Communicator& group);
 
 // Check mode: every rank hashes its parameters and compares with rank 0's.
 void verify_identical(const nn::GPT& model, comm::Communicator& group);

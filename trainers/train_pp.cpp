@@ -61,9 +61,10 @@ struct Pipeline {
   parallel::Grid grid;
   std::vector<int> layers;  // blocks per stage
   nn::GPT model;
+  parallel::GptStage stage_model{model};  // what the pipeline code sees of it
 
   Pipeline(comm::Communicator& world, const PipelineOptions& p, const nn::GPTConfig& config, uint64_t seed)
-      : grid(parallel::Grid::make(world, p.dp)),
+      : grid(parallel::Grid::make(world, p.dp, world.size() / p.dp, 1)),
         layers(parallel::stage_layers(config.n_layer, grid.pp, p.stage_layers)),
         model(config, seed, parallel::stage_part(layers, grid.pp_rank)) {}
 
@@ -87,13 +88,13 @@ struct Pipeline {
   // The loss of a batch through the pipeline, the same on every rank of it.
   BatchLoss batch_loss() {
     return [this](std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
-      return parallel::pipeline_loss(model, grid.pp_group, ids, targets, B, T);
+      return parallel::pipeline_loss(stage_model, grid.pp_group, ids, targets, B, T);
     };
   }
 
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t seed) {
     nn::Rng rng(seed);
-    return vocabulary.decode(parallel::pipeline_generate(model, grid.pp_group, vocabulary.encode(o.prompt),
+    return vocabulary.decode(parallel::pipeline_generate(stage_model, grid.pp_group, vocabulary.encode(o.prompt),
                                                          o.sample_tokens, o.temperature, o.top_k, rng));
   }
 };
@@ -177,20 +178,14 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
   BatchSampler sampler(data.train, T, B, 1, o.sampling == "partition" ? Sampling::partition : Sampling::random, o.seed,
                        grid.dp_rank, grid.dp);
   auto averager = make_gradient_averager(o.ddp, model, grid.dp_group, static_cast<std::size_t>(o.bucket_mb * 1e6));
-  parallel::PipelineStage stage(model, grid.pp_group, M, B / M, T);
+  parallel::PipelineStage stage(pipe.stage_model, grid.pp_group, M, B / M, T);
   const int64_t tokens_per_step = static_cast<int64_t>(grid.dp) * B * T;
   // FLOPs per token of the whole model (every stage's work adds up to it).
-  const double flops_per_token = 6.0 * (nn::parameter_count(config) - config.block_size * config.n_embd) +
-                                 12.0 * config.n_layer * config.n_embd * static_cast<double>(T);
-  TrainingLog log(o, world, first_step, tokens_per_step, flops_per_token, run.checkpoint_dir);
+  TrainingLog log(o, world, first_step, tokens_per_step, nn::flops_per_token(config, T), run.checkpoint_dir);
 
   comm::say("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}; GEMM {}, backend {}",
             N, grid.dp, grid.pp, p.schedule, M, B / M, nn::gemm_library(), world.backend_name());
-  comm::say("layout: {}", [&] {
-    std::vector<std::string> parts;
-    for (int r = 0; r < N; ++r) parts.push_back(grid.describe(r));
-    return fmt::format("{}", fmt::join(parts, ", "));
-  }());
+  comm::say("layout: {}", grid.layout(N));
   comm::say(
       "stages: {} blocks each (stage 0 + embedding, stage {} + head); model {} layers, {} heads, {} wide, "
       "block {}, vocab {}",

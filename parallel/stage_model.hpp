@@ -1,0 +1,54 @@
+// What a pipeline stage needs of its piece of the model, whatever that piece is: a slice of
+// nn::GPT's layers (train_pp), or a slice of a tensor-parallel GPT's layers whose every
+// matmul is itself split over a tensor-parallel group (train_3d). The pipeline code
+// (pp_stage, pp_inference) calls only these, so one schedule serves both.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "nn/gpt.hpp"
+#include "nn/tensor.hpp"
+
+namespace parallel {
+
+class StageModel {
+ public:
+  virtual ~StageModel() = default;
+  virtual const nn::GPTConfig& config() const = 0;
+  // The first stage: ids [B,T] → the activation passed on.
+  virtual nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) = 0;
+  // This stage's blocks: activation → activation.
+  virtual nn::Tensor run_blocks(nn::Tensor x) = 0;
+  // The last stage: activation → the mean cross-entropy against targets [B,T].
+  virtual nn::Tensor head_loss(const nn::Tensor& x, std::span<const int32_t> targets) = 0;
+  // The last stage, generating: the next token's logits over the whole vocabulary / temperature.
+  virtual void next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) = 0;
+  // The shape of the activation between stages for a batch of B×T tokens: [B,T,C], or
+  // [B,T/tp,C] when it is sharded along the sequence.
+  virtual nn::Shape activation_shape(int64_t B, int64_t T) const = 0;
+  virtual void set_training(bool on) = 0;
+  virtual bool training() const = 0;
+};
+
+// nn::GPT (or a part of it) as a stage.
+class GptStage final : public StageModel {
+ public:
+  explicit GptStage(nn::GPT& model) : model_(model) {}
+  const nn::GPTConfig& config() const override { return model_.config(); }
+  nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) override { return model_.embed(ids, B, T); }
+  nn::Tensor run_blocks(nn::Tensor x) override { return model_.run_blocks(std::move(x)); }
+  nn::Tensor head_loss(const nn::Tensor& x, std::span<const int32_t> targets) override {
+    return model_.head_loss(x, targets);
+  }
+  void next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) override {
+    model_.next_token_logits(x, T, temperature, logits);
+  }
+  nn::Shape activation_shape(int64_t B, int64_t T) const override { return {B, T, model_.config().n_embd}; }
+  void set_training(bool on) override { model_.set_training(on); }
+  bool training() const override { return model_.training(); }
+
+ private:
+  nn::GPT& model_;
+};
+
+}  // namespace parallel

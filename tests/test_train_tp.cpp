@@ -1,0 +1,170 @@
+// train_tp and train_3d end to end, under mpiexec: tensor parallelism (with and without
+// sequence parallelism) and every DP × TP × PP layout end where one process with the same
+// global batch ends; the communication per step is the formula's; checkpoints are one whole
+// nanoGPT model (no padding rows) that train_dp evaluates to the same val_loss_full and that
+// resumes exactly, and under another layout; a killed tp rank is named; bad input is one line.
+#define CATCH_CONFIG_MAIN
+#include <regex>
+
+#include "trainer_test_util.hpp"
+
+namespace {
+
+CommandResult train_tp(int ranks, const std::string& args) { return run_trainer(TRAIN_TP, ranks, args); }
+CommandResult train_3d(int ranks, const std::string& args) { return run_trainer(TRAIN_3D, ranks, args); }
+CommandResult train_dp(int ranks, const std::string& args) { return run_trainer(TRAIN_DP, ranks, args); }
+
+constexpr int kSteps = 5;
+constexpr float kTolerance = 2e-5f;  // float sums in another order (as the data-parallel test)
+constexpr int kLayers = 4;
+
+// 4 heads (so T = 4 splits them), 4 blocks (enough for 2 stages), partition sampling (so data
+// parallelism splits one batch).
+std::string common() {
+  return tiny(shakespeareish(), "data", kLayers) + fmt::format(" --n-head 4 --sampling partition --max-iters {}", kSteps);
+}
+
+// One process with batch B: the reference every layout with that global batch must match.
+fs::path reference(int B) {
+  const std::string name = fmt::format("tp_ref_b{}", B);
+  if (!fs::exists(checkpoint(name) / "model.safetensors"))
+    REQUIRE(train_dp(1, common() + fmt::format(" --batch-size {} --out-dir {}", B, out(name))).status == 0);
+  return checkpoint(name);
+}
+
+// The number of calls of `kind` in a group of the "communication per training step" line.
+int calls(const std::string& output, const std::string& group, const std::string& kind) {
+  const auto line_at = output.find("communication per training step");
+  REQUIRE(line_at != std::string::npos);
+  const std::string line = output.substr(line_at, output.find('\n', line_at) - line_at);
+  const auto group_at = line.find(group + " group:");
+  REQUIRE(group_at != std::string::npos);
+  const std::string part = line.substr(group_at, line.find(" · ", group_at) - group_at);
+  std::smatch m;
+  if (!std::regex_search(part, m, std::regex("(\\d+) " + kind + " ")) || m.size() < 2) return 0;
+  return std::stoi(m[1].str());
+}
+
+std::string val_loss_full(const std::string& output) {
+  const auto at = output.find("val_loss_full=");
+  REQUIRE(at != std::string::npos);
+  return output.substr(at + 14, 8);
+}
+
+}  // namespace
+
+TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends; sequence parallelism too; no padding rows") {
+  for (int T : {2, 4})
+    for (bool sp : {false, true}) {
+      const std::string name = fmt::format("tp{}{}", T, sp ? "_sp" : "");
+      auto r = train_tp(T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + " --out-dir " + out(name));
+      REQUIRE(r.status == 0);
+      const float diff = max_difference(checkpoint(name), reference(4));
+      INFO(name << ": largest parameter difference from one process is " << diff);
+      CHECK(diff <= kTolerance);
+      // Per step on the tp group (L blocks, one micro-step): f and g twice per block forward and
+      // backward, the embedding's g and the head's f, 3 for the vocab-parallel loss, 1 for the norm;
+      // with sequence parallelism the block ones are all-gathers and reduce-scatters instead, and
+      // one more all-reduce sums the replicated gradients.
+      if (!sp) {
+        CHECK(calls(r.output, "tp", "allreduce") == 4 * kLayers + 2 + 3 + 1);
+        CHECK(calls(r.output, "tp", "allgather") == 0);
+      } else {
+        CHECK(calls(r.output, "tp", "allgather") == 4 * kLayers + 2);
+        CHECK(calls(r.output, "tp", "reduce_scatter") == 4 * kLayers + 2);
+        CHECK(calls(r.output, "tp", "allreduce") == 3 + 1 + 1);
+      }
+    }
+  // A vocabulary that 5 ranks do not divide (24 characters) is padded on the ranks, never in the file.
+  auto five = train_tp(5, common() + " --n-head 5 --n-embd 40 --max-iters 2 --batch-size 4 --out-dir " + out("tp5"));
+  REQUIRE(five.status == 0);
+  const nn::CheckpointInfo info = nn::read_checkpoint_info(checkpoint("tp5"));
+  REQUIRE(info.config.vocab_size % 5 != 0);
+  CHECK_THAT(five.output, Catch::Contains(fmt::format("vocabulary {} padded to {}", info.config.vocab_size,
+                                                      (info.config.vocab_size / 5 + 1) * 5)));
+  nn::GPT model(info.config, 0);
+  nn::load_checkpoint(checkpoint("tp5"), model, nullptr);  // throws on any shape other than [V, C]
+  CHECK(model.parameter("transformer.wte.weight").size(0) == info.config.vocab_size);
+  SECTION("the comparison has teeth: another seed ends far away") {
+    REQUIRE(train_tp(2, common() + " --batch-size 4 --seed 7 --out-dir " + out("tp2_seed7")).status == 0);
+    CHECK(max_difference(checkpoint("tp2_seed7"), reference(4)) > 100 * kTolerance);
+  }
+}
+
+TEST_CASE("train_3d: (D,T,P) = (2,2,1), (1,2,2), (2,1,2), (2,2,2) end where one process with the global batch ends") {
+  struct Layout {
+    int dp, tp, pp;
+  };
+  for (Layout l : {Layout{2, 2, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{2, 2, 2}}) {
+    const std::string name = fmt::format("3d_d{}t{}p{}", l.dp, l.tp, l.pp);
+    const int N = l.dp * l.tp * l.pp;
+    auto r = train_3d(N, common() + fmt::format(" --dp {} --tp {} --pp {} --batch-size 4 --micro-batches 2 --out-dir {}",
+                                                l.dp, l.tp, l.pp, out(name)));
+    REQUIRE(r.status == 0);
+    const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
+    INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
+    CHECK(diff <= kTolerance);
+    if (N == 8) CHECK_THAT(r.output, Catch::Contains("rank 5 = dp 1 · pp 0 · tp 1"));
+    // Once per step, the dp group averages every gradient in one all-reduce.
+    CHECK(calls(r.output, "dp", "allreduce") == (l.dp > 1 ? 1 : 0));
+  }
+  SECTION("with sequence parallelism and the GPipe schedule too") {
+    auto r = train_3d(4, common() + " --tp 2 --pp 2 --sequence-parallel --schedule gpipe --batch-size 4 "
+                                    "--micro-batches 2 --out-dir " + out("3d_sp"));
+    REQUIRE(r.status == 0);
+    CHECK(max_difference(checkpoint("3d_sp"), reference(4)) <= kTolerance);
+  }
+}
+
+TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and under another layout") {
+  const std::string settings = common() + " --batch-size 4 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 4";
+  const std::string run = settings + " --micro-batches 2";
+  auto straight = train_3d(4, run + " --tp 2 --pp 2 --max-iters 8 --check-collectives --out-dir " + out("3d_straight"));
+  REQUIRE(straight.status == 0);
+  CHECK_THAT(straight.output, !Catch::Contains("differ"));
+  // The same val_loss_full from train_dp (one whole model), train_tp and train_3d.
+  const std::string from = " --eval-only --init-from " + checkpoint("3d_straight").string();
+  auto dp = train_dp(1, common() + from);
+  auto tp = train_tp(2, common() + from);
+  auto three_d = train_3d(4, common() + " --dp 2 --tp 2" + from);
+  REQUIRE(dp.status == 0);
+  REQUIRE(tp.status == 0);
+  REQUIRE(three_d.status == 0);
+  CHECK(val_loss_full(dp.output) == val_loss_full(tp.output));
+  CHECK(val_loss_full(dp.output) == val_loss_full(three_d.output));
+  // Samples: every tp rank draws the same token from the gathered logits.
+  auto sample = train_tp(
+      2, "--sample-only --sample-tokens 30 --prompt 'the king' --init-from " + checkpoint("3d_straight").string());
+  REQUIRE(sample.status == 0);
+  CHECK_THAT(sample.output, Catch::StartsWith("the king"));
+  CHECK(sample.output.size() >= 38);
+  // 4 steps, then 4 more resumed: bit-identical to 8 in one run (dropout on).
+  REQUIRE(train_3d(4, run + " --tp 2 --pp 2 --max-iters 4 --out-dir " + out("3d_resumed")).status == 0);
+  auto resumed = train_3d(4, run + " --tp 2 --pp 2 --max-iters 8 --resume --out-dir " + out("3d_resumed"));
+  REQUIRE(resumed.status == 0);
+  CHECK(same_bytes(checkpoint("3d_straight") / "model.safetensors", checkpoint("3d_resumed") / "model.safetensors"));
+  CHECK(same_bytes(checkpoint("3d_straight") / "optimizer.safetensors",
+                   checkpoint("3d_resumed") / "optimizer.safetensors"));
+  // Under another layout (and by another trainer) it resumes too.
+  REQUIRE(train_3d(4, run + " --tp 2 --pp 2 --max-iters 4 --out-dir " + out("3d_other")).status == 0);
+  auto other = train_tp(4, settings + " --max-iters 6 --resume --out-dir " + out("3d_other"));
+  CHECK(other.status == 0);
+  CHECK(nn::read_checkpoint_info(checkpoint("3d_other")).train_state.at("step") == 6);
+}
+
+TEST_CASE("a tp rank killed mid-run is named by the watchdog, and the job ends") {
+  auto killed = train_tp(2, common() + " --batch-size 4 --max-iters 8 --timeout 3 --crash-at-step 3 --crash-rank 1 "
+                                       "--out-dir " + out("tp_killed"));
+  CHECK(killed.status != 0);
+  CHECK_THAT(killed.output, Catch::Contains("rank 1 is dead"));
+}
+
+TEST_CASE("bad tensor-parallel input: one line, exit status 2") {
+  const std::string run = common() + " --batch-size 4 --out-dir " + out("tp_bad");
+  usage_failure(train_tp(3, run), "--n-head 4 is not divisible by --tp 3");
+  usage_failure(train_3d(4, run + " --dp 2 --tp 2 --pp 2"), "4 ranks cannot be --dp 2 × --pp 2 × --tp 2 = 8");
+  usage_failure(train_3d(2, run + " --dp 2 --sequence-parallel"), "--sequence-parallel needs --tp 2 or more");
+  usage_failure(train_tp(3, run + " --n-head 3 --n-embd 48 --sequence-parallel"),
+                "--sequence-parallel: --block-size 16 is not divisible by --tp 3");
+  usage_failure(train_3d(2, run + " --pp 2 --micro-batches 3"), "--micro-batches 3 does not divide --batch-size 4");
+}
