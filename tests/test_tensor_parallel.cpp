@@ -1,7 +1,8 @@
 // The tensor-parallel building blocks against their one-process meaning, on every rank
 // count: f and g (parallel/tp_conjugate_ops.*) give the forward sum and the gradient of
 // the whole computation; the vocab-parallel cross-entropy equals nn::cross_entropy on the
-// gathered logits — loss and every gradient column — with padding columns ignored.
+// gathered logits — loss and every gradient column — with padding columns ignored; the GPT
+// built from them equals nn::GPT, and sequence parallelism equals plain tensor parallelism.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -207,4 +208,52 @@ TEST_CASE("tensor-parallel communication per step: 2 all-reduces of [B,T,C] per 
   CHECK(allreduce.calls == 1 + 2 * L + 3 + 2 * L + 1);
   CHECK(allreduce.bytes == 4.0 * ((1 + 2 * L + 2 * L + 1) * B * S * C + 3 * B * S));
   CHECK(comm::describe(world.traffic() - before).find("allgather") == std::string::npos);
+}
+
+TEST_CASE("sequence parallelism ≡ plain tensor parallelism: the loss and every gradient; all-gathers and "
+          "reduce-scatters instead of all-reduces") {
+  comm::Communicator& world = comm::runtime().world();
+  nn::GPTConfig config;
+  config.n_layer = 2;
+  config.n_head = 12;
+  config.n_embd = 48;
+  config.block_size = 12;  // divisible by 1, 2, 3 and 4 ranks
+  config.vocab_size = 13;
+  config.bias = true;       // the row-parallel biases are replicated: their gradients are summed too
+  const int64_t B = 2, S = 12, L = config.n_layer, C = config.n_embd;
+  std::vector<int32_t> ids(static_cast<std::size_t>(B * S)), targets(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>((i * 7 + 3) % 13);
+    targets[i] = static_cast<int32_t>((i * 5 + 1) % 13);
+  }
+  parallel::TensorParallelGPT plain(config, 77, world);
+  nn::Tensor expected = plain.loss(ids, targets, B, S);
+  nn::autograd::backward(expected);
+
+  parallel::TensorParallelGPT sp(config, 77, world, /*sequence_parallel=*/true);
+  const comm::TrafficByKind before = world.traffic();
+  nn::Tensor loss = sp.loss(ids, targets, B, S);
+  nn::autograd::backward(loss);
+  const comm::TrafficByKind moved = world.traffic() - before;
+  sp.sum_replicated_grads();
+  CHECK(loss.item() == Approx(expected.item()).epsilon(1e-5));
+  REQUIRE(sp.parameters().size() == plain.parameters().size());
+  for (std::size_t i = 0; i < sp.parameters().size(); ++i) {
+    const parallel::TpParameter &a = sp.parameters()[i], &b = plain.parameters()[i];
+    INFO(a.name << " on " << world.size() << " ranks");
+    float worst = 0.0f;
+    for (int64_t j = 0; j < a.tensor.numel(); ++j) worst = std::max(worst, std::abs(a.tensor.grad()[j] - b.tensor.grad()[j]));
+    CHECK(worst < 2e-6f);
+  }
+  // Each all-reduce of an activation [B,S,C] became a reduce-scatter and an all-gather of the
+  // same buffer: per block 2 all-gathers and 2 reduce-scatters forward, and their mirror images
+  // backward; the embedding's reduce-scatter and the head's all-gather (and theirs backward).
+  const auto kind = [&](comm::OpKind k) { return moved[static_cast<std::size_t>(k)]; };
+  if (world.size() > 1) {
+    CHECK(kind(comm::OpKind::allgather).calls == 4 * L + 2);
+    CHECK(kind(comm::OpKind::reduce_scatter).calls == 4 * L + 2);
+    CHECK(kind(comm::OpKind::allgather).bytes == 4.0 * (4 * L + 2) * B * S * C);
+    CHECK(kind(comm::OpKind::reduce_scatter).bytes == 4.0 * (4 * L + 2) * B * S * C);
+    CHECK(kind(comm::OpKind::allreduce).calls == 3);  // the loss's, of B·S numbers each
+  }
 }

@@ -134,35 +134,4 @@ float GridModel::finish_gradients(float max_norm) {
   return norm;
 }
 
-void GridModel::step_began() {
-  at_step_start_ = {grid.tp_group.traffic(), grid.pp_group.traffic(), grid.dp_group.traffic()};
-}
-
-void GridModel::step_ended() {
-  const std::array<comm::TrafficByKind, 3> now = {grid.tp_group.traffic(), grid.pp_group.traffic(),
-                                                  grid.dp_group.traffic()};
-  for (std::size_t g = 0; g < 3; ++g) {
-    const comm::TrafficByKind step = now[g] - at_step_start_[g];
-    for (std::size_t k = 0; k < step.size(); ++k) {
-      in_steps_[g][k].calls += step[k].calls;
-      in_steps_[g][k].bytes += step[k].bytes;
-    }
-  }
-  ++steps_counted_;
-}
-
-std::string GridModel::traffic_per_step() const {
-  const double n = static_cast<double>(std::max<int64_t>(steps_counted_, 1));
-  std::string text;
-  const char* names[3] = {"tp", "pp", "dp"};
-  for (std::size_t g = 0; g < 3; ++g) {
-    comm::TrafficByKind mean{};
-    for (std::size_t k = 0; k < mean.size(); ++k)
-      mean[k] = {static_cast<int64_t>(std::llround(static_cast<double>(in_steps_[g][k].calls) / n)),
-                 in_steps_[g][k].bytes / n};
-    text += fmt::format("{}{} group: {}", g ? " · " : "", names[g], comm::describe(mean));
-  }
-  return text;
-}
-
 }  // namespace trainers

@@ -6,7 +6,6 @@
 //   model:  pipeline stage pp_rank's blocks (parallel::stage_layers), each big matmul split
 //           over the stage's tp group (parallel::TensorParallelGPT)
 #pragma once
-#include <array>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -19,6 +18,7 @@
 #include "parallel/grid.hpp"
 #include "parallel/tp_gpt.hpp"
 #include "trainers/evaluation.hpp"
+#include "trainers/step_traffic.hpp"
 #include "trainers/train_options.hpp"
 
 namespace trainers {
@@ -76,16 +76,8 @@ struct GridModel {
   // "rank 5 = dp 1 · pp 0 · tp 1, …"
   std::string layout(int world_size) const { return grid.layout(world_size); }
 
-  // What the training steps moved through this rank's three groups: step_began() before a
-  // step, step_ended() after its update (evaluations and checkpoints are not counted).
-  void step_began();
-  void step_ended();
-  // "per step, tp group: 26 allreduce (1.2 MB) · pp group: … · dp group: …", averaged over the steps.
-  std::string traffic_per_step() const;
-
- private:
-  std::array<comm::TrafficByKind, 3> at_step_start_{}, in_steps_{};  // tp, pp, dp
-  int64_t steps_counted_ = 0;
+  // What the training steps moved through this rank's tp, pp and dp groups.
+  StepTraffic traffic{{{"tp", &grid.tp_group}, {"pp", &grid.pp_group}, {"dp", &grid.dp_group}}};
 };
 
 }  // namespace trainers

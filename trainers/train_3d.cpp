@@ -116,7 +116,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
     PhaseTimes& window = log.window();
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
-    g.step_began();
+    g.traffic.step_began();
 
     auto t = Clock::now();
     sampler.fill(step, 0, batch);  // this replica's batch, the same on all its stages and tp ranks
@@ -151,7 +151,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
     window.optimizer += seconds_since(t);
     window.total += seconds_since(step_start);
     ++window.steps;
-    g.step_ended();
+    g.traffic.step_ended();
 
     const int64_t done = step + 1;
     if (log.due(done)) {
@@ -179,7 +179,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
     log.final_loss(end, full_split_loss(g.batch_loss(), data.val, T, grid.dp_group));
   }
   if (comm::runtime().options().check) parallel::verify_tied_embedding(g.model.tied_embedding(), grid.pp_group);
-  comm::say("communication per training step, rank 0: {}", g.traffic_per_step());
+  comm::say("communication per training step, rank 0: {}", g.traffic.per_step());
   comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
             run.checkpoint_dir.string(), o.metrics);
   g.print_sample(data.vocabulary, o, end, world);

@@ -39,6 +39,7 @@
 #include "trainers/evaluation.hpp"
 #include "trainers/data_parallel_update.hpp"
 #include "trainers/run_setup.hpp"
+#include "trainers/step_traffic.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
 #include "trainers/train_options.hpp"
@@ -202,6 +203,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     });
   };
   FirstStepReport first_step_report(o.zero, static_cast<double>(model.num_params(false)), N, K);
+  StepTraffic traffic({{"world", &world}});
 
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
@@ -222,6 +224,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     PhaseTimes& window = log.window();
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
+    traffic.step_began();
     first_step_report.step_begins(world);
     float step_loss = 0.0f;
     for (int micro = 0; micro < K; ++micro) {
@@ -263,6 +266,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
     span("AdamW", "optimizer", t);
     window.total += seconds_since(step_start);
     ++window.steps;
+    traffic.step_ended();
 
     const int64_t done = step + 1;
     if (done == first_step + 1) first_step_report.report(world);
@@ -287,6 +291,7 @@ void train(const TrainOptions& options, comm::Communicator& world) {
   save(end);
   update->with_full_parameters([&] {
     if (o.final_full_val) log.final_loss(end, full_split_loss(model, data.val, world));
+    comm::say("communication per training step, rank 0: {}", traffic.per_step());
     comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
               run.checkpoint_dir.string(), o.metrics);
     print_sample(model, data.vocabulary, o, end, world);

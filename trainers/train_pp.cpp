@@ -41,6 +41,7 @@
 #include "trainers/evaluation.hpp"
 #include "trainers/gradient_averaging.hpp"
 #include "trainers/run_setup.hpp"
+#include "trainers/step_traffic.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
 
@@ -227,6 +228,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
   std::size_t window_peak_bytes = 0;
   int window_peak_in_flight = 0;
 
+  StepTraffic traffic({{"pp", &grid.pp_group}, {"dp", &grid.dp_group}});
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
   Batch batch;
@@ -243,6 +245,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     PhaseTimes& window = log.window();
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
+    traffic.step_began();
 
     auto t = Clock::now();
     sampler.fill(step, 0, batch);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
@@ -291,6 +294,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     trace.add("AdamW", "optimizer", o0, Trace::now_s());
     window.total += seconds_since(step_start);
     ++window.steps;
+    traffic.step_ended();
 
     const int64_t done = step + 1;
     if (log.due(done)) {
@@ -342,6 +346,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     log.final_loss(end, full_split_loss(pipe.batch_loss(), data.val, T, grid.dp_group));
   }
   if (comm::runtime().options().check) parallel::verify_tied_embedding(model, grid.pp_group);
+  comm::say("communication per training step, rank 0: {}", traffic.per_step());
   comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
             run.checkpoint_dir.string(), o.metrics);
   print_sample(pipe, data.vocabulary, o, end, world);

@@ -93,7 +93,7 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
     PhaseTimes& window = log.window();
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
-    g.step_began();
+    g.traffic.step_began();
 
     // 1. Forward and backward of each micro-step; the loss is the same on every rank.
     float loss_sum = 0;
@@ -130,7 +130,7 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
     trace.add("AdamW", "optimizer", o0, Trace::now_s());
     window.total += seconds_since(step_start);
     ++window.steps;
-    g.step_ended();
+    g.traffic.step_ended();
 
     const int64_t done = step + 1;
     if (log.due(done)) log.line(done, loss_sum, lr, norm);
@@ -152,7 +152,7 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
     EvalMode eval(model);
     log.final_loss(end, full_split_loss(g.batch_loss(), data.val, T, g.grid.dp_group));
   }
-  comm::say("communication per training step, rank 0: {}", g.traffic_per_step());
+  comm::say("communication per training step, rank 0: {}", g.traffic.per_step());
   comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
             run.checkpoint_dir.string(), o.metrics);
   g.print_sample(data.vocabulary, o, end, world);
