@@ -19,6 +19,7 @@ void add_to_grad(const nn::Tensor& x, const float* from) {
 // forward:  y = x                        (shape of x, e.g. [B,T,C])
 // backward: dx += allreduce_sum(dy) over tp
 nn::Tensor copy_to_tensor_parallel(const nn::Tensor& x, comm::Communicator& tp) {
+  if (tp.size() == 1) return x;  // one rank: nothing to sum (train_3d --tp 1)
   const bool track = nn::autograd::needs_grad({&x});
   nn::Tensor y = x.clone();
   y.set_requires_grad(track);
@@ -35,6 +36,7 @@ nn::Tensor copy_to_tensor_parallel(const nn::Tensor& x, comm::Communicator& tp) 
 // forward:  y = allreduce_sum(x) over tp
 // backward: dx += dy
 nn::Tensor reduce_from_tensor_parallel(const nn::Tensor& x, comm::Communicator& tp) {
+  if (tp.size() == 1) return x;
   const bool track = nn::autograd::needs_grad({&x});
   nn::Tensor y = x.clone();
   tp.allreduce(y.values());

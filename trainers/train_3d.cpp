@@ -34,6 +34,7 @@
 #include "trainers/evaluation.hpp"
 #include "trainers/grid_model.hpp"
 #include "trainers/run_setup.hpp"
+#include "trainers/step_memory.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
 
@@ -101,6 +102,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
     log.evaluation(step, train_loss, val_loss);
   };
 
+  StepMemory first_step_memory;  // reported after the first step
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
   Batch batch;
@@ -117,6 +119,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
     g.traffic.step_began();
+    if (step == first_step) first_step_memory.step_begins();
 
     auto t = Clock::now();
     sampler.fill(step, 0, batch);  // this replica's batch, the same on all its stages and tp ranks
@@ -152,6 +155,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
     window.total += seconds_since(step_start);
     ++window.steps;
     g.traffic.step_ended();
+    if (step == first_step) first_step_memory.report(g.model.named_parameters(), world);
 
     const int64_t done = step + 1;
     if (log.due(done)) {

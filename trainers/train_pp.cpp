@@ -41,6 +41,7 @@
 #include "trainers/evaluation.hpp"
 #include "trainers/gradient_averaging.hpp"
 #include "trainers/run_setup.hpp"
+#include "trainers/step_memory.hpp"
 #include "trainers/step_traffic.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
@@ -229,6 +230,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
   int window_peak_in_flight = 0;
 
   StepTraffic traffic({{"pp", &grid.pp_group}, {"dp", &grid.dp_group}});
+  StepMemory first_step_memory;  // reported after the first step
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
   Batch batch;
@@ -246,6 +248,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
     traffic.step_began();
+    if (step == first_step) first_step_memory.step_begins();
 
     auto t = Clock::now();
     sampler.fill(step, 0, batch);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
@@ -295,6 +298,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
     window.total += seconds_since(step_start);
     ++window.steps;
     traffic.step_ended();
+    if (step == first_step) first_step_memory.report(model.parameters(), world);
 
     const int64_t done = step + 1;
     if (log.due(done)) {

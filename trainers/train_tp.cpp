@@ -26,6 +26,7 @@
 #include "trainers/batches.hpp"
 #include "trainers/grid_model.hpp"
 #include "trainers/run_setup.hpp"
+#include "trainers/step_memory.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"
 
@@ -78,6 +79,7 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
     log.evaluation(step, train_loss, val_loss);
   };
 
+  StepMemory first_step_memory;  // reported after the first step
   const nn::LrSchedule schedule = lr_schedule(o);
   log.update_interrupt_note(first_step);
   Batch batch;
@@ -94,6 +96,7 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
     const float lr = schedule.at(static_cast<int>(step));
     const auto step_start = Clock::now();
     g.traffic.step_began();
+    if (step == first_step) first_step_memory.step_begins();
 
     // 1. Forward and backward of each micro-step; the loss is the same on every rank.
     float loss_sum = 0;
@@ -131,6 +134,7 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
     window.total += seconds_since(step_start);
     ++window.steps;
     g.traffic.step_ended();
+    if (step == first_step) first_step_memory.report(model.named_parameters(), world);
 
     const int64_t done = step + 1;
     if (log.due(done)) log.line(done, loss_sum, lr, norm);
