@@ -10,11 +10,14 @@ step) for every strategy; each run trains --steps steps and its second half is m
 the repeats run the strategies in turn (a slow moment of the machine hits all alike) and the
 table gives medians. Each strategy runs on its own program with its best setting: DP is
 train_dp (bucketed all-reduce overlapped with the backward), PP is train_pp with 1F1B and
-8 micro-batches, TP is train_tp, the mixes are train_3d (1F1B, 8 micro-batches per replica
-batch when there is a pipeline). Bytes: what rank 0's communicators moved per step (the
+micro-batches of 2 sequences, TP is train_tp; DP × PP is train_pp --dp 2 (whose replicas
+overlap their gradient all-reduce with the backward; train_3d's do not), the mixes with
+TP are train_3d (1F1B, micro-batches of 2 sequences when there is a pipeline). Bytes: what rank 0's communicators moved per step (the
 trainers' "communication per training step" line), turned into bytes sent per rank with the
 ring-optimal factors (all-reduce 2(n−1)/n of its buffer, all-gather and reduce-scatter
-(n−1)/n, point-to-point 1). docs/3d_parallelism.md reads the numbers."""
+(n−1)/n, point-to-point 1). Compute and communication are rank 0's phase times; on a machine
+with fewer cores than ranks the last column estimates a core per rank (compute scaled by
+cores / ranks, communication as measured). docs/3d_parallelism.md reads the numbers."""
 import argparse
 import json
 import os
@@ -27,7 +30,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fair_settings import clean_env  # noqa: E402
+from fair_settings import CORES, clean_env  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--build", default=os.path.join(ROOT, "build", "trainers"))
@@ -54,8 +57,8 @@ def strategies(n):
         s += [
             ("DP 2 × TP 2", "train_3d", ["--dp", "2", "--tp", "2", "--batch-size", "8", "--micro-batches", "1"],
              {"tp": 2, "pp": 1, "dp": 2}),
-            ("DP 2 × PP 2", "train_3d", ["--dp", "2", "--pp", "2", "--batch-size", "8", "--micro-batches", "8"],
-             {"tp": 1, "pp": 2, "dp": 2}),
+            ("DP 2 × PP 2", "train_pp", ["--dp", "2", "--batch-size", "8", "--micro-batches", "4"],
+             {"pp": 2, "dp": 2}),
             ("TP 2 × PP 2", "train_3d", ["--tp", "2", "--pp", "2", "--batch-size", str(BATCH), "--micro-batches", "8"],
              {"tp": 2, "pp": 2, "dp": 1}),
             ("TP 2 + SP × PP 2", "train_3d",
@@ -112,10 +115,15 @@ def run(name, program, extra, sizes, n, tmp):
     if done.returncode != 0:
         sys.exit(f"failed ({name}): {' '.join(command)}\n{done.stdout}{done.stderr}")
     last = [json.loads(line) for line in open(metrics) if '"train"' in line][-1]
+    compute_ms = last["forward_ms"] + last["backward_ms"] + last["optimizer_ms"] + last["data_ms"]
     memory = [m.groups() for m in (MEMORY_DP if program == "train_dp" else MEMORY_TP).finditer(done.stdout)]
     held = max(memory, key=lambda m: size_of(m[1]) + size_of(m[2]) + size_of(m[3]))
     activations = max(size_of(m[4]) for m in memory)
-    return last["tokens_per_s"], sent_per_step(done.stdout, sizes), held, activations
+    # With a core per rank, compute would run alone on its core: × min(1, cores / ranks) (an
+    # estimate: waiting for a descheduled peer, counted as communication, would shrink too).
+    projected_ms = compute_ms * min(1.0, CORES / n) + last["comm_ms"]
+    return (last["tokens_per_s"], sent_per_step(done.stdout, sizes), held, activations, compute_ms, last["comm_ms"],
+            BATCH * 64 / projected_ms * 1e3)
 
 
 results = {}  # (n, name) -> [runs]
@@ -129,11 +137,16 @@ with tempfile.TemporaryDirectory() as tmp:
 
 print(f"# one model (4 blocks, 128 wide, 4 heads, block 64), {BATCH} sequences per step; medians of "
       f"{args.repeats} repeats of {args.steps} steps (second half measured)\n")
-print("| ranks | strategy | tokens/s | sent per rank per step | parameters | gradients | optimizer | activations peak |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|")
+print("| ranks | strategy | tokens/s | compute / comm per step | sent per rank per step | parameters | gradients | "
+      "optimizer | activations peak | tokens/s, a core per rank (est.) |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (n, name), runs in results.items():
     tps = statistics.median(r[0] for r in runs)
     mb = statistics.median(r[1] for r in runs)
     held = runs[0][2]
     activations = statistics.median(r[3] for r in runs)
-    print(f"| {n} | {name} | {tps:,.0f} | {mb:.2f} MB | {held[1]} | {held[2]} | {held[3]} | {human(activations)} |")
+    compute = statistics.median(r[4] for r in runs)
+    comm = statistics.median(r[5] for r in runs)
+    projected = statistics.median(r[6] for r in runs)
+    print(f"| {n} | {name} | {tps:,.0f} | {compute:.1f} / {comm:.1f} ms | {mb:.2f} MB | {held[1]} | {held[2]} | "
+          f"{held[3]} | {human(activations)} | {projected:,.0f} |")
