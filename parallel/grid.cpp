@@ -16,10 +16,15 @@ Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp) {
   const int r = world.rank(), d = r / (pp * tp), p = r / tp % pp, t = r % tp;
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
   // initialisation runs the three (collective) splits in this order on every rank.
-  return Grid{dp, pp, tp, d, p, t,
-              world.split(r / tp, t),          // tp_group: same (dp, pp)
-              world.split(d * tp + t, p),      // pp_group: same (dp, tp)
-              world.split(p * tp + t, d)};     // dp_group: same (pp, tp)
+  return Grid{dp,
+              pp,
+              tp,
+              d,
+              p,
+              t,
+              world.split(r / tp, t),       // tp_group: same (dp, pp)
+              world.split(d * tp + t, p),   // pp_group: same (dp, tp)
+              world.split(p * tp + t, d)};  // dp_group: same (pp, tp)
 }
 
 std::string Grid::describe(int world_rank) const {

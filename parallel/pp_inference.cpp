@@ -10,8 +10,7 @@ namespace {
 
 // Stage 0 embeds ids; the others receive x. Every stage runs its blocks and passes x on.
 // Returns x after this stage's blocks.
-nn::Tensor run_to_here(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B,
-                       int64_t T) {
+nn::Tensor run_to_here(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B, int64_t T) {
   const int r = pp.rank();
   nn::Tensor x;
   if (r == 0) {

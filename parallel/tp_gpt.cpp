@@ -33,8 +33,8 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
   if (config.n_head % T != 0)
     nn::fail("tensor parallelism: n_head {} is not divisible by the {} tensor-parallel ranks", config.n_head, T);
   if (sequence_parallel && config.block_size % T != 0)
-    nn::fail("sequence parallelism: block_size {} is not divisible by the {} tensor-parallel ranks",
-             config.block_size, T);
+    nn::fail("sequence parallelism: block_size {} is not divisible by the {} tensor-parallel ranks", config.block_size,
+             T);
   rows_per_rank_ = (config.vocab_size + T - 1) / T;
   // The whole model's part, drawn as one process would draw it; this rank keeps its slices.
   const nn::GPT whole(config, seed, part_);
@@ -165,7 +165,8 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
   // Sequence parallel: the sum of the lookups, this rank's positions only, and their position rows.
   const int64_t S = T / tp_.size();
   nn::Tensor tok = reduce_scatter_to_sequence_parallel(partial, tp_);  // [B,S,C]
-  std::span<const int32_t> mine = std::span(positions_).subspan(static_cast<size_t>(S * tp_.rank()), static_cast<size_t>(S));
+  std::span<const int32_t> mine =
+      std::span(positions_).subspan(static_cast<size_t>(S * tp_.rank()), static_cast<size_t>(S));
   return maybe_dropout(nn::add(tok, nn::embedding(wpe_, mine, {S})));
 }
 
@@ -174,11 +175,11 @@ nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
   for (Block& b : blocks_) {
     nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
-    h = column_in(h, b.c_attn_weight, b.c_attn_bias);                          // [B,T,3C/tp]
-    h = nn::causal_self_attention(h, local_heads, attn_dropout, &own_rng_);    // [B,T,C/tp]
+    h = column_in(h, b.c_attn_weight, b.c_attn_bias);                                 // [B,T,3C/tp]
+    h = nn::causal_self_attention(h, local_heads, attn_dropout, &own_rng_);           // [B,T,C/tp]
     x = nn::add(x, maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias)));  // [B,T,C] (or [B,T/tp,C])
     h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
-    h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));                    // [B,T,4C/tp]
+    h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
     x = nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
   }
   return x;
@@ -204,14 +205,13 @@ nn::Tensor TensorParallelGPT::local_logits(std::span<const int32_t> ids, int64_t
   return head_local_logits(run_blocks(embed(ids, B, T)));
 }
 
-void TensorParallelGPT::next_token_logits(const nn::Tensor& x, int64_t T, float temperature,
-                                          std::span<float> logits) {
+void TensorParallelGPT::next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) {
   const int64_t Vr = rows_per_rank_;
   const nn::Tensor local = head_local_logits(x);  // [1,T,Vr]
   std::vector<float> last(local.data() + (T - 1) * Vr, local.data() + T * Vr);
   for (float& z : last) z /= temperature;
   std::vector<float> all(static_cast<std::size_t>(Vr * tp_.size()));
-  tp_.allgather(std::span<const float>(last), std::span(all));  // the padded vocabulary, in order
+  tp_.allgather(std::span<const float>(last), std::span(all));   // the padded vocabulary, in order
   std::copy_n(all.begin(), config_.vocab_size, logits.begin());  // the padding cut
 }
 

@@ -212,8 +212,9 @@ TEST_CASE("tensor-parallel communication per step: 2 all-reduces of [B,T,C] per 
   CHECK(comm::describe(world.traffic() - before).find("allgather") == std::string::npos);
 }
 
-TEST_CASE("sequence parallelism ≡ plain tensor parallelism: the loss and every gradient; all-gathers and "
-          "reduce-scatters instead of all-reduces") {
+TEST_CASE(
+    "sequence parallelism ≡ plain tensor parallelism: the loss and every gradient; all-gathers and "
+    "reduce-scatters instead of all-reduces") {
   comm::Communicator& world = comm::runtime().world();
   nn::GPTConfig config;
   config.n_layer = 2;
@@ -221,7 +222,7 @@ TEST_CASE("sequence parallelism ≡ plain tensor parallelism: the loss and every
   config.n_embd = 48;
   config.block_size = 12;  // divisible by 1, 2, 3 and 4 ranks
   config.vocab_size = 13;
-  config.bias = true;       // the row-parallel biases are replicated: their gradients are summed too
+  config.bias = true;  // the row-parallel biases are replicated: their gradients are summed too
   const int64_t B = 2, S = 12, L = config.n_layer, C = config.n_embd;
   std::vector<int32_t> ids(static_cast<std::size_t>(B * S)), targets(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -244,7 +245,8 @@ TEST_CASE("sequence parallelism ≡ plain tensor parallelism: the loss and every
     const parallel::TpParameter &a = sp.parameters()[i], &b = plain.parameters()[i];
     INFO(a.name << " on " << world.size() << " ranks");
     float worst = 0.0f;
-    for (int64_t j = 0; j < a.tensor.numel(); ++j) worst = std::max(worst, std::abs(a.tensor.grad()[j] - b.tensor.grad()[j]));
+    for (int64_t j = 0; j < a.tensor.numel(); ++j)
+      worst = std::max(worst, std::abs(a.tensor.grad()[j] - b.tensor.grad()[j]));
     CHECK(worst < 2e-6f);
   }
   // Each all-reduce of an activation [B,S,C] became a reduce-scatter and an all-gather of the

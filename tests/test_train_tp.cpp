@@ -21,7 +21,8 @@ constexpr int kLayers = 4;
 // 4 heads (so T = 4 splits them), 4 blocks (enough for 2 stages), partition sampling (so data
 // parallelism splits one batch).
 std::string common() {
-  return tiny(shakespeareish(), "data", kLayers) + fmt::format(" --n-head 4 --sampling partition --max-iters {}", kSteps);
+  return tiny(shakespeareish(), "data", kLayers) +
+         fmt::format(" --n-head 4 --sampling partition --max-iters {}", kSteps);
 }
 
 // One process with batch B: the reference every layout with that global batch must match.
@@ -57,7 +58,8 @@ TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends; sequence p
   for (int T : {2, 4})
     for (bool sp : {false, true}) {
       const std::string name = fmt::format("tp{}{}", T, sp ? "_sp" : "");
-      auto r = train_tp(T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + " --out-dir " + out(name));
+      auto r =
+          train_tp(T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + " --out-dir " + out(name));
       REQUIRE(r.status == 0);
       const float diff = max_difference(checkpoint(name), reference(4));
       INFO(name << ": largest parameter difference from one process is " << diff);
@@ -98,8 +100,9 @@ TEST_CASE("train_3d: (D,T,P) = (2,2,1), (1,2,2), (2,1,2), (2,2,2) end where one 
   for (Layout l : {Layout{2, 2, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{2, 2, 2}}) {
     const std::string name = fmt::format("3d_d{}t{}p{}", l.dp, l.tp, l.pp);
     const int N = l.dp * l.tp * l.pp;
-    auto r = train_3d(N, common() + fmt::format(" --dp {} --tp {} --pp {} --batch-size 4 --micro-batches 2 --out-dir {}",
-                                                l.dp, l.tp, l.pp, out(name)));
+    auto r =
+        train_3d(N, common() + fmt::format(" --dp {} --tp {} --pp {} --batch-size 4 --micro-batches 2 --out-dir {}",
+                                           l.dp, l.tp, l.pp, out(name)));
     REQUIRE(r.status == 0);
     const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
     INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
@@ -109,8 +112,10 @@ TEST_CASE("train_3d: (D,T,P) = (2,2,1), (1,2,2), (2,1,2), (2,2,2) end where one 
     CHECK(calls(r.output, "dp", "allreduce") == (l.dp > 1 ? 1 : 0));
   }
   SECTION("with sequence parallelism and the GPipe schedule too") {
-    auto r = train_3d(4, common() + " --tp 2 --pp 2 --sequence-parallel --schedule gpipe --batch-size 4 "
-                                    "--micro-batches 2 --out-dir " + out("3d_sp"));
+    auto r = train_3d(4, common() +
+                             " --tp 2 --pp 2 --sequence-parallel --schedule gpipe --batch-size 4 "
+                             "--micro-batches 2 --out-dir " +
+                             out("3d_sp"));
     REQUIRE(r.status == 0);
     CHECK(max_difference(checkpoint("3d_sp"), reference(4)) <= kTolerance);
   }
@@ -153,8 +158,10 @@ TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and
 }
 
 TEST_CASE("a tp rank killed mid-run is named by the watchdog, and the job ends") {
-  auto killed = train_tp(2, common() + " --batch-size 4 --max-iters 8 --timeout 3 --crash-at-step 3 --crash-rank 1 "
-                                       "--out-dir " + out("tp_killed"));
+  auto killed = train_tp(2, common() +
+                                " --batch-size 4 --max-iters 8 --timeout 3 --crash-at-step 3 --crash-rank 1 "
+                                "--out-dir " +
+                                out("tp_killed"));
   CHECK(killed.status != 0);
   CHECK_THAT(killed.output, Catch::Contains("rank 1 is dead"));
 }

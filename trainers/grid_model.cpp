@@ -23,14 +23,14 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
     throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
                                        world_size, s.dp, s.pp, s.tp, s.dp * s.pp * s.tp));
   if (config.n_head % s.tp != 0)
-    throw comm::UsageError(fmt::format(
-        "--n-head {} is not divisible by --tp {}: each tensor-parallel rank runs n_head / tp whole heads",
-        config.n_head, s.tp));
+    throw comm::UsageError(
+        fmt::format("--n-head {} is not divisible by --tp {}: each tensor-parallel rank runs n_head / tp whole heads",
+                    config.n_head, s.tp));
   if (s.sequence_parallel && s.tp == 1)
     throw comm::UsageError("--sequence-parallel needs --tp 2 or more: it shards along the sequence over the tp group");
   if (s.sequence_parallel && config.block_size % s.tp != 0)
-    throw comm::UsageError(fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}",
-                                       config.block_size, s.tp));
+    throw comm::UsageError(
+        fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}", config.block_size, s.tp));
   parallel::stage_layers(config.n_layer, s.pp, s.stage_layers);  // throws on a bad split
 }
 

@@ -72,18 +72,19 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
   const int64_t tokens_per_step = static_cast<int64_t>(grid.dp) * B * T;
   TrainingLog log(o, world, first_step, tokens_per_step, nn::flops_per_token(config, T), run.checkpoint_dir);
 
-  comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}; GEMM {}, backend {}",
-            N, grid.dp, grid.pp, grid.tp, shape.sequence_parallel ? " (sequence parallel)" : "", s.schedule, M, B / M,
+  comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}; GEMM {}, backend {}", N,
+            grid.dp, grid.pp, grid.tp, shape.sequence_parallel ? " (sequence parallel)" : "", s.schedule, M, B / M,
             nn::gemm_library(), world.backend_name());
   comm::say("layout: {}", g.layout(N));
-  comm::say("stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); model {} layers, "
-            "{} heads, {} wide, block {}, vocab {} (padded to {})",
-            fmt::join(g.layers, "/"), grid.tp, config.n_head / grid.tp, config.n_layer, config.n_head, config.n_embd,
-            T, config.vocab_size, g.model.padded_vocab());
+  comm::say(
+      "stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); model {} layers, "
+      "{} heads, {} wide, block {}, vocab {} (padded to {})",
+      fmt::join(g.layers, "/"), grid.tp, config.n_head / grid.tp, config.n_layer, config.n_head, config.n_embd, T,
+      config.vocab_size, g.model.padded_vocab());
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", data.train.size(), data.val.size(),
             data.dir.string(), data.origin, o.sampling);
-  comm::say("global batch: {} replica(s) × {} micro-batches × {} × block {} = {} tokens per step", grid.dp, M, B / M,
-            T, tokens_per_step);
+  comm::say("global batch: {} replica(s) × {} micro-batches × {} × block {} = {} tokens per step", grid.dp, M, B / M, T,
+            tokens_per_step);
   say_resume(run, N);
 
   Trace trace(world);
@@ -194,7 +195,8 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
 int main(int argc, char** argv) {
   comm::Runtime runtime(argc, argv);
   return runtime.run([&] {
-    CLI::App app{"train_3d: data × pipeline × tensor parallel GPT training (mpiexec -n D·P·T train_3d --dp D --pp P --tp T)"};
+    CLI::App app{
+        "train_3d: data × pipeline × tensor parallel GPT training (mpiexec -n D·P·T train_3d --dp D --pp P --tp T)"};
     comm::Options comm_options;
     comm::add_options(app, comm_options);
     TrainOptions options;
