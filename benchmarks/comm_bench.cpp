@@ -3,6 +3,7 @@
 //
 //   mpiexec -n 2 comm_bench --op allreduce --backend ring -b 8 -e 256M -f 2
 //   mpiexec -n 4 comm_bench --op allgather --compare mpi,ring -b 1M -e 64M -f 4 --csv out.csv
+//   mpiexec -n 1 comm_bench --device cuda --compare nccl,mpi,ring -b 1K -e 1G -f 4   # GPU memory
 //
 // With --compare, the backends run interleaved size by size, and each row ends with every
 // backend's speed relative to the first one: on a shared, noisy machine only ratios from
@@ -11,11 +12,13 @@
 #include <chrono>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "bench_harness.hpp"
 #include "comm/cli_checks.hpp"
+#include "comm/device_memory.hpp"
 #include "comm/runtime.hpp"
 
 namespace {
@@ -33,6 +36,7 @@ struct Settings {
   bool in_place = false;
   std::vector<std::string> compare;
   std::string csv;
+  std::string device = "cpu";  // cuda: the buffers are device memory (nccl's only kind)
 };
 
 struct Result {
@@ -43,34 +47,34 @@ struct Result {
 
 // Runs one collective of `c` on the given buffers (sizes from bench::Shape).
 template <class T>
-void run_once(Communicator& comm, const bench::Case& c, std::vector<T>& send, std::vector<T>& recv) {
+void run_once(Communicator& comm, const bench::Case& c, std::span<T> send, std::span<T> recv) {
   const std::string& op = c.operation;
   const int n = comm.size();
   if (op == "allreduce") {
     if (c.in_place)
-      comm.allreduce(std::span(recv), c.op);
+      comm.allreduce(recv, c.op);
     else
-      comm.allreduce(std::span<const T>(send), std::span(recv), c.op);
+      comm.allreduce(std::span<const T>(send), recv, c.op);
   } else if (op == "reduce") {
     if (c.in_place && comm.rank() == c.root)
-      comm.reduce(std::span(recv), c.op, c.root);
+      comm.reduce(recv, c.op, c.root);
     else
-      comm.reduce(std::span<const T>(send), std::span(recv), c.op, c.root);
+      comm.reduce(std::span<const T>(send), recv, c.op, c.root);
   } else if (op == "broadcast") {
-    comm.broadcast(std::span(recv), c.root);
+    comm.broadcast(recv, c.root);
   } else if (op == "allgather") {
     if (c.in_place)
-      comm.allgather(std::span(recv));
+      comm.allgather(recv);
     else
-      comm.allgather(std::span<const T>(send), std::span(recv));
+      comm.allgather(std::span<const T>(send), recv);
   } else if (op == "gather") {
-    comm.gather(std::span<const T>(send), std::span(recv), c.root);
+    comm.gather(std::span<const T>(send), recv, c.root);
   } else if (op == "scatter") {
-    comm.scatter(std::span<const T>(send), std::span(recv), c.root);
+    comm.scatter(std::span<const T>(send), recv, c.root);
   } else if (op == "reduce_scatter") {
-    comm.reduce_scatter(std::span<const T>(send), std::span(recv), c.op);
+    comm.reduce_scatter(std::span<const T>(send), recv, c.op);
   } else if (op == "sendrecv") {
-    comm.send_recv(std::span<const T>(send), (comm.rank() + 1) % n, std::span(recv), (comm.rank() + n - 1) % n);
+    comm.send_recv(std::span<const T>(send), (comm.rank() + 1) % n, recv, (comm.rank() + n - 1) % n);
   }
 }
 
@@ -93,22 +97,52 @@ void prepare(Communicator& comm, const bench::Case& c, const bench::Shape& s, st
               recv.begin() + static_cast<std::ptrdiff_t>(bench::own_block_offset(s.per_rank, comm.rank())));
 }
 
+// The buffers the collective runs on: the host vectors, or (--device cuda) device copies of them.
+template <class T>
+class Buffers {
+ public:
+  Buffers(std::vector<T>& send, std::vector<T>& recv, bool device) : send_(send), recv_(recv) {
+    if (!device) return;
+    send_device_.emplace(send.size() * sizeof(T));
+    recv_device_.emplace(recv.size() * sizeof(T));
+  }
+  void load() {  // the host vectors' contents onto the device
+    if (!send_device_) return;
+    comm::copy_memory(send_device_->data(), send_.data(), send_.size() * sizeof(T));
+    comm::copy_memory(recv_device_->data(), recv_.data(), recv_.size() * sizeof(T));
+  }
+  void fetch_result() {  // the device's result into recv (to check it)
+    if (recv_device_) comm::copy_memory(recv_.data(), recv_device_->data(), recv_.size() * sizeof(T));
+  }
+  std::span<T> send() { return send_device_ ? std::span<T>(static_cast<T*>(send_device_->data()), send_.size()) : send_; }
+  std::span<T> recv() { return recv_device_ ? std::span<T>(static_cast<T*>(recv_device_->data()), recv_.size()) : recv_; }
+
+ private:
+  std::vector<T>&send_, &recv_;
+  std::optional<comm::DeviceBuffer> send_device_, recv_device_;
+};
+
 template <class T>
 Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes,
                const Settings& settings) {
   const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, comm.size(), comm.rank(), c.root);
   std::vector<T> send, recv;
-
-  // Correctness first: one run on known inputs, every element checked.
   prepare(comm, c, s, send, recv);
-  run_once(comm, c, send, recv);
+  Buffers<T> buffers(send, recv, settings.device == "cuda");
+
+  // Correctness first: one run on known inputs, every element checked (on the host, after the
+  // device's result is copied back).
+  buffers.load();
+  run_once(comm, c, buffers.send(), buffers.recv());
+  buffers.fetch_result();
   std::int64_t wrong = static_cast<std::int64_t>(bench::count_wrong<T>(c, comm.rank(), comm.size(), s.per_rank, recv));
   prepare(comm, c, s, send, recv);
+  buffers.load();
 
-  for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, send, recv);
+  for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, buffers.send(), buffers.recv());
   clock.barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, send, recv);
+  for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, buffers.send(), buffers.recv());
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
                     std::max(1, settings.iterations);
 
@@ -182,18 +216,23 @@ void run(comm::Runtime& runtime, const Settings& settings) {
         fmt::format("--in-place: {} has no in-place form (allreduce, reduce, allgather and "
                     "broadcast have)",
                     c.operation));
-  check_memory(world, c, sizes.back());  // the backends take turns on buffers of the same size
+  // Timing, checking and the memory check are host work: over mpi, whatever is measured.
+  Communicator clock = world.with_backend("mpi");
+  check_memory(clock, c, sizes.back());  // the backends take turns on buffers of the same size
 
   std::vector<std::string> backends = settings.compare;
   if (backends.empty()) backends.push_back(settings.comm.backend);
+  if (settings.device == "cuda") comm::select_device(runtime.local_rank(), "--device cuda");
+  for (const auto& name : backends)
+    if (name == "nccl" && settings.device != "cuda")
+      throw comm::UsageError("--backend nccl works on device memory: add --device cuda");
   std::vector<Communicator> comms;
   for (const auto& name : backends) comms.push_back(world.with_backend(name));
-  Communicator clock = world.with_backend("mpi");
 
   const bool has_op = bench::uses_reduce_op(c.operation);
   const bool has_root = bench::uses_root(c.operation);
-  comm::say("# comm_bench: {} on {} ranks, type {}, redop {}, root {}, {}, {} iterations after {} warm-up", c.operation,
-            world.size(), settings.type, has_op ? settings.op : "none", has_root ? c.root : -1,
+  comm::say("# comm_bench: {} on {} ranks, {} memory, type {}, redop {}, root {}, {}, {} iterations after {} warm-up",
+            c.operation, world.size(), settings.device == "cuda" ? "device (cuda)" : "host", settings.type, has_op ? settings.op : "none", has_root ? c.root : -1,
             c.in_place ? "in place" : "out of place", settings.iterations, settings.warmup);
   comm::say("# time: mean over ranks of the time per iteration (min, max); algbw = size / time; busbw = algbw × {:.3g}",
             bench::bus_factor(c.operation, world.size()));
@@ -297,6 +336,9 @@ int main(int argc, char** argv) {
         ->delimiter(',')
         ->check(CLI::IsMember(comm::backend_names()));
     app.add_option("--csv", s.csv, "also write the results to this CSV file");
+    app.add_option("--device", s.device, "where the buffers live: cpu, or cuda (GPU memory; the CPU backends stage it)")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
     comm::parse(app, argc, argv);
     runtime.start(s.comm);
     run(runtime, s);

@@ -1,5 +1,7 @@
 #include "comm/backend.hpp"
 
+#include <fmt/ranges.h>
+
 #include "comm/error.hpp"
 #include "comm/watchdog.hpp"
 
@@ -9,11 +11,7 @@ namespace {
 // What the default start_* return: an operation that is already over.
 class FinishedOp : public PendingOp {
  public:
-  bool progress() override { return true; }
-  std::vector<MPI_Request>& blocked_on() override { return none_; }
-
- private:
-  std::vector<MPI_Request> none_;
+  bool test() override { return true; }
 };
 }  // namespace
 
@@ -35,20 +33,47 @@ std::unique_ptr<PendingOp> Backend::start_allgather(const Transport& t, const vo
   return std::make_unique<FinishedOp>();
 }
 
-void complete(PendingOp& op) {
-  while (!op.progress()) {
-    auto& requests = op.blocked_on();
-    watchdog().wait_all(static_cast<int>(requests.size()), requests.data());
-  }
+void PendingOp::wait() {
+  watchdog().wait_until([&] { return test(); });
 }
 
-std::vector<std::string> backend_names() { return {"mpi", "ring", "naive"}; }
+std::shared_ptr<Backend> Backend::attach(const Transport&) {
+  fail("internal error: backend '{}' keeps no per-communicator state to attach", name());
+}
+
+void Backend::send(const Transport& t, const void* data, std::size_t count, DataType type, int dest) {
+  t.send(data, count, type, dest);
+}
+
+void Backend::recv(const Transport& t, void* data, std::size_t count, DataType type, int source) {
+  t.recv(data, count, type, source);
+}
+
+void Backend::send_recv(const Transport& t, const void* out, std::size_t out_count, int dest, void* in,
+                        std::size_t in_count, int source, DataType type) {
+  t.send_recv(out, out_count, dest, in, in_count, source, type);
+}
+
+std::vector<std::string> backend_names() {
+#ifdef NANODIST_HAVE_NCCL
+  return {"mpi", "ring", "naive", "nccl"};
+#else
+  return {"mpi", "ring", "naive"};
+#endif
+}
 
 std::shared_ptr<Backend> make_backend(std::string_view name) {
   if (name == "mpi") return make_mpi_backend();
   if (name == "ring") return make_ring_backend();
   if (name == "naive") return make_naive_backend();
-  fail("unknown backend '{}' (expected mpi, ring or naive)", name);
+#ifdef NANODIST_HAVE_NCCL
+  if (name == "nccl") return make_nccl_backend();
+#else
+  if (name == "nccl")
+    fail("backend 'nccl' is not in this build (it has mpi, ring, naive): build where the CUDA toolkit and NCCL are "
+         "installed");
+#endif
+  fail("unknown backend '{}' (this build has {})", name, fmt::join(backend_names(), ", "));
 }
 
 }  // namespace comm

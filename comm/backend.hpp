@@ -6,8 +6,6 @@
 // Transport or watchdog().wait_all — never with a blocking MPI call.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -19,21 +17,32 @@
 
 namespace comm {
 
-// An operation started but not finished (the asynchronous allreduce, reduce-scatter, allgather).
+// An operation started but not finished (the asynchronous allreduce, reduce-scatter,
+// allgather): MPI requests in flight, a ring halfway round, an NCCL kernel on a stream.
 class PendingOp {
  public:
   virtual ~PendingOp() = default;
   // Advances without waiting: completes what has arrived and posts the next messages.
   // Returns true once the whole operation is done.
-  virtual bool progress() = 0;
-  // The requests it is blocked on when progress() returned false.
-  virtual std::vector<MPI_Request>& blocked_on() = 0;
+  virtual bool test() = 0;
+  // Until done, polling test() under the watchdog (past the deadline: the report, the end).
+  virtual void wait();
 };
 
+// Backends that keep state per communicator (nccl: an ncclComm_t, a CUDA stream, an event)
+// say so with per_communicator(), and make it in attach(), which every Communicator then calls
+// once when it is made — at start and at split() — on all its ranks together, inside the
+// watchdog's scope. The CPU backends keep no state: one object serves every communicator.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  virtual bool per_communicator() const { return false; }
+  // A new backend object bound to the ranks of `group` (only when per_communicator()).
+  virtual std::shared_ptr<Backend> attach(const Transport& group);
+  // True when the buffers must be device memory (nccl); the others take host memory, and
+  // Communicator stages device buffers through pinned host memory for them.
+  virtual bool takes_device_memory() const { return false; }
 
   virtual void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                          ReduceOp op) = 0;
@@ -52,8 +61,13 @@ class Backend {
   virtual void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                               ReduceOp op) = 0;
   virtual void barrier(const Transport& t) = 0;
+  // Point to point; by default over the transport (MPI).
+  virtual void send(const Transport& t, const void* data, std::size_t count, DataType type, int dest);
+  virtual void recv(const Transport& t, void* data, std::size_t count, DataType type, int source);
+  virtual void send_recv(const Transport& t, const void* out, std::size_t out_count, int dest, void* in,
+                         std::size_t in_count, int source, DataType type);
 
-  // Starts an in-place allreduce that completes through PendingOp::progress(). The default
+  // Starts an in-place allreduce that completes through PendingOp::test(). The default
   // runs it to the end right away: no overlap, but the same results.
   virtual std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                                      ReduceOp op);
@@ -65,15 +79,14 @@ class Backend {
                                                      std::size_t count, DataType type);
 };
 
-// "mpi", "ring" or "naive"; throws comm::Error naming the choices for anything else.
+// "mpi", "ring", "naive" (and "nccl" in a build with CUDA and NCCL); throws comm::Error
+// naming this build's choices for anything else.
 std::shared_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string> backend_names();
 
 std::unique_ptr<Backend> make_mpi_backend();
 std::unique_ptr<Backend> make_ring_backend();
 std::unique_ptr<Backend> make_naive_backend();
-
-// Runs a pending operation to completion, waiting through the watchdog.
-void complete(PendingOp& op);
+std::unique_ptr<Backend> make_nccl_backend();  // only in builds with NCCL
 
 }  // namespace comm

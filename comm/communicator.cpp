@@ -55,6 +55,15 @@ Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, st
     check_mpi(MPI_Comm_dup(group, &copy), "MPI_Comm_dup");
     lane = MpiComm(copy);
   }
+  // A backend with state per communicator (nccl) makes it now, on all our ranks together,
+  // watched like a collective (numbered as this communicator's first call, a "split").
+  if (backend_->per_communicator())
+    collective(OpKind::split, 0, DataType::i32, -1, -1,
+               [&](const Transport& t, const OpCall&) { backend_ = backend_->attach(t); });
+}
+
+Staging Communicator::staging(OpKind kind) const {
+  return Staging(backend_->takes_device_memory(), [this, kind](const std::string& what) { usage_error(kind, what); });
 }
 
 Communicator::~Communicator() {
@@ -167,9 +176,14 @@ TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier
 }
 
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(OpKind::allreduce);
+  void* out = staged.output(recv, bytes, overlaps(send, bytes, recv, bytes), "recv");
+  const void* in = staged.input(send, bytes, "send");
   collective(OpKind::allreduce, count, type, static_cast<int>(op), -1, [&](const Transport& transport, const OpCall&) {
-    backend_->allreduce(transport, send, recv, count, type, op);
+    backend_->allreduce(transport, in, out, count, type, op);
   });
+  staged.finish();
 }
 
 void Communicator::run_reduce(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type,
@@ -177,16 +191,24 @@ void Communicator::run_reduce(const void* send, void* recv, std::size_t count, s
   require_root(OpKind::reduce, root);
   if (rank_ == root && recv_size != count)
     usage_error(OpKind::reduce, fmt::format("the root's recv has {} elements, send {}", recv_size, count));
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(OpKind::reduce);
+  void* out = rank_ == root ? staged.output(recv, bytes, overlaps(send, bytes, recv, bytes), "recv") : recv;
+  const void* in = staged.input(send, bytes, "send");
   collective(OpKind::reduce, count, type, static_cast<int>(op), root, [&](const Transport& transport, const OpCall&) {
-    backend_->reduce(transport, send, recv, count, type, op, root);
+    backend_->reduce(transport, in, out, count, type, op, root);
   });
+  staged.finish();
 }
 
 void Communicator::run_broadcast(void* data, std::size_t count, DataType type, int root) {
   require_root(OpKind::broadcast, root);
+  Staging staged = staging(OpKind::broadcast);
+  void* buffer = staged.output(data, count * size_of(type), /*read_too=*/rank_ == root, "data");
   collective(OpKind::broadcast, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
-    backend_->broadcast(transport, data, count, type, root);
+    backend_->broadcast(transport, buffer, count, type, root);
   });
+  staged.finish();
 }
 
 void Communicator::run_allgather(const void* send, void* recv, std::size_t count, std::size_t recv_size,
@@ -194,9 +216,14 @@ void Communicator::run_allgather(const void* send, void* recv, std::size_t count
   if (recv_size != count * static_cast<std::size_t>(size_))
     usage_error(OpKind::allgather,
                 fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  const std::size_t bytes = count * size_of(type), all = bytes * static_cast<std::size_t>(size_);
+  Staging staged = staging(OpKind::allgather);
+  void* out = staged.output(recv, all, overlaps(send, bytes, recv, all), "recv");
+  const void* in = staged.input(send, bytes, "send");
   collective(OpKind::allgather, count, type, -1, -1, [&](const Transport& transport, const OpCall&) {
-    backend_->allgather(transport, send, recv, count, type);
+    backend_->allgather(transport, in, out, count, type);
   });
+  staged.finish();
 }
 
 void Communicator::run_gather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type,
@@ -205,9 +232,14 @@ void Communicator::run_gather(const void* send, void* recv, std::size_t count, s
   if (rank_ == root && recv_size != count * static_cast<std::size_t>(size_))
     usage_error(OpKind::gather,
                 fmt::format("the root's recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(OpKind::gather);
+  void* out = rank_ == root ? staged.output(recv, bytes * static_cast<std::size_t>(size_), false, "recv") : recv;
+  const void* in = staged.input(send, bytes, "send");
   collective(OpKind::gather, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
-    backend_->gather(transport, send, recv, count, type, root);
+    backend_->gather(transport, in, out, count, type, root);
   });
+  staged.finish();
 }
 
 void Communicator::run_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
@@ -216,9 +248,14 @@ void Communicator::run_scatter(const void* send, std::size_t send_size, void* re
   if (rank_ == root && send_size != count * static_cast<std::size_t>(size_))
     usage_error(OpKind::scatter,
                 fmt::format("the root's send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(OpKind::scatter);
+  void* out = staged.output(recv, bytes, false, "recv");
+  const void* in = rank_ == root ? staged.input(send, bytes * static_cast<std::size_t>(size_), "send") : send;
   collective(OpKind::scatter, count, type, -1, root, [&](const Transport& transport, const OpCall&) {
-    backend_->scatter(transport, send, recv, count, type, root);
+    backend_->scatter(transport, in, out, count, type, root);
   });
+  staged.finish();
 }
 
 void Communicator::run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count,
@@ -226,10 +263,15 @@ void Communicator::run_reduce_scatter(const void* send, std::size_t send_size, v
   if (send_size != count * static_cast<std::size_t>(size_))
     usage_error(OpKind::reduce_scatter,
                 fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(OpKind::reduce_scatter);
+  void* out = staged.output(recv, bytes, false, "recv");
+  const void* in = staged.input(send, bytes * static_cast<std::size_t>(size_), "send");
   collective(OpKind::reduce_scatter, count, type, static_cast<int>(op), -1,
              [&](const Transport& transport, const OpCall&) {
-               backend_->reduce_scatter(transport, send, recv, count, type, op);
+               backend_->reduce_scatter(transport, in, out, count, type, op);
              });
+  staged.finish();
 }
 
 void Communicator::barrier() {
@@ -238,8 +280,9 @@ void Communicator::barrier() {
 }
 
 template <class Start>
-Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, Start&& start) {
+Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start) {
   Work work;
+  work.staged_ = std::make_unique<Staging>(std::move(staged));
   collective(kind, count, type, op, -1, [&](const Transport&, const OpCall& call) {
     // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
     const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
@@ -251,8 +294,10 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
 }
 
 Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
-  return start_async(OpKind::allreduce, count, type, static_cast<int>(op),
-                     [&](const Transport& t) { return backend_->start_allreduce(t, data, count, type, op); });
+  Staging staged = staging(OpKind::allreduce);
+  void* buffer = staged.output(data, count * size_of(type), true, "data");
+  return start_async(OpKind::allreduce, count, type, static_cast<int>(op), std::move(staged),
+                     [&](const Transport& t) { return backend_->start_allreduce(t, buffer, count, type, op); });
 }
 
 Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count,
@@ -260,9 +305,12 @@ Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, v
   if (send_size != count * static_cast<std::size_t>(size_))
     usage_error(OpKind::reduce_scatter,
                 fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
-  return start_async(OpKind::reduce_scatter, count, type, static_cast<int>(op), [&](const Transport& t) {
-    return backend_->start_reduce_scatter(t, send, recv, count, type, op);
-  });
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(OpKind::reduce_scatter);
+  void* work_space = staged.output(send, bytes * static_cast<std::size_t>(size_), true, "send");
+  void* out = staged.output(recv, bytes, false, "recv");
+  return start_async(OpKind::reduce_scatter, count, type, static_cast<int>(op), std::move(staged),
+                     [&](const Transport& t) { return backend_->start_reduce_scatter(t, work_space, out, count, type, op); });
 }
 
 Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size,
@@ -270,8 +318,12 @@ Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t
   if (recv_size != count * static_cast<std::size_t>(size_))
     usage_error(OpKind::allgather,
                 fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
-  return start_async(OpKind::allgather, count, type, -1,
-                     [&](const Transport& t) { return backend_->start_allgather(t, send, recv, count, type); });
+  const std::size_t bytes = count * size_of(type), all = bytes * static_cast<std::size_t>(size_);
+  Staging staged = staging(OpKind::allgather);
+  void* out = staged.output(recv, all, overlaps(send, bytes, recv, all), "recv");
+  const void* in = staged.input(send, bytes, "send");
+  return start_async(OpKind::allgather, count, type, -1, std::move(staged),
+                     [&](const Transport& t) { return backend_->start_allgather(t, in, out, count, type); });
 }
 
 void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer) {
@@ -279,12 +331,19 @@ void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count
   OpCall call = begin(kind, count, type, -1, peer);
   call.seq = next_p2p_seq_++;
   count_traffic(kind, count, type);
-  OpScope scope(call);
-  const Transport transport(lane(kind), rank_, size_);
-  if (kind == OpKind::send)
-    transport.send(data, count, type, peer);
-  else
-    transport.recv(data, count, type, peer);
+  const std::size_t bytes = count * size_of(type);
+  Staging staged = staging(kind);
+  void* buffer = kind == OpKind::send ? const_cast<void*>(staged.input(data, bytes, "data"))
+                                      : staged.output(data, bytes, false, "data");
+  {
+    OpScope scope(call);
+    const Transport transport(lane(kind), rank_, size_);
+    if (kind == OpKind::send)
+      backend_->send(transport, buffer, count, type, peer);
+    else
+      backend_->recv(transport, buffer, count, type, peer);
+  }
+  staged.finish();
 }
 
 void Communicator::run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count,
@@ -294,8 +353,16 @@ void Communicator::run_send_recv(const void* out, std::size_t out_count, int des
   OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
   call.seq = next_p2p_seq_++;
   count_traffic(OpKind::sendrecv, out_count, type);
-  OpScope scope(call);
-  Transport(lane(OpKind::sendrecv), rank_, size_).send_recv(out, out_count, dest, in, in_count, source, type);
+  const std::size_t bytes = size_of(type);
+  Staging staged = staging(OpKind::sendrecv);
+  void* received = staged.output(in, in_count * bytes, false, "in");
+  const void* sent = staged.input(out, out_count * bytes, "out");
+  {
+    OpScope scope(call);
+    backend_->send_recv(Transport(lane(OpKind::sendrecv), rank_, size_), sent, out_count, dest, received, in_count,
+                        source, type);
+  }
+  staged.finish();
 }
 
 Communicator Communicator::split(int color, int key) {
@@ -327,15 +394,23 @@ Work::~Work() {
 }
 
 bool Work::test() {
-  if (op_ && op_->progress()) op_.reset();
+  if (op_ && op_->test()) finish();
   return !op_;
 }
 
 void Work::wait() {
   if (!op_) return;
-  OpScope scope(call_, start_ns_);
-  complete(*op_);
+  {
+    OpScope scope(call_, start_ns_);
+    op_->wait();
+  }
+  finish();
+}
+
+void Work::finish() {
   op_.reset();
+  if (staged_) staged_->finish();  // device buffers: the results back from their host copies
+  staged_.reset();
 }
 
 }  // namespace comm

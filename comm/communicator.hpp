@@ -22,6 +22,7 @@
 
 #include "comm/backend.hpp"
 #include "comm/error.hpp"
+#include "comm/staging.hpp"
 #include "comm/types.hpp"
 #include "comm/watchdog.hpp"
 
@@ -45,7 +46,9 @@ class Work {
 
  private:
   friend class Communicator;
+  void finish();
   std::unique_ptr<PendingOp> op_;
+  std::unique_ptr<Staging> staged_;  // device buffers' host copies (mpi, ring, naive)
   OpCall call_;
   std::int64_t start_ns_ = 0;
 };
@@ -173,7 +176,9 @@ class Communicator {
   Work run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type);
   // The next collective on this communicator, started by start(async transport) and handed back as Work.
   template <class Start>
-  Work start_async(OpKind kind, std::size_t count, DataType type, int op, Start&& start);
+  Work start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start);
+  // Host copies of device buffers for a call of `kind` (or, for nccl, the check that they are on the device).
+  Staging staging(OpKind kind) const;
 
   // A new communicator over the ranks of this one with the same color (split's core).
   Communicator derive(int color, int key, std::shared_ptr<Backend> backend);

@@ -191,6 +191,14 @@ void Watchdog::leave() {
 void Watchdog::mark_finalizing() { board_.mine().state = static_cast<std::int64_t>(RankState::finalizing); }
 
 void Watchdog::wait_all(int n, MPI_Request* requests) {
+  wait_until([&] {
+    int done = 0;
+    check_mpi(MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    return done != 0;
+  });
+}
+
+void Watchdog::wait_until(const std::function<bool()>& done_now, const std::function<void()>& on_timeout) {
   if (!inside_) fail("internal error: a wait outside any operation");
   // A rank that has finished (waiting in finalize) lets the ranks stuck in the real
   // collective report first: they see more of what went wrong.
@@ -198,11 +206,12 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
   const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
   g_waiting = 1;
   for (unsigned spin = 0;; ++spin) {
-    int done = 0;
-    int code = MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
-    if (code != MPI_SUCCESS) {
+    bool done = false;
+    try {
+      done = done_now();
+    } catch (...) {
       g_waiting = 0;
-      check_mpi(code, "MPI_Testall");
+      throw;
     }
     if (g_terminated) end_terminated(now_ns());  // even when the wait has just completed
     if (done) break;
@@ -215,6 +224,7 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
       if (aborting >= 0 && aborting != board_.world_rank()) {
         // Another rank fired first and prints the full report: one line from here, after it.
         linger(0.3);
+        if (on_timeout) on_timeout();
         end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
                             describe(board_.mine().current.view(now)), seconds(now - start_ns_)),
                 false);
@@ -223,6 +233,7 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
         std::int64_t none = -1;
         const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
         if (!first) continue;  // another rank won the race: the branch above handles it
+        if (on_timeout) on_timeout();
         end_job(report(now, "timed out", kAskBudget), true);
       }
     }

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,10 @@ class Watchdog {
   void leave();
   // Polls until every request completes; past the deadline, reports and ends the job.
   void wait_all(int n, MPI_Request* requests);
+  // The same for anything that can be polled (an NCCL kernel's event, a pending ring):
+  // calls done() until it returns true. Past the deadline, before the report, on_timeout()
+  // runs (nccl: ncclCommAbort, so nothing is left spinning on the GPU).
+  void wait_until(const std::function<bool()>& done, const std::function<void()>& on_timeout = {});
   // Check mode: all ranks of `call`'s communicator compare their calls over `check_comm`.
   void verify_same_call(MPI_Comm check_comm);
   // Records on the status board that this rank entered one more collective on `comm_id`.

@@ -9,7 +9,8 @@ int main(int argc, char** argv) {
                      std::vector<int> all(data.size() * static_cast<std::size_t>(world.size()));
                      comm::say("allgather on {} ranks, backend {}", world.size(), world.backend_name());
                      demo::show(world, "before:", data);
-                     world.allgather(std::span<const int>(data), std::span(all));
-                     demo::show(world, "after allgather", all);
+                     demo::Placed in(data, s), out(all, s);
+                     world.allgather(std::span<const int>(in.span()), out.span());
+                     demo::show(world, "after allgather", out.host());
                    });
 }

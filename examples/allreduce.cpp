@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
                      std::vector<int> data(static_cast<std::size_t>(s.count), world.rank());  // rank r holds [r r r]
                      comm::say("allreduce({}) on {} ranks, backend {}", s.op, world.size(), world.backend_name());
                      demo::show(world, "before:", data);
-                     world.allreduce(std::span(data), comm::parse_reduce_op(s.op));
-                     demo::show(world, fmt::format("after allreduce({})", s.op), data);
+                     demo::Placed placed(data, s);
+                     world.allreduce(placed.span(), comm::parse_reduce_op(s.op));
+                     demo::show(world, fmt::format("after allreduce({})", s.op), placed.host());
                    });
 }

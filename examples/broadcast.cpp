@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
                      comm::say("broadcast from rank {} on {} ranks, backend {}", s.root, world.size(),
                                world.backend_name());
                      demo::show(world, "before:", data);
-                     world.broadcast(std::span(data), s.root);
-                     demo::show(world, fmt::format("after broadcast from rank {}", s.root), data);
+                     demo::Placed placed(data, s);
+                     world.broadcast(placed.span(), s.root);
+                     demo::show(world, fmt::format("after broadcast from rank {}", s.root), placed.host());
                    });
 }

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
         std::vector<int> all(world.rank() == s.root ? data.size() * static_cast<std::size_t>(world.size()) : 0);
         comm::say("gather to rank {} on {} ranks, backend {}", s.root, world.size(), world.backend_name());
         demo::show(world, "before:", data);
-        world.gather(std::span<const int>(data), std::span(all), s.root);
-        demo::show(world, fmt::format("after gather to rank {} (result buffers):", s.root), all);
+        demo::Placed in(data, s), out(all, s);
+        world.gather(std::span<const int>(in.span()), out.span(), s.root);
+        demo::show(world, fmt::format("after gather to rank {} (result buffers):", s.root), out.host());
       });
 }

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
         std::vector<int> result(world.rank() == s.root ? data.size() : 0);
         comm::say("reduce({}) to rank {} on {} ranks, backend {}", s.op, s.root, world.size(), world.backend_name());
         demo::show(world, "before:", data);
-        world.reduce(std::span<const int>(data), std::span(result), comm::parse_reduce_op(s.op), s.root);
-        demo::show(world, fmt::format("after reduce({}) to rank {} (result buffers):", s.op, s.root), result);
+        demo::Placed in(data, s), out(result, s);
+        world.reduce(std::span<const int>(in.span()), out.span(), comm::parse_reduce_op(s.op), s.root);
+        demo::show(world, fmt::format("after reduce({}) to rank {} (result buffers):", s.op, s.root), out.host());
       });
 }

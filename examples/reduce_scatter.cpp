@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
                      comm::say("reduce_scatter({}) on {} ranks, {} elements per block, backend {}", s.op, world.size(),
                                count, world.backend_name());
                      demo::show(world, "before:", data);
-                     world.reduce_scatter(std::span<const int>(data), std::span(mine), comm::parse_reduce_op(s.op));
-                     demo::show(world, fmt::format("after reduce_scatter({}):", s.op), mine);
+                     demo::Placed in(data, s), out(mine, s);
+                     world.reduce_scatter(std::span<const int>(in.span()), out.span(), comm::parse_reduce_op(s.op));
+                     demo::show(world, fmt::format("after reduce_scatter({}):", s.op), out.host());
                    });
 }

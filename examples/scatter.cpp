@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
                      comm::say("scatter from rank {} on {} ranks, backend {}", s.root, world.size(),
                                world.backend_name());
                      demo::show(world, "before (what each rank sends):", blocks);
-                     world.scatter(std::span<const int>(blocks), std::span(mine), s.root);
-                     demo::show(world, fmt::format("after scatter from rank {}:", s.root), mine);
+                     demo::Placed in(blocks, s), out(mine, s);
+                     world.scatter(std::span<const int>(in.span()), out.span(), s.root);
+                     demo::show(world, fmt::format("after scatter from rank {}:", s.root), out.host());
                    });
 }

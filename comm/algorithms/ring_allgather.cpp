@@ -23,7 +23,7 @@ std::unique_ptr<PendingOp> start_ring_allgather(const Transport& t, const void* 
 }
 
 void ring_allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) {
-  complete(*start_ring_allgather(t, send, recv, count, type));
+  start_ring_allgather(t, send, recv, count, type)->wait();
 }
 
 }  // namespace comm::algorithms

@@ -30,17 +30,14 @@ class RingAllreduce : public PendingOp {
         reduce_scatter_(t, data, layout_, type, RingPass::Mode::reduce, op),
         allgather_(t, data, layout_, type, RingPass::Mode::copy, op) {}
 
-  bool progress() override {
+  bool test() override {
     if (!reduced_) {
-      if (!reduce_scatter_.progress()) return false;
+      if (!reduce_scatter_.test()) return false;
       const int mine = t_.rank();
       finish_average(at(data_, layout_.begin(mine), type_), layout_.size(mine), type_, op_, t_.size());
       reduced_ = true;
     }
-    return allgather_.progress();
-  }
-  std::vector<MPI_Request>& blocked_on() override {
-    return reduced_ ? allgather_.blocked_on() : reduce_scatter_.blocked_on();
+    return allgather_.test();
   }
 
  private:
@@ -64,7 +61,7 @@ std::unique_ptr<PendingOp> start_ring_allreduce(const Transport& t, void* data, 
 void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   if (send != recv && count > 0) std::memcpy(recv, send, count * size_of(type));
   RingAllreduce ring(t, recv, count, type, op);
-  complete(ring);
+  ring.wait();
 }
 
 }  // namespace comm::algorithms

@@ -52,7 +52,7 @@ void RingPass::post_segment() {
   }
 }
 
-bool RingPass::progress() {
+bool RingPass::test() {
   const int steps = t_.size() - 1;
   while (step_ < steps) {
     if (requests_.empty()) post_segment();

@@ -26,16 +26,15 @@ class RingReduceScatter : public PendingOp {
         pass_(t, work, BlockLayout{count * static_cast<std::size_t>(t.size()), t.size()}, type, RingPass::Mode::reduce,
               op) {}
 
-  bool progress() override {
+  bool test() override {
     if (done_) return true;
-    if (!pass_.progress()) return false;
+    if (!pass_.test()) return false;
     if (count_ > 0) {  // recv may be null when count is 0 (memcpy must not be given null, even for 0 bytes)
       std::memcpy(recv_, at(work_, count_ * static_cast<std::size_t>(t_.rank()), type_), count_ * size_of(type_));
       finish_average(recv_, count_, type_, op_, t_.size());
     }
     return done_ = true;
   }
-  std::vector<MPI_Request>& blocked_on() override { return pass_.blocked_on(); }
 
  private:
   Transport t_;
@@ -59,7 +58,7 @@ void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::
   if (work.size() < bytes + 1) work.resize(bytes + 1);
   if (bytes > 0) std::memcpy(work.data(), send, bytes);
   RingReduceScatter ring(t, work.data(), recv, count, type, op);
-  complete(ring);
+  ring.wait();
 }
 
 std::unique_ptr<PendingOp> start_ring_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,

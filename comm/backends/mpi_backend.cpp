@@ -27,7 +27,7 @@ class MpiPending : public PendingOp {
   MpiPending(void* result, std::size_t count, DataType type, ReduceOp op, int size)
       : result_(result), count_(count), type_(type), op_(op), size_(size), requests_(1) {}
   MPI_Request* request() { return requests_.data(); }
-  bool progress() override {
+  bool test() override {
     int done = 0;
     check_mpi(MPI_Test(requests_.data(), &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done && !finished_) {
@@ -36,7 +36,6 @@ class MpiPending : public PendingOp {
     }
     return done != 0;
   }
-  std::vector<MPI_Request>& blocked_on() override { return requests_; }
 
  private:
   void* result_;

@@ -1,0 +1,239 @@
+// The nccl backend: NVIDIA's collective library on device memory, under the same watchdog as
+// every other backend.
+//
+// One NCCL communicator per Communicator, made on its first call (so inside the watchdog's
+// scope: a rank that never arrives is reported, not waited for): rank 0's ncclUniqueId is
+// broadcast over MPI, then ncclCommInitRankConfig in non-blocking mode, polled until ready.
+// Each has its own CUDA stream and a "done" event. A call enqueues the NCCL operation on the
+// stream, records the event after it, and polls — never a blocking wait:
+//
+//   enqueue ─▶ ncclCommGetAsyncError = ncclInProgress? (a non-blocking comm may still be
+//              enqueuing) ─▶ cudaEventRecord(done) ─▶ cudaEventQuery(done) = ready? ─▶ return
+//
+// If the deadline passes first (a peer never joined the collective: NCCL kernels spin
+// forever waiting for it), the communicator is aborted with ncclCommAbort — never destroyed
+// while stuck, which would hang too — and the watchdog prints the same report as for any
+// backend: the operation, its sequence number, the missing ranks and what they were doing.
+// Check mode works as for the others: the argument fingerprint travels over MPI first.
+//
+// NCCL needs one GPU per rank (it refuses two ranks of one communicator on one device): the
+// device is the node-local rank's (comm::select_device).
+#include <nccl.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "comm/backend.hpp"
+#include "comm/device_memory.hpp"
+#include "comm/error.hpp"
+#include "comm/runtime.hpp"
+#include "comm/watchdog.hpp"
+
+namespace comm {
+namespace {
+
+void check_cuda(cudaError_t code, const char* what) {
+  if (code != cudaSuccess) fail("nccl backend: {} failed: {}", what, cudaGetErrorString(code));
+}
+
+// ncclInProgress is not a failure for a non-blocking communicator: the call goes on.
+void check_nccl(ncclResult_t code, const char* what) {
+  if (code != ncclSuccess && code != ncclInProgress) fail("nccl backend: {} failed: {}", what, ncclGetErrorString(code));
+}
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::f32:
+      return ncclFloat32;
+    case DataType::f64:
+      return ncclFloat64;
+    case DataType::i32:
+      return ncclInt32;
+    case DataType::i64:
+      return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::prod:
+      return ncclProd;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::avg:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
+
+// Testing the watchdog on a GPU: with NANODIST_NCCL_STALL set, the first collective's stream
+// is blocked first by a host function that never returns, as a peer that never joins would.
+void CUDART_CB stall_forever(void*) {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend() = default;  // the factory's: unattached, each Communicator attaches its own
+  ~NcclBackend() override {
+    if (comm_) ncclCommDestroy(comm_);  // not stuck: a stuck one was aborted and forgotten
+    if (done_) cudaEventDestroy(done_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "nccl"; }
+  bool takes_device_memory() const override { return true; }
+  bool per_communicator() const override { return true; }
+
+  std::shared_ptr<Backend> attach(const Transport& t) override {
+    auto attached = std::make_shared<NcclBackend>();
+    attached->init(t);
+    return attached;
+  }
+
+  void allreduce(const Transport&, const void* send, void* recv, std::size_t count, DataType type,
+                 ReduceOp op) override {
+    run("ncclAllReduce", [&] {
+      return ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
+    });
+  }
+  void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root) override {
+    run("ncclReduce", [&] {
+      return ncclReduce(send, t.rank() == root ? recv : nullptr, count, nccl_type(type), nccl_op(op), root, comm_,
+                        stream_);
+    });
+  }
+  void broadcast(const Transport&, void* data, std::size_t count, DataType type, int root) override {
+    run("ncclBroadcast",
+        [&] { return ncclBroadcast(data, data, count, nccl_type(type), root, comm_, stream_); });
+  }
+  void allgather(const Transport&, const void* send, void* recv, std::size_t count, DataType type) override {
+    run("ncclAllGather", [&] { return ncclAllGather(send, recv, count, nccl_type(type), comm_, stream_); });
+  }
+  void reduce_scatter(const Transport&, const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op) override {
+    run("ncclReduceScatter", [&] {
+      return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
+    });
+  }
+  // NCCL has no gather or scatter: grouped sends and receives (the root's to itself included).
+  void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    const std::size_t block = count * size_of(type);
+    run("gather (ncclSend/ncclRecv)", [&] {
+      ncclGroupStart();
+      if (t.rank() == root)
+        for (int r = 0; r < t.size(); ++r)
+          check_nccl(ncclRecv(static_cast<char*>(recv) + r * block, count, nccl_type(type), r, comm_, stream_),
+                     "ncclRecv");
+      check_nccl(ncclSend(send, count, nccl_type(type), root, comm_, stream_), "ncclSend");
+      return ncclGroupEnd();
+    });
+  }
+  void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    const std::size_t block = count * size_of(type);
+    run("scatter (ncclSend/ncclRecv)", [&] {
+      ncclGroupStart();
+      if (t.rank() == root)
+        for (int r = 0; r < t.size(); ++r)
+          check_nccl(ncclSend(static_cast<const char*>(send) + r * block, count, nccl_type(type), r, comm_, stream_),
+                     "ncclSend");
+      check_nccl(ncclRecv(recv, count, nccl_type(type), root, comm_, stream_), "ncclRecv");
+      return ncclGroupEnd();
+    });
+  }
+  // A barrier is an allreduce of one number: it completes when every rank has joined.
+  void barrier(const Transport&) override {
+    run("barrier (ncclAllReduce)",
+        [&] { return ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclInt32, ncclSum, comm_, stream_); });
+  }
+  void send(const Transport&, const void* data, std::size_t count, DataType type, int dest) override {
+    run("ncclSend", [&] { return ncclSend(data, count, nccl_type(type), dest, comm_, stream_); });
+  }
+  void recv(const Transport&, void* data, std::size_t count, DataType type, int source) override {
+    run("ncclRecv", [&] { return ncclRecv(data, count, nccl_type(type), source, comm_, stream_); });
+  }
+  void send_recv(const Transport&, const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count,
+                 int source, DataType type) override {
+    run("ncclSend/ncclRecv", [&] {
+      ncclGroupStart();
+      check_nccl(ncclSend(out, out_count, nccl_type(type), dest, comm_, stream_), "ncclSend");
+      check_nccl(ncclRecv(in, in_count, nccl_type(type), source, comm_, stream_), "ncclRecv");
+      return ncclGroupEnd();
+    });
+  }
+
+ private:
+  void init(const Transport& t) {
+    select_device(runtime().local_rank(), "--backend nccl (one GPU per rank)");
+    ncclUniqueId id{};
+    if (t.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Request shared;
+    check_mpi(MPI_Ibcast(&id, sizeof id, MPI_BYTE, 0, t.mpi_comm(), &shared), "MPI_Ibcast");
+    watchdog().wait_all(1, &shared);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // returns at once; ncclCommGetAsyncError says when it is ready
+    check_nccl(ncclCommInitRankConfig(&comm_, t.size(), id, t.rank(), &config), "ncclCommInitRankConfig");
+    wait_enqueued("ncclCommInitRankConfig");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    scratch_ = std::make_unique<DeviceBuffer>(sizeof(int32_t));
+    if (std::getenv("NANODIST_NCCL_STALL")) check_cuda(cudaLaunchHostFunc(stream_, stall_forever, nullptr), "stall");
+  }
+
+  // Polls (watched) until the communicator has no call in progress; fails on an NCCL error.
+  void wait_enqueued(const char* what) {
+    watchdog().wait_until(
+        [&] {
+          ncclResult_t state = ncclSuccess;
+          check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+          if (state != ncclSuccess && state != ncclInProgress) fail("nccl backend: {}: {}", what, ncclGetErrorString(state));
+          return state == ncclSuccess;
+        },
+        [&] { abort(); });
+  }
+
+  // Enqueue, wait until NCCL has enqueued it, record `done`, poll it; abort when the watchdog fires.
+  template <class Enqueue>
+  void run(const char* what, Enqueue&& enqueue) {
+    check_nccl(enqueue(), what);
+    wait_enqueued(what);
+    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    watchdog().wait_until(
+        [&] {
+          const cudaError_t state = cudaEventQuery(done_);
+          if (state == cudaErrorNotReady) {
+            ncclResult_t async = ncclSuccess;  // a peer's failure shows here, not on the event
+            ncclCommGetAsyncError(comm_, &async);
+            if (async != ncclSuccess && async != ncclInProgress) fail("nccl backend: {}: {}", what, ncclGetErrorString(async));
+            return false;
+          }
+          check_cuda(state, what);
+          return true;
+        },
+        [&] { abort(); });
+  }
+
+  // Stuck: abort (which unblocks NCCL's kernels) and never touch the communicator again.
+  void abort() {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  std::unique_ptr<DeviceBuffer> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend() { return std::make_unique<NcclBackend>(); }
+
+}  // namespace comm
