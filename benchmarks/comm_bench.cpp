@@ -114,8 +114,12 @@ class Buffers {
   void fetch_result() {  // the device's result into recv (to check it)
     if (recv_device_) comm::copy_memory(recv_.data(), recv_device_->data(), recv_.size() * sizeof(T));
   }
-  std::span<T> send() { return send_device_ ? std::span<T>(static_cast<T*>(send_device_->data()), send_.size()) : send_; }
-  std::span<T> recv() { return recv_device_ ? std::span<T>(static_cast<T*>(recv_device_->data()), recv_.size()) : recv_; }
+  std::span<T> send() {
+    return send_device_ ? std::span<T>(static_cast<T*>(send_device_->data()), send_.size()) : send_;
+  }
+  std::span<T> recv() {
+    return recv_device_ ? std::span<T>(static_cast<T*>(recv_device_->data()), recv_.size()) : recv_;
+  }
 
  private:
   std::vector<T>&send_, &recv_;
@@ -175,6 +179,8 @@ Result measure_any(Communicator& comm, Communicator& clock, const bench::Case& c
       return measure<std::int32_t>(comm, clock, c, bytes, s);
     case comm::DataType::i64:
       return measure<std::int64_t>(comm, clock, c, bytes, s);
+    case comm::DataType::bf16:
+      return measure<comm::bfloat16>(comm, clock, c, bytes, s);
   }
   return {};
 }
@@ -232,8 +238,9 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   const bool has_op = bench::uses_reduce_op(c.operation);
   const bool has_root = bench::uses_root(c.operation);
   comm::say("# comm_bench: {} on {} ranks, {} memory, type {}, redop {}, root {}, {}, {} iterations after {} warm-up",
-            c.operation, world.size(), settings.device == "cuda" ? "device (cuda)" : "host", settings.type, has_op ? settings.op : "none", has_root ? c.root : -1,
-            c.in_place ? "in place" : "out of place", settings.iterations, settings.warmup);
+            c.operation, world.size(), settings.device == "cuda" ? "device (cuda)" : "host", settings.type,
+            has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? "in place" : "out of place",
+            settings.iterations, settings.warmup);
   comm::say("# time: mean over ranks of the time per iteration (min, max); algbw = size / time; busbw = algbw × {:.3g}",
             bench::bus_factor(c.operation, world.size()));
   std::string head = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
@@ -325,7 +332,7 @@ int main(int argc, char** argv) {
         ->check(comm::cli::whole(0, 1000000))
         ->capture_default_str();
     app.add_option("-d,--datatype", s.type, "element type")
-        ->check(CLI::IsMember({"float", "double", "int32", "int64"}))
+        ->check(CLI::IsMember({"float", "double", "int32", "int64", "bf16"}))
         ->capture_default_str();
     app.add_option("-o,--op_type", s.op, "reduction")
         ->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}))

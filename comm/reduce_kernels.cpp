@@ -50,6 +50,16 @@ void reduce_typed(T* dst, const T* src, std::size_t n, ReduceOp op) {
   }
 }
 
+// bfloat16: each element through float and rounded back (as GPUs do it).
+void reduce_bf16(bfloat16* dst, const bfloat16* src, std::size_t n, ReduceOp op) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float a = static_cast<float>(dst[i]);
+    const float b = static_cast<float>(src[i]);
+    reduce_typed(&a, &b, 1, op);
+    dst[i] = bfloat16(a);
+  }
+}
+
 template <class T>
 void divide_typed(T* data, std::size_t n, int ranks) {
   const T divisor = static_cast<T>(ranks);
@@ -68,6 +78,8 @@ void reduce_into(void* dst, const void* src, std::size_t count, DataType type, R
       return reduce_typed(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src), count, op);
     case DataType::i64:
       return reduce_typed(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src), count, op);
+    case DataType::bf16:
+      return reduce_bf16(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(src), count, op);
   }
 }
 
@@ -82,6 +94,12 @@ void finish_average(void* data, std::size_t count, DataType type, ReduceOp op, i
       return divide_typed(static_cast<std::int32_t*>(data), count, ranks);
     case DataType::i64:
       return divide_typed(static_cast<std::int64_t*>(data), count, ranks);
+    case DataType::bf16: {
+      auto* values = static_cast<bfloat16*>(data);
+      for (std::size_t i = 0; i < count; ++i)
+        values[i] = bfloat16(static_cast<float>(values[i]) / static_cast<float>(ranks));
+      return;
+    }
   }
 }
 
@@ -92,9 +110,9 @@ ReduceOp parse_reduce_op(std::string_view name) {
 }
 
 DataType parse_datatype(std::string_view name) {
-  for (auto t : {DataType::f32, DataType::f64, DataType::i32, DataType::i64})
+  for (auto t : {DataType::f32, DataType::f64, DataType::i32, DataType::i64, DataType::bf16})
     if (name == name_of(t)) return t;
-  fail("unknown element type '{}' (expected float, double, int32 or int64)", name);
+  fail("unknown element type '{}' (expected float, double, int32, int64 or bf16)", name);
 }
 
 }  // namespace comm

@@ -25,6 +25,8 @@ MPI_Datatype mpi_type(DataType t) {
       return MPI_INT32_T;
     case DataType::i64:
       return MPI_INT64_T;
+    case DataType::bf16:
+      return MPI_UINT16_T;  // moved as bits; the mpi backend reduces it with its own MPI_Op
   }
   return MPI_DATATYPE_NULL;
 }

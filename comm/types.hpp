@@ -1,13 +1,36 @@
 // Element types, reduction operators and collective names shared by every backend.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace comm {
 
-enum class DataType : int { f32, f64, i32, i64 };
+enum class DataType : int { f32, f64, i32, i64, bf16 };
+
+// bfloat16, what GPUs train in: the top 16 bits of a float — its sign, its 8 exponent bits
+// (float's range) and 7 of its 23 mantissa bits (2-3 decimal digits). Arithmetic converts to
+// float and rounds back (to nearest, ties to even); equality is bitwise.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+  bfloat16() = default;
+  template <class N>
+  requires std::is_arithmetic_v<N>
+  explicit bfloat16(N value) : bits(round(static_cast<float>(value))) {}
+  explicit operator float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+  explicit operator double() const { return static_cast<float>(*this); }
+  friend bool operator==(bfloat16, bfloat16) = default;
+
+ private:
+  static std::uint16_t round(float f) {
+    const auto u = std::bit_cast<std::uint32_t>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+    return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+};
 enum class ReduceOp : int { sum, prod, min, max, avg };
 
 // Every operation the watchdog can name. The order is part of the status board's layout.
@@ -39,6 +62,8 @@ constexpr std::size_t size_of(DataType t) {
       return 4;
     case DataType::i64:
       return 8;
+    case DataType::bf16:
+      return 2;
   }
   return 0;
 }
@@ -53,6 +78,8 @@ constexpr std::string_view name_of(DataType t) {
       return "int32";
     case DataType::i64:
       return "int64";
+    case DataType::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -133,6 +160,10 @@ constexpr DataType datatype_of<std::int32_t>() {
 template <>
 constexpr DataType datatype_of<std::int64_t>() {
   return DataType::i64;
+}
+template <>
+constexpr DataType datatype_of<bfloat16>() {
+  return DataType::bf16;
 }
 
 // Parses "sum", "max", ... ; throws comm::Error on anything else.

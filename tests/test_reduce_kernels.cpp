@@ -2,6 +2,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -51,4 +52,25 @@ TEST_CASE("names parse back to operators and types; anything else is a clear err
   CHECK(comm::parse_datatype("int64") == DataType::i64);
   CHECK_THROWS_WITH(comm::parse_reduce_op("median"), Catch::Contains("unknown reduction operator 'median'"));
   CHECK_THROWS_WITH(comm::parse_datatype("half"), Catch::Contains("unknown element type 'half'"));
+}
+
+TEST_CASE("bfloat16: a float's top half, rounded to nearest with ties to even; reduced through float") {
+  using comm::bfloat16;
+  CHECK(bfloat16(1.0f).bits == 0x3f80);
+  CHECK(static_cast<float>(bfloat16(-2.5f)) == -2.5f);
+  const float ulp = 1.0f / 128;                                              // 7 mantissa bits at 1.0
+  CHECK(static_cast<float>(bfloat16(1.0f + ulp / 2)) == 1.0f);               // a tie: to the even neighbour (down)
+  CHECK(static_cast<float>(bfloat16(1.0f + 1.5f * ulp)) == 1.0f + 2 * ulp);  // a tie: to the even one (up)
+  CHECK(static_cast<float>(bfloat16(1.0f + 0.6f * ulp)) == 1.0f + ulp);      // nearer the upper one
+  CHECK(std::isnan(static_cast<float>(bfloat16(std::nanf("")))));
+  std::vector<bfloat16> dst = {bfloat16(1.5f), bfloat16(3), bfloat16(-1)};
+  const std::vector<bfloat16> src = {bfloat16(2.25f), bfloat16(5), bfloat16(4)};
+  comm::reduce_into(dst.data(), src.data(), 3, DataType::bf16, ReduceOp::sum);
+  CHECK(dst == std::vector<bfloat16>{bfloat16(3.75f), bfloat16(8), bfloat16(3)});
+  comm::finish_average(dst.data(), 3, DataType::bf16, ReduceOp::avg, 2);
+  CHECK(dst == std::vector<bfloat16>{bfloat16(1.875f), bfloat16(4), bfloat16(1.5f)});
+  comm::reduce_into(dst.data(), src.data(), 3, DataType::bf16, ReduceOp::max);
+  CHECK(dst == std::vector<bfloat16>{bfloat16(2.25f), bfloat16(5), bfloat16(4)});
+  CHECK(comm::parse_datatype("bf16") == DataType::bf16);
+  CHECK(comm::size_of(DataType::bf16) == 2);
 }

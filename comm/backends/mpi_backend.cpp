@@ -3,6 +3,7 @@
 // Each call uses MPI's nonblocking form (MPI_Iallreduce, ...) and waits through the
 // watchdog, so a missing rank is reported instead of hanging. MPI has no average: it is a
 // sum followed by a division on every rank.
+#include <array>
 #include <cstring>
 
 #include "comm/backend.hpp"
@@ -19,6 +20,35 @@ int to_int(std::size_t count) {
 }
 
 void wait(MPI_Request& request) { watchdog().wait_all(1, &request); }
+
+// MPI has no bfloat16: its buffers travel as 16-bit integers and are reduced by our own
+// kernel, registered as an MPI_Op (one per operator: MPI tells the function nothing else).
+template <ReduceOp Op>
+void reduce_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_into(inout, in, static_cast<std::size_t>(*len), DataType::bf16, Op);
+}
+
+MPI_Op reduction(ReduceOp op, DataType type) {
+  if (type != DataType::bf16) return mpi_op(op);
+  static const std::array<MPI_Op, 4> ops = [] {  // sum (avg: then divided), prod, min, max
+    std::array<MPI_Op, 4> made{};
+    MPI_Op_create(&reduce_bf16<ReduceOp::sum>, 1, &made[0]);
+    MPI_Op_create(&reduce_bf16<ReduceOp::prod>, 1, &made[1]);
+    MPI_Op_create(&reduce_bf16<ReduceOp::min>, 1, &made[2]);
+    MPI_Op_create(&reduce_bf16<ReduceOp::max>, 1, &made[3]);
+    return made;
+  }();
+  switch (op) {
+    case ReduceOp::prod:
+      return ops[1];
+    case ReduceOp::min:
+      return ops[2];
+    case ReduceOp::max:
+      return ops[3];
+    default:
+      return ops[0];
+  }
+}
 
 // An MPI nonblocking collective in flight, as a PendingOp. The average (MPI has none) is
 // divided into `result` once it is complete.
@@ -54,8 +84,8 @@ class MpiBackend : public Backend {
   void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                  ReduceOp op) override {
     MPI_Request request;
-    check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type), mpi_op(op),
-                             t.mpi_comm(), &request),
+    check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type),
+                             reduction(op, type), t.mpi_comm(), &request),
               "MPI_Iallreduce");
     wait(request);
     finish_average(recv, count, type, op, t.size());
@@ -65,8 +95,8 @@ class MpiBackend : public Backend {
               int root) override {
     const bool in_place = t.rank() == root && send == recv;
     MPI_Request request;
-    check_mpi(MPI_Ireduce(in_place ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type), mpi_op(op), root,
-                          t.mpi_comm(), &request),
+    check_mpi(MPI_Ireduce(in_place ? MPI_IN_PLACE : send, recv, to_int(count), mpi_type(type), reduction(op, type),
+                          root, t.mpi_comm(), &request),
               "MPI_Ireduce");
     wait(request);
     if (t.rank() == root) finish_average(recv, count, type, op, t.size());
@@ -106,7 +136,8 @@ class MpiBackend : public Backend {
   void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op) override {
     MPI_Request request;
-    check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(), &request),
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), reduction(op, type), t.mpi_comm(),
+                                        &request),
               "MPI_Ireduce_scatter_block");
     wait(request);
     finish_average(recv, count, type, op, t.size());
@@ -121,15 +152,15 @@ class MpiBackend : public Backend {
   std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                              ReduceOp op) override {
     auto pending = std::make_unique<MpiPending>(data, count, type, op, t.size());
-    check_mpi(
-        MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(), pending->request()),
-        "MPI_Iallreduce");
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count), mpi_type(type), reduction(op, type), t.mpi_comm(),
+                             pending->request()),
+              "MPI_Iallreduce");
     return pending;
   }
   std::unique_ptr<PendingOp> start_reduce_scatter(const Transport& t, void* send, void* recv, std::size_t count,
                                                   DataType type, ReduceOp op) override {
     auto pending = std::make_unique<MpiPending>(recv, count, type, op, t.size());
-    check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), mpi_op(op), t.mpi_comm(),
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count), mpi_type(type), reduction(op, type), t.mpi_comm(),
                                         pending->request()),
               "MPI_Ireduce_scatter_block");
     return pending;

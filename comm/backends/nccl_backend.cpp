@@ -39,7 +39,8 @@ void check_cuda(cudaError_t code, const char* what) {
 
 // ncclInProgress is not a failure for a non-blocking communicator: the call goes on.
 void check_nccl(ncclResult_t code, const char* what) {
-  if (code != ncclSuccess && code != ncclInProgress) fail("nccl backend: {} failed: {}", what, ncclGetErrorString(code));
+  if (code != ncclSuccess && code != ncclInProgress)
+    fail("nccl backend: {} failed: {}", what, ncclGetErrorString(code));
 }
 
 ncclDataType_t nccl_type(DataType t) {
@@ -52,6 +53,8 @@ ncclDataType_t nccl_type(DataType t) {
       return ncclInt32;
     case DataType::i64:
       return ncclInt64;
+    case DataType::bf16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
@@ -99,9 +102,8 @@ class NcclBackend final : public Backend {
 
   void allreduce(const Transport&, const void* send, void* recv, std::size_t count, DataType type,
                  ReduceOp op) override {
-    run("ncclAllReduce", [&] {
-      return ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
-    });
+    run("ncclAllReduce",
+        [&] { return ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_); });
   }
   void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
               int root) override {
@@ -111,17 +113,15 @@ class NcclBackend final : public Backend {
     });
   }
   void broadcast(const Transport&, void* data, std::size_t count, DataType type, int root) override {
-    run("ncclBroadcast",
-        [&] { return ncclBroadcast(data, data, count, nccl_type(type), root, comm_, stream_); });
+    run("ncclBroadcast", [&] { return ncclBroadcast(data, data, count, nccl_type(type), root, comm_, stream_); });
   }
   void allgather(const Transport&, const void* send, void* recv, std::size_t count, DataType type) override {
     run("ncclAllGather", [&] { return ncclAllGather(send, recv, count, nccl_type(type), comm_, stream_); });
   }
   void reduce_scatter(const Transport&, const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op) override {
-    run("ncclReduceScatter", [&] {
-      return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
-    });
+    run("ncclReduceScatter",
+        [&] { return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_); });
   }
   // NCCL has no gather or scatter: grouped sends and receives (the root's to itself included).
   void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
@@ -193,7 +193,8 @@ class NcclBackend final : public Backend {
         [&] {
           ncclResult_t state = ncclSuccess;
           check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-          if (state != ncclSuccess && state != ncclInProgress) fail("nccl backend: {}: {}", what, ncclGetErrorString(state));
+          if (state != ncclSuccess && state != ncclInProgress)
+            fail("nccl backend: {}: {}", what, ncclGetErrorString(state));
           return state == ncclSuccess;
         },
         [&] { abort(); });
@@ -211,7 +212,8 @@ class NcclBackend final : public Backend {
           if (state == cudaErrorNotReady) {
             ncclResult_t async = ncclSuccess;  // a peer's failure shows here, not on the event
             ncclCommGetAsyncError(comm_, &async);
-            if (async != ncclSuccess && async != ncclInProgress) fail("nccl backend: {}: {}", what, ncclGetErrorString(async));
+            if (async != ncclSuccess && async != ncclInProgress)
+              fail("nccl backend: {}: {}", what, ncclGetErrorString(async));
             return false;
           }
           check_cuda(state, what);
