@@ -24,7 +24,8 @@ const std::pair<int, std::string>& devices() {
   static const std::pair<int, std::string> answer = [] {
     int n = 0;
     const cudaError_t code = cudaGetDeviceCount(&n);
-    if (code != cudaSuccess) return std::pair<int, std::string>{0, fmt::format("no CUDA device: {}", cudaGetErrorString(code))};
+    if (code != cudaSuccess)
+      return std::pair<int, std::string>{0, fmt::format("no CUDA device: {}", cudaGetErrorString(code))};
     if (n == 0) return std::pair<int, std::string>{0, std::string("no CUDA device on this machine")};
     return std::pair<int, std::string>{n, std::string()};
   }();
@@ -70,7 +71,11 @@ PinnedBuffer::~PinnedBuffer() {
 }
 
 void copy_memory(void* to, const void* from, std::size_t bytes) {
-  if (bytes > 0) check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  // cudaMemcpy may return before a device-to-device (or pageable-to-device) copy has landed;
+  // nccl's stream does not wait for the default stream (it is non-blocking), so wait here.
+  check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
 }
 #else
 bool cuda_built() { return false; }

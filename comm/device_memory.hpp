@@ -62,7 +62,7 @@ class PinnedBuffer {
   std::size_t bytes_ = 0;
 };
 
-// Synchronous copies (cudaMemcpy, kind inferred from the pointers).
+// Synchronous copies (cudaMemcpy, kind inferred from the pointers): done when it returns.
 void copy_memory(void* to, const void* from, std::size_t bytes);
 
 }  // namespace comm

@@ -10,26 +10,42 @@
 //                                 the watchdog on an injected NCCL stall
 //
 // Each ctest reports itself skipped (exit 77), not passed, on the machine it does not fit.
+// On the GPU machine (docs/backends.md, "Running the GPU tests"): NANODIST_DEVICE_BIN=<folder
+// with comm_bench, allreduce> MPIEXEC=mpiexec test_device [gpu]
 // comm_bench checks every element of every result (#wrong), copied back from the device.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "run_command.hpp"
 
 namespace {
 
+// Where the programs are: the build's, or (on the lent GPU machine, where the build folder
+// does not travel) $NANODIST_DEVICE_BIN holding comm_bench and allreduce, run by $MPIEXEC.
+std::string program(const std::string& name, const char* built) {
+  const char* folder = std::getenv("NANODIST_DEVICE_BIN");
+  return folder ? std::string(folder) + "/" + name : std::string(built);
+}
+
+std::string launch(int ranks, const std::string& command) {
+  const char* mpiexec = std::getenv("MPIEXEC");
+  return fmt::format("{} --oversubscribe -n {} {}", mpiexec ? mpiexec : NANODIST_MPIEXEC, ranks, command);
+}
+
 CommandResult comm_bench(int ranks, const std::string& args, const std::string& env = "") {
-  CommandResult r = run_command(env + " " + mpirun(ranks, COMM_BENCH, args));
+  CommandResult r = run_command(env + " " + launch(ranks, program("comm_bench", COMM_BENCH) + " " + args));
   UNSCOPED_INFO("$ " << env << " mpiexec -n " << ranks << " comm_bench " << args << "\n" << r.output);
   return r;
 }
 
 CommandResult demo(int ranks, const std::string& name, const std::string& args) {
-  CommandResult r = run_command(mpirun(ranks, std::string(EXAMPLES_DIR) + "/" + name, args));
+  CommandResult r =
+      run_command(launch(ranks, program(name, (std::string(EXAMPLES_DIR) + "/" + name).c_str()) + " " + args));
   UNSCOPED_INFO("$ mpiexec -n " << ranks << " " << name << " " << args << "\n" << r.output);
   return r;
 }
@@ -105,7 +121,8 @@ TEST_CASE("a stuck NCCL call: the watchdog aborts the communicator and reports",
 
 int main(int argc, char** argv) {
   // Is there a device? comm_bench answers in one line when there is none.
-  const CommandResult probe = run_command(mpirun(1, COMM_BENCH, "--device cuda -b 8 -e 8 -n 1 -w 0"));
+  const CommandResult probe =
+      run_command(launch(1, program("comm_bench", COMM_BENCH) + " --device cuda -b 8 -e 8 -n 1 -w 0"));
   const bool gpu = probe.status == 0;
   Catch::Session session;
   if (session.applyCommandLine(argc, argv) != 0) return 2;
