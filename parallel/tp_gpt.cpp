@@ -256,7 +256,7 @@ void TensorParallelGPT::sum_replicated_grads() {
 double TensorParallelGPT::squared_grad_norm() {
   std::vector<nn::NamedTensor> split, replicated;
   for (const TpParameter& p : parameters_) {
-    if (p.tensor.data() == wte_rows_.data() && !part_.embedding) continue;  // the head's copy: counted on stage 0
+    if (p.name == "transformer.wte.weight" && !part_.embedding) continue;  // the head's copy: counted on stage 0
     (p.split == TpSplit::replicated ? replicated : split).push_back({p.name, p.tensor});
   }
   double squares = nn::squared_grad_norm(split);

@@ -93,11 +93,14 @@ TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends; sequence p
   }
 }
 
-TEST_CASE("train_3d: (D,T,P) = (2,2,1), (1,2,2), (2,1,2), (2,2,2) end where one process with the global batch ends") {
+TEST_CASE(
+    "train_3d: (D,T,P) = (2,2,1), (1,2,2), (2,1,2), (2,2,2), (1,2,3) end where one process with the global batch "
+    "ends") {
   struct Layout {
     int dp, tp, pp;
   };
-  for (Layout l : {Layout{2, 2, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{2, 2, 2}}) {
+  // (1,2,3): a middle stage, with neither the embedding nor the head.
+  for (Layout l : {Layout{2, 2, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{2, 2, 2}, Layout{1, 2, 3}}) {
     const std::string name = fmt::format("3d_d{}t{}p{}", l.dp, l.tp, l.pp);
     const int N = l.dp * l.tp * l.pp;
     auto r =
