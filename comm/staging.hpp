@@ -31,6 +31,8 @@ class Staging {
   void finish();
 
  private:
+  // True when p is device memory and the backend needs a host copy; refuses host memory to nccl.
+  bool needs_copy(const void* p, const char* what) const;
   struct Staged {
     char* device;
     std::size_t bytes;
