@@ -14,6 +14,10 @@
 // forever waiting for it), the communicator is aborted with ncclCommAbort — never destroyed
 // while stuck, which would hang too — and the watchdog prints the same report as for any
 // backend: the operation, its sequence number, the missing ranks and what they were doing.
+// The asynchronous forms (allreduce_async, reduce_scatter_async, allgather_async) stop after
+// the enqueue: each gets its own event, and Work::test()/wait() poll that one — the same
+// watched wait, later, so the caller's work overlaps NCCL's kernels.
+//
 // Check mode works as for the others: the argument fingerprint travels over MPI first.
 //
 // NCCL needs one GPU per rank (it refuses two ranks of one communicator on one device): the
@@ -22,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "comm/backend.hpp"
@@ -81,7 +86,25 @@ void CUDART_CB stall_forever(void*) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-class NcclBackend final : public Backend {
+class NcclBackend;
+
+// An NCCL call enqueued on the stream but not waited for (allreduce_async and friends): its
+// own event, recorded right after it, says when it is done. Several may be in flight at once;
+// the stream keeps them in the order they were started, as every rank starts them.
+class NcclPendingOp final : public PendingOp {
+ public:
+  NcclPendingOp(std::shared_ptr<NcclBackend> backend, const char* what);
+  ~NcclPendingOp() override;
+  bool test() override;
+  void wait() override;  // polls test() under the watchdog; past the deadline, ncclCommAbort
+
+ private:
+  std::shared_ptr<NcclBackend> backend_;  // keeps the communicator and stream alive
+  const char* what_;
+  cudaEvent_t done_ = nullptr;
+};
+
+class NcclBackend final : public Backend, public std::enable_shared_from_this<NcclBackend> {
  public:
   NcclBackend() = default;  // the factory's: unattached, each Communicator attaches its own
   ~NcclBackend() override {
@@ -148,6 +171,24 @@ class NcclBackend final : public Backend {
       return ncclGroupEnd();
     });
   }
+  // Started, not waited for: the call is on the stream when these return, and the caller
+  // overlaps its own work with it until PendingOp::test() or wait() says it is done.
+  std::unique_ptr<PendingOp> start_allreduce(const Transport&, void* data, std::size_t count, DataType type,
+                                             ReduceOp op) override {
+    return start("ncclAllReduce (async)",
+                 [&] { return ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream_); });
+  }
+  std::unique_ptr<PendingOp> start_reduce_scatter(const Transport&, void* send, void* recv, std::size_t count,
+                                                  DataType type, ReduceOp op) override {
+    return start("ncclReduceScatter (async)",
+                 [&] { return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_); });
+  }
+  std::unique_ptr<PendingOp> start_allgather(const Transport&, const void* send, void* recv, std::size_t count,
+                                             DataType type) override {
+    return start("ncclAllGather (async)",
+                 [&] { return ncclAllGather(send, recv, count, nccl_type(type), comm_, stream_); });
+  }
+
   // A barrier is an allreduce of one number: it completes when every rank has joined.
   void barrier(const Transport&) override {
     run("barrier (ncclAllReduce)",
@@ -206,20 +247,37 @@ class NcclBackend final : public Backend {
     check_nccl(enqueue(), what);
     wait_enqueued(what);
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
-    watchdog().wait_until(
-        [&] {
-          const cudaError_t state = cudaEventQuery(done_);
-          if (state == cudaErrorNotReady) {
-            ncclResult_t async = ncclSuccess;  // a peer's failure shows here, not on the event
-            ncclCommGetAsyncError(comm_, &async);
-            if (async != ncclSuccess && async != ncclInProgress)
-              fail("nccl backend: {}: {}", what, ncclGetErrorString(async));
-            return false;
-          }
-          check_cuda(state, what);
-          return true;
-        },
-        [&] { abort(); });
+    wait_for_event(done_, what);
+  }
+
+  // The same up to the event, which then belongs to the pending operation.
+  template <class Enqueue>
+  std::unique_ptr<PendingOp> start(const char* what, Enqueue&& enqueue) {
+    check_nccl(enqueue(), what);
+    wait_enqueued(what);
+    return std::make_unique<NcclPendingOp>(shared_from_this(), what);
+  }
+
+ public:  // for NcclPendingOp
+  cudaStream_t stream() const { return stream_; }
+
+  // Has `event` happened? Not yet: false, unless NCCL reports a failure (a peer's shows here,
+  // not on the event), which is an error.
+  bool event_done(cudaEvent_t event, const char* what) {
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaErrorNotReady) {
+      ncclResult_t async = ncclSuccess;
+      if (comm_) ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress)
+        fail("nccl backend: {}: {}", what, ncclGetErrorString(async));
+      return false;
+    }
+    check_cuda(state, what);
+    return true;
+  }
+
+  void wait_for_event(cudaEvent_t event, const char* what) {
+    watchdog().wait_until([&] { return event_done(event, what); }, [&] { abort(); });
   }
 
   // Stuck: abort (which unblocks NCCL's kernels) and never touch the communicator again.
@@ -228,11 +286,26 @@ class NcclBackend final : public Backend {
     comm_ = nullptr;
   }
 
+ private:
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   std::unique_ptr<DeviceBuffer> scratch_;
 };
+
+NcclPendingOp::NcclPendingOp(std::shared_ptr<NcclBackend> backend, const char* what)
+    : backend_(std::move(backend)), what_(what) {
+  check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventRecord(done_, backend_->stream()), "cudaEventRecord");
+}
+
+NcclPendingOp::~NcclPendingOp() {
+  if (done_) cudaEventDestroy(done_);  // an event may be destroyed before it happens: CUDA frees it then
+}
+
+bool NcclPendingOp::test() { return backend_->event_done(done_, what_); }
+
+void NcclPendingOp::wait() { backend_->wait_for_event(done_, what_); }
 
 }  // namespace
 
