@@ -66,6 +66,7 @@ bool uses_reduce_op(std::string_view op) { return op == "allreduce" || op == "re
 bool has_in_place_form(std::string_view op) {
   return op == "allreduce" || op == "reduce" || op == "allgather" || op == "broadcast";
 }
+bool has_out_of_place_form(std::string_view op) { return op != "broadcast"; }
 bool uses_root(std::string_view op) { return op == "reduce" || op == "broadcast" || op == "gather" || op == "scatter"; }
 
 double bus_factor(std::string_view op, int ranks) {

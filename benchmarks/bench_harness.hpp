@@ -28,7 +28,8 @@ std::vector<std::size_t> size_sweep(std::size_t begin, std::size_t end, double f
 const std::vector<std::string>& operation_names();
 bool uses_reduce_op(std::string_view operation);
 bool uses_root(std::string_view operation);
-bool has_in_place_form(std::string_view operation);  // allreduce, reduce, allgather, broadcast
+bool has_in_place_form(std::string_view operation);      // allreduce, reduce, allgather, broadcast
+bool has_out_of_place_form(std::string_view operation);  // all but broadcast (comm's is in place)
 
 // busbw = algbw × factor: the bandwidth each link would need for this algbw with an
 // optimal algorithm, so numbers compare across rank counts (nccl-tests' PERFORMANCE.md).

@@ -5,7 +5,8 @@
 //   mpiexec -n 4 comm_bench --op allgather --compare mpi,ring -b 1M -e 64M -f 4 --csv out.csv
 //   mpiexec -n 1 comm_bench --device cuda --compare nccl,mpi,ring -b 1K -e 1G -f 4   # GPU memory
 //
-// With --compare, the backends run interleaved size by size, and each row ends with every
+// As in nccl-tests, each row has two column groups, out of place and in place (where the
+// collective has both forms; --out-of-place or --in-place keeps one). With --compare, the backends run interleaved size by size, and each row ends with every
 // backend's speed relative to the first one: on a shared, noisy machine only ratios from
 // one run are worth quoting.
 #include <array>
@@ -33,7 +34,7 @@ struct Settings {
   int iterations = 20, warmup = 5;
   std::string type = "float", op = "sum";
   int root = 0;
-  bool in_place = false;
+  bool in_place = false, out_of_place = false;  // neither: both forms, as nccl-tests
   std::vector<std::string> compare;
   std::string csv;
   std::string device = "cpu";  // cuda: the buffers are device memory (nccl's only kind)
@@ -200,6 +201,21 @@ void check_memory(Communicator& world, const bench::Case& c, std::size_t bytes) 
                     bytes, need / (1 << 30), budget / (1 << 30)));
 }
 
+// The forms to measure (in place?), as nccl-tests' two column groups: both where the collective
+// has both, unless --in-place or --out-of-place asks for one; a form it lacks is a usage error.
+std::vector<bool> forms_to_run(const std::string& operation, const Settings& settings) {
+  if (settings.in_place && !bench::has_in_place_form(operation))
+    throw comm::UsageError(fmt::format(
+        "--in-place: {} has no in-place form (allreduce, reduce, allgather and broadcast have)", operation));
+  if (settings.out_of_place && !bench::has_out_of_place_form(operation))
+    throw comm::UsageError(fmt::format("--out-of-place: {} has only the in-place form", operation));
+  const bool either = !settings.in_place && !settings.out_of_place;
+  std::vector<bool> forms;
+  if ((either || settings.out_of_place) && bench::has_out_of_place_form(operation)) forms.push_back(false);
+  if ((either || settings.in_place) && bench::has_in_place_form(operation)) forms.push_back(true);
+  return forms;
+}
+
 void run(comm::Runtime& runtime, const Settings& settings) {
   Communicator& world = runtime.world();
   bench::Case c;
@@ -207,7 +223,6 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   c.type = comm::parse_datatype(settings.type);
   c.op = comm::parse_reduce_op(settings.op);
   c.root = settings.root;
-  c.in_place = settings.in_place;
   if (c.root < 0 || c.root >= world.size())
     throw comm::UsageError(fmt::format("--root {} is not a rank of this {}-rank job", c.root, world.size()));
   std::vector<std::size_t> sizes;
@@ -217,11 +232,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
     throw comm::UsageError(e.what());
   }
 
-  if (c.in_place && !bench::has_in_place_form(c.operation))
-    throw comm::UsageError(
-        fmt::format("--in-place: {} has no in-place form (allreduce, reduce, allgather and "
-                    "broadcast have)",
-                    c.operation));
+  const std::vector<bool> forms = forms_to_run(c.operation, settings);
   // Timing, checking and the memory check are host work: over mpi, whatever is measured.
   Communicator clock = world.with_backend("mpi");
   check_memory(clock, c, sizes.back());  // the backends take turns on buffers of the same size
@@ -235,26 +246,44 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   std::vector<Communicator> comms;
   for (const auto& name : backends) comms.push_back(world.with_backend(name));
 
+  const auto form_name = [](bool in_place) { return in_place ? "in-place" : "out-of-place"; };
   const bool has_op = bench::uses_reduce_op(c.operation);
   const bool has_root = bench::uses_root(c.operation);
   comm::say("# comm_bench: {} on {} ranks, {} memory, type {}, redop {}, root {}, {}, {} iterations after {} warm-up",
             c.operation, world.size(), settings.device == "cuda" ? "device (cuda)" : "host", settings.type,
-            has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? "in place" : "out of place",
+            has_op ? settings.op : "none", has_root ? c.root : -1,
+            forms.size() == 2 ? "out of place and in place"
+            : forms[0]        ? "in place"
+                              : "out of place",
             settings.iterations, settings.warmup);
-  comm::say("# time: mean over ranks of the time per iteration (min, max); algbw = size / time; busbw = algbw × {:.3g}",
-            bench::bus_factor(c.operation, world.size()));
-  std::string head = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
-  std::string columns = head;
+  comm::say(
+      "# time: mean over ranks of the time per iteration (min and max over ranks: --csv); algbw = size / time; "
+      "busbw = algbw × {:.3g}",
+      bench::bus_factor(c.operation, world.size()));
+  // Three header lines: backend, form, column names; each form's group is nccl-tests' four columns.
+  const std::string group_columns = fmt::format("{:>10} {:>8} {:>8} {:>6}", "time(us)", "algbw", "busbw", "#wrong");
+  const std::size_t group_width = group_columns.size(), block_width = forms.size() * (group_width + 3) - 3;
+  std::string backend_line = fmt::format("{:>46}", ""), form_line = backend_line;
+  std::string columns = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
   for (const auto& name : backends) {
-    head += fmt::format(" | {:^54}", name);
-    columns +=
-        fmt::format(" | {:>10} {:>9} {:>9} {:>7} {:>7} {:>6}", "time(us)", "min", "max", "algbw", "busbw", "#wrong");
+    backend_line += fmt::format(" | {:^{}}", name, block_width);
+    for (std::size_t f = 0; f < forms.size(); ++f) {
+      form_line += fmt::format(" {} {:^{}}", f == 0 ? '|' : ':', form_name(forms[f]), group_width);
+      columns += fmt::format(" {} {}", f == 0 ? '|' : ':', group_columns);
+    }
   }
-  for (std::size_t k = 1; k < backends.size(); ++k) {
-    head += fmt::format(" | {:>10}", backends[k] + "/" + backends[0]);
-    columns += fmt::format(" | {:>10}", "speed");
+  for (std::size_t k = 1; k < backends.size(); ++k) {  // the speed of each backend against the first, per form
+    backend_line += fmt::format(" | {:^{}}", backends[k] + "/" + backends[0], forms.size() * 7 - 1);
+    form_line += " |";
+    columns += " |";
+    for (bool in_place : forms) {
+      form_line += fmt::format(" {:>6}", in_place ? "in" : "out");
+      columns += fmt::format(" {:>6}", "speed");
+    }
   }
-  comm::say("#{}", head.substr(1));
+  const auto trimmed = [](std::string line) { return line.substr(1, line.find_last_not_of(' ')); };  // no '#' room
+  comm::say("#{}", trimmed(backend_line));
+  comm::say("#{}", trimmed(form_line));
   comm::say("#{}", columns.substr(1));
 
   std::ofstream csv;
@@ -266,7 +295,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   }
 
   std::size_t total_wrong = 0;
-  std::vector<double> busbw_sum(backends.size(), 0.0);
+  std::vector<double> busbw_sum(backends.size() * forms.size(), 0.0);  // [backend][form]
   int measured = 0;
   std::vector<std::size_t> skipped;
   for (std::size_t bytes : sizes) {
@@ -279,31 +308,43 @@ void run(comm::Runtime& runtime, const Settings& settings) {
     const std::size_t reported_bytes = s.reported * comm::size_of(c.type);
     std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", reported_bytes, s.reported, settings.type,
                                   has_op ? settings.op : "none", has_root ? c.root : -1);
-    std::vector<Result> results;
+    std::vector<Result> results;                      // [backend][form]
     for (std::size_t k = 0; k < comms.size(); ++k) {  // interleaved: every backend at this size, then the next size
-      Result r = measure_any(comms[k], clock, c, bytes, settings);
-      total_wrong += r.wrong;
-      busbw_sum[k] += r.busbw;
-      results.push_back(r);
-      row += fmt::format(" | {:>10.2f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f} {:>6}", r.mean_us, r.min_us, r.max_us,
-                         r.algbw, r.busbw, r.wrong);
-      if (csv)
-        csv << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{}\n", c.operation,
-                           backends[k], world.size(), reported_bytes, s.reported, settings.type,
-                           has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? 1 : 0, r.mean_us,
-                           r.min_us, r.max_us, r.algbw, r.busbw, r.wrong);
+      for (std::size_t f = 0; f < forms.size(); ++f) {
+        c.in_place = forms[f];
+        Result r = measure_any(comms[k], clock, c, bytes, settings);
+        total_wrong += r.wrong;
+        busbw_sum[k * forms.size() + f] += r.busbw;
+        results.push_back(r);
+        row += fmt::format(" {} {:>10.2f} {:>8.2f} {:>8.2f} {:>6}", f == 0 ? '|' : ':', r.mean_us, r.algbw, r.busbw,
+                           r.wrong);
+        if (csv)
+          csv << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{}\n", c.operation,
+                             backends[k], world.size(), reported_bytes, s.reported, settings.type,
+                             has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? 1 : 0, r.mean_us,
+                             r.min_us, r.max_us, r.algbw, r.busbw, r.wrong);
+      }
     }
-    for (std::size_t k = 1; k < results.size(); ++k)
-      row += fmt::format(" | {:>9.2f}x", results[k].mean_us > 0 ? results[0].mean_us / results[k].mean_us : 0.0);
+    for (std::size_t k = 1; k < comms.size(); ++k) {
+      row += " |";
+      for (std::size_t f = 0; f < forms.size(); ++f) {
+        const Result &first = results[f], &other = results[k * forms.size() + f];
+        row += fmt::format(" {:>5.2f}x", other.mean_us > 0 ? first.mean_us / other.mean_us : 0.0);
+      }
+    }
     comm::say("{}", row);
   }
   if (!skipped.empty())
     comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
               settings.type, world.size());
   comm::say("# wrong elements in all: {}", total_wrong);
-  for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over the sizes
-    comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", measured ? busbw_sum[k] / measured : 0.0,
+  for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over sizes and forms
+  {
+    double sum = 0;
+    for (std::size_t f = 0; f < forms.size(); ++f) sum += busbw_sum[k * forms.size() + f];
+    comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", measured ? sum / (measured * forms.size()) : 0.0,
               backends.size() > 1 ? fmt::format(" ({})", backends[k]) : std::string());
+  }
   if (total_wrong > 0)
     throw comm::Error(fmt::format("{} wrong elements: a backend computed a wrong result", total_wrong));
 }
@@ -338,7 +379,10 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}))
         ->capture_default_str();
     app.add_option("-r,--root", s.root, "root rank")->check(comm::cli::whole(0))->capture_default_str();
-    app.add_flag("--in-place", s.in_place, "the in-place form (allreduce, reduce, allgather; broadcast always is)");
+    app.add_flag("--in-place", s.in_place,
+                 "only the in-place form (allreduce, reduce, allgather, broadcast); without this flag or "
+                 "--out-of-place, both forms side by side");
+    app.add_flag("--out-of-place", s.out_of_place, "only the out-of-place form");
     app.add_option("--compare", s.compare, "backends to run side by side, e.g. mpi,ring,naive")
         ->delimiter(',')
         ->check(CLI::IsMember(comm::backend_names()));

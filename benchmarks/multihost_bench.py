@@ -47,6 +47,7 @@ check = subprocess.run([TWO_HOSTS, "--check"], capture_output=True, text=True)
 if check.returncode != 0:
     sys.exit(f"cannot make the two hosts here: {check.stderr.strip()}")
 
+form = "1" if args.op == "broadcast" else "0"  # out of place where there is that form
 busbw = {}  # (placement, backend, size) -> [GB/s per repeat]
 with tempfile.TemporaryDirectory() as tmp:
     os.chmod(tmp, 0o755)
@@ -57,6 +58,8 @@ with tempfile.TemporaryDirectory() as tmp:
             if done.returncode != 0:
                 sys.exit(f"failed ({name}): {' '.join(command(out))}\n{done.stdout}{done.stderr}")
             for row in csv.DictReader(open(out)):
+                if row["in_place"] != form:  # one of comm_bench's two forms
+                    continue
                 busbw.setdefault((name, row["backend"], int(row["size_bytes"])), []).append(float(row["busbw_GBps"]))
 
 sizes = sorted({size for (_, _, size) in busbw})

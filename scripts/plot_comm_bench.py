@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots comm_bench CSV files: bus bandwidth against message size, one line per backend
-(and rank count), one PNG per collective.
+(and rank count, and form: out of place or in place), one PNG per collective.
 
     mpiexec -n 2 build/benchmarks/comm_bench --op allreduce --compare mpi,ring,naive -b 1K -e 256M -f 4 --csv ar.csv
     python3 scripts/plot_comm_bench.py ar.csv --out plots/
@@ -24,13 +24,13 @@ def main() -> int:
     args = parser.parse_args()
     plt = pyplot()
 
-    # operation -> (backend, ranks) -> [(size, busbw)]
+    # operation -> (backend, ranks, in place) -> [(size, busbw)]
     series = defaultdict(lambda: defaultdict(list))
     for path in args.csv:
         try:
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
-                    key = (row["backend"], int(row["ranks"]))
+                    key = (row["backend"], int(row["ranks"]), row["in_place"] == "1")
                     series[row["operation"]][key].append((int(row["size_bytes"]), float(row["busbw_GBps"])))
         except (OSError, KeyError, ValueError) as e:
             print(f"error: cannot read {path} as comm_bench CSV: {e}", file=sys.stderr)
@@ -39,10 +39,10 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     for operation, lines in sorted(series.items()):
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (backend, ranks), points in sorted(lines.items()):
+        for (backend, ranks, in_place), points in sorted(lines.items()):
             points.sort()
             ax.plot([p[0] for p in points if p[0] > 0], [p[1] for p in points if p[0] > 0], marker="o",
-                    label=f"{backend}, {ranks} ranks")
+                    label=f"{backend}, {ranks} ranks{', in place' if in_place else ''}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
