@@ -80,7 +80,9 @@ void copy_memory(void* to, const void* from, std::size_t bytes) {
 #else
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
-std::string why_no_device() { return "this build has no CUDA (configure where the CUDA toolkit is installed)"; }
+std::string why_no_device() {
+  return "this build has no CUDA (configure with NANODIST_WITH_CUDA=ON where the CUDA toolkit and NCCL are installed)";
+}
 MemoryKind memory_kind(const void*) { return MemoryKind::host; }
 void select_device(int, const char* who) { use_device_memory(who); }
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) { use_device_memory(); }

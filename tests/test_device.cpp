@@ -67,10 +67,13 @@ const char* kSmall = "-b 8 -e 1M -f 64 -n 2 -w 1";
 }  // namespace
 
 TEST_CASE("without a GPU: --device cuda and --backend nccl are one line naming why", "[no-gpu]") {
-  auto bench = comm_bench(2, "--device cuda -b 8 -e 8");
-  one_line_usage_error(bench, "--device cuda: ");
-  auto allreduce = demo(2, "allreduce", "--device cuda");
-  one_line_usage_error(allreduce, "--device cuda: ");
+#ifdef NANODIST_HAVE_CUDA
+  const std::string why = "--device cuda: no CUDA device";  // the runtime is here, a GPU (or driver) is not
+#else
+  const std::string why = "--device cuda: this build has no CUDA";
+#endif
+  one_line_usage_error(comm_bench(2, "--device cuda -b 8 -e 8"), why);
+  one_line_usage_error(demo(2, "allreduce", "--device cuda"), why);
 #ifdef NANODIST_HAVE_NCCL
   one_line_usage_error(demo(2, "allreduce", "--backend nccl"), "--backend nccl (one GPU per rank): ");
 #else
