@@ -53,7 +53,7 @@ def main() -> int:
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
-        print(f"wrote {path}")
+        print(f"wrote {path}; lines: {' · '.join(line.get_label() for line in ax.get_lines())}")
     return 0
 
 
