@@ -216,6 +216,36 @@ std::vector<bool> forms_to_run(const std::string& operation, const Settings& set
   return forms;
 }
 
+// The table's three header lines: backends, forms (out-of-place : in-place), column names.
+// Each form's group is nccl-tests' four columns; the speed columns compare each backend with
+// the first, per form.
+std::vector<std::string> table_header(const std::vector<std::string>& backends, const std::vector<bool>& forms) {
+  const auto form_name = [](bool in_place) { return in_place ? "in-place" : "out-of-place"; };
+  const std::string group_columns = fmt::format("{:>10} {:>8} {:>8} {:>6}", "time(us)", "algbw", "busbw", "#wrong");
+  const std::size_t group_width = group_columns.size(), block_width = forms.size() * (group_width + 3) - 3;
+  std::string backend_line = fmt::format("{:>46}", ""), form_line = backend_line;
+  std::string columns = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
+  for (const auto& name : backends) {
+    backend_line += fmt::format(" | {:^{}}", name, block_width);
+    for (std::size_t f = 0; f < forms.size(); ++f) {
+      form_line += fmt::format(" {} {:^{}}", f == 0 ? '|' : ':', form_name(forms[f]), group_width);
+      columns += fmt::format(" {} {}", f == 0 ? '|' : ':', group_columns);
+    }
+  }
+  for (std::size_t k = 1; k < backends.size(); ++k) {
+    backend_line += fmt::format(" | {:^{}}", backends[k] + "/" + backends[0], forms.size() * 7 - 1);
+    form_line += " |";
+    columns += " |";
+    for (bool in_place : forms) {
+      form_line += fmt::format(" {:>6}", in_place ? "in" : "out");
+      columns += fmt::format(" {:>6}", "speed");
+    }
+  }
+  // '#' takes the first column's place; centred names leave trailing blanks.
+  const auto commented = [](const std::string& line) { return "#" + line.substr(1, line.find_last_not_of(' ')); };
+  return {commented(backend_line), commented(form_line), commented(columns)};
+}
+
 void run(comm::Runtime& runtime, const Settings& settings) {
   Communicator& world = runtime.world();
   bench::Case c;
@@ -246,7 +276,6 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   std::vector<Communicator> comms;
   for (const auto& name : backends) comms.push_back(world.with_backend(name));
 
-  const auto form_name = [](bool in_place) { return in_place ? "in-place" : "out-of-place"; };
   const bool has_op = bench::uses_reduce_op(c.operation);
   const bool has_root = bench::uses_root(c.operation);
   comm::say("# comm_bench: {} on {} ranks, {} memory, type {}, redop {}, root {}, {}, {} iterations after {} warm-up",
@@ -260,31 +289,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
       "# time: mean over ranks of the time per iteration (min and max over ranks: --csv); algbw = size / time; "
       "busbw = algbw × {:.3g}",
       bench::bus_factor(c.operation, world.size()));
-  // Three header lines: backend, form, column names; each form's group is nccl-tests' four columns.
-  const std::string group_columns = fmt::format("{:>10} {:>8} {:>8} {:>6}", "time(us)", "algbw", "busbw", "#wrong");
-  const std::size_t group_width = group_columns.size(), block_width = forms.size() * (group_width + 3) - 3;
-  std::string backend_line = fmt::format("{:>46}", ""), form_line = backend_line;
-  std::string columns = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", "size", "count", "type", "redop", "root");
-  for (const auto& name : backends) {
-    backend_line += fmt::format(" | {:^{}}", name, block_width);
-    for (std::size_t f = 0; f < forms.size(); ++f) {
-      form_line += fmt::format(" {} {:^{}}", f == 0 ? '|' : ':', form_name(forms[f]), group_width);
-      columns += fmt::format(" {} {}", f == 0 ? '|' : ':', group_columns);
-    }
-  }
-  for (std::size_t k = 1; k < backends.size(); ++k) {  // the speed of each backend against the first, per form
-    backend_line += fmt::format(" | {:^{}}", backends[k] + "/" + backends[0], forms.size() * 7 - 1);
-    form_line += " |";
-    columns += " |";
-    for (bool in_place : forms) {
-      form_line += fmt::format(" {:>6}", in_place ? "in" : "out");
-      columns += fmt::format(" {:>6}", "speed");
-    }
-  }
-  const auto trimmed = [](std::string line) { return line.substr(1, line.find_last_not_of(' ')); };  // no '#' room
-  comm::say("#{}", trimmed(backend_line));
-  comm::say("#{}", trimmed(form_line));
-  comm::say("#{}", columns.substr(1));
+  for (const std::string& line : table_header(backends, forms)) comm::say("{}", line);
 
   std::ofstream csv;
   if (!settings.csv.empty() && world.rank() == 0) {
