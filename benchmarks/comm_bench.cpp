@@ -390,7 +390,7 @@ int main(int argc, char** argv) {
     app.add_flag("--out-of-place", s.out_of_place, "only the out-of-place form");
     app.add_option("--compare", s.compare, "backends to run side by side, e.g. mpi,ring,naive")
         ->delimiter(',')
-        ->check(CLI::IsMember(comm::backend_names()));
+        ->check(comm::backend_check());
     app.add_option("--csv", s.csv, "also write the results to this CSV file");
     app.add_option("--device", s.device, "where the buffers live: cpu, or cuda (GPU memory; the CPU backends stage it)")
         ->check(CLI::IsMember({"cpu", "cuda"}))

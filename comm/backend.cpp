@@ -1,5 +1,7 @@
 #include "comm/backend.hpp"
 
+#include <algorithm>
+
 #include <fmt/ranges.h>
 
 #include "comm/error.hpp"
@@ -62,18 +64,27 @@ std::vector<std::string> backend_names() {
 #endif
 }
 
+std::string why_not_a_backend(std::string_view name) {
+  const auto built = backend_names();
+  if (std::find(built.begin(), built.end(), name) != built.end()) return "";
+  if (name == "nccl")
+    return fmt::format(
+        "backend 'nccl' is not in this build (it has {}): configure with NANODIST_WITH_CUDA=ON where "
+        "the CUDA toolkit and NCCL are installed",
+        fmt::join(built, ", "));
+  return fmt::format("unknown backend '{}' (this build has {})", name, fmt::join(built, ", "));
+}
+
 std::shared_ptr<Backend> make_backend(std::string_view name) {
+  if (const std::string why = why_not_a_backend(name); !why.empty()) fail("{}", why);
   if (name == "mpi") return make_mpi_backend();
   if (name == "ring") return make_ring_backend();
   if (name == "naive") return make_naive_backend();
 #ifdef NANODIST_HAVE_NCCL
-  if (name == "nccl") return make_nccl_backend();
+  return make_nccl_backend();
 #else
-  if (name == "nccl")
-    fail("backend 'nccl' is not in this build (it has mpi, ring, naive): build where the CUDA toolkit and NCCL are "
-         "installed");
+  fail("internal error: backend '{}' listed but not built", name);
 #endif
-  fail("unknown backend '{}' (this build has {})", name, fmt::join(backend_names(), ", "));
 }
 
 }  // namespace comm

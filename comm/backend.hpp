@@ -83,6 +83,8 @@ class Backend {
 // naming this build's choices for anything else.
 std::shared_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string> backend_names();
+// Empty for a backend of this build; otherwise why not, in one line (nccl: how to get it).
+std::string why_not_a_backend(std::string_view name);
 
 std::unique_ptr<Backend> make_mpi_backend();
 std::unique_ptr<Backend> make_ring_backend();

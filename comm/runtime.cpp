@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <fmt/ranges.h>
+
 #include "comm/backend.hpp"
 #include "comm/cli_checks.hpp"
 
@@ -35,12 +37,17 @@ double available_memory_bytes() {
   return 0;
 }
 
+CLI::Validator backend_check() {
+  return CLI::Validator([](std::string& name) { return why_not_a_backend(name); },
+                        fmt::format("{{{}}}", fmt::join(backend_names(), ",")), "backend");
+}
+
 void add_options(CLI::App& app, Options& options) {
   app.option_defaults()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-  app.add_option("--backend", options.backend, "collective backend: mpi, ring or naive")
+  app.add_option("--backend", options.backend, fmt::format("collective backend: {}", fmt::join(backend_names(), ", ")))
       ->envname("NANODIST_BACKEND")
-      ->check(CLI::IsMember(backend_names()))
+      ->check(backend_check())
       ->capture_default_str();
   app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds")
       ->envname("NANODIST_TIMEOUT")

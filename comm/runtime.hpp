@@ -40,6 +40,8 @@ struct Options {
 };
 
 void add_options(CLI::App& app, Options& options);
+// Accepts a backend this build has; otherwise says why not (the --backend and --compare check).
+CLI::Validator backend_check();
 
 // A mistake in what the user asked for, the same on every rank: reported once, exit 2.
 class UsageError : public Error {

@@ -77,7 +77,10 @@ TEST_CASE("without a GPU: --device cuda and --backend nccl are one line naming w
 #ifdef NANODIST_HAVE_NCCL
   one_line_usage_error(demo(2, "allreduce", "--backend nccl"), "--backend nccl (one GPU per rank): ");
 #else
-  one_line_usage_error(demo(2, "allreduce", "--backend nccl"), "backend 'nccl' is not in this build");
+  one_line_usage_error(demo(2, "allreduce", "--backend nccl"),
+                       "backend 'nccl' is not in this build (it has mpi, ring, naive): configure with "
+                       "NANODIST_WITH_CUDA=ON");
+  one_line_usage_error(comm_bench(2, "--compare mpi,nccl"), "backend 'nccl' is not in this build");
 #endif
   // Host memory is never staged or checked: the CPU backends run as ever.
   all_right(comm_bench(2, std::string("--compare mpi,ring,naive ") + kSmall));
