@@ -6,7 +6,8 @@
 //   mpiexec -n 1 comm_bench --device cuda --compare nccl,mpi,ring -b 1K -e 1G -f 4   # GPU memory
 //
 // As in nccl-tests, each row has two column groups, out of place and in place (where the
-// collective has both forms; --out-of-place or --in-place keeps one). With --compare, the backends run interleaved size by size, and each row ends with every
+// collective has both forms; --out-of-place or --in-place keeps one). With --compare, the
+// backends run interleaved size by size, and each row ends with every
 // backend's speed relative to the first one: on a shared, noisy machine only ratios from
 // one run are worth quoting.
 #include <array>
@@ -300,7 +301,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   }
 
   std::size_t total_wrong = 0;
-  std::vector<double> busbw_sum(backends.size() * forms.size(), 0.0);  // [backend][form]
+  std::vector<double> busbw_sum(backends.size(), 0.0);  // over sizes and forms
   int measured = 0;
   std::vector<std::size_t> skipped;
   for (std::size_t bytes : sizes) {
@@ -319,7 +320,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
         c.in_place = forms[f];
         Result r = measure_any(comms[k], clock, c, bytes, settings);
         total_wrong += r.wrong;
-        busbw_sum[k * forms.size() + f] += r.busbw;
+        busbw_sum[k] += r.busbw;
         results.push_back(r);
         row += fmt::format(" {} {:>10.2f} {:>8.2f} {:>8.2f} {:>6}", f == 0 ? '|' : ':', r.mean_us, r.algbw, r.busbw,
                            r.wrong);
@@ -343,13 +344,10 @@ void run(comm::Runtime& runtime, const Settings& settings) {
     comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
               settings.type, world.size());
   comm::say("# wrong elements in all: {}", total_wrong);
+  const double rows = static_cast<double>(measured) * static_cast<double>(forms.size());
   for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over sizes and forms
-  {
-    double sum = 0;
-    for (std::size_t f = 0; f < forms.size(); ++f) sum += busbw_sum[k * forms.size() + f];
-    comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", measured ? sum / (measured * forms.size()) : 0.0,
+    comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", rows > 0 ? busbw_sum[k] / rows : 0.0,
               backends.size() > 1 ? fmt::format(" ({})", backends[k]) : std::string());
-  }
   if (total_wrong > 0)
     throw comm::Error(fmt::format("{} wrong elements: a backend computed a wrong result", total_wrong));
 }

@@ -53,10 +53,10 @@ MPI_Op reduction(ReduceOp op, DataType type) {
 }
 
 // OpenMPI 4.1's MPI_Iallreduce and MPI_Ireduce are slower in place (MPI_IN_PLACE) than out of
-// place: allreduce 0.38× at 64 MiB on 2 ranks here, reduce 0.56× (docs/benchmarks.md, "In
-// place and out of place"). From this size up, both copy their input into a buffer the
-// backend keeps and run out of place. (Not allreduce_async: a copy per call would pay for
-// fresh pages each time, and the overlap hides most of the difference.)
+// place: allreduce 0.38× at 64 MiB on 2 ranks here, reduce about 0.5× (docs/benchmarks.md,
+// "In place and out of place"). From this size up, both copy their input into a buffer the
+// backend keeps and run out of place. (Not allreduce_async: a copy per call pays for fresh
+// pages each time, and made train_dp's bucketed step slower when tried.)
 constexpr std::size_t kCopyInPlaceFrom = 64 << 10;
 
 // An MPI nonblocking collective in flight, as a PendingOp. The average (MPI has none) is

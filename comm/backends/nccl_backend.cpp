@@ -258,7 +258,7 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
     return std::make_unique<NcclPendingOp>(shared_from_this(), what);
   }
 
- public:  // for NcclPendingOp
+  // What NcclPendingOp polls with (a friend).
   cudaStream_t stream() const { return stream_; }
 
   // Has `event` happened? Not yet: false, unless NCCL reports a failure (a peer's shows here,
@@ -286,7 +286,7 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
     comm_ = nullptr;
   }
 
- private:
+  friend class NcclPendingOp;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
