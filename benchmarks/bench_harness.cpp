@@ -1,6 +1,9 @@
 #include "bench_harness.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <limits>
 #include <cmath>
 #include <cstdlib>
 
@@ -27,10 +30,18 @@ std::size_t parse_size(std::string_view text) {
     default:
       break;
   }
-  std::string digits(multiplier == 1 ? text : text.substr(0, text.size() - 1));
+  const std::string_view digits = multiplier == 1 ? text : text.substr(0, text.size() - 1);
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
     comm::fail("'{}' is not a message size (examples: 8, 1K, 256M, 1G)", text);
-  return std::stoull(digits) * multiplier;
+  // Digits too many for 64 bits, or a count that the unit multiplies past them: refused, never
+  // wrapped around (17179869184G would otherwise be 0 bytes).
+  std::uint64_t count = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
+  if (error != std::errc{} || end != digits.data() + digits.size() ||
+      count > std::numeric_limits<std::size_t>::max() / multiplier)
+    comm::fail("'{}' is too large a message size (the largest is {} bytes)", text,
+               std::numeric_limits<std::size_t>::max());
+  return static_cast<std::size_t>(count) * multiplier;
 }
 
 std::string format_size(std::size_t bytes) {

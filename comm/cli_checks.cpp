@@ -24,8 +24,12 @@ CLI::Validator whole(std::int64_t min, std::int64_t max) {
         errno = 0;
         char* end = nullptr;
         const long long value = std::strtoll(text.c_str(), &end, 10);
-        const bool number = !text.empty() && end && *end == '\0' && errno == 0;
-        if (!number || value < min || value > max) return fmt::format("{}, got {}", want, text);
+        const bool number = !text.empty() && end && *end == '\0';
+        // Above the largest value (or past what 64 bits hold): the message names that limit,
+        // which "≥ min" alone would not.
+        if (number && ((errno == ERANGE && value > 0) || value > max))
+          return fmt::format("{}a whole number from {} to {}, got {}", kMarker, min, max, text);
+        if (!number || errno == ERANGE || value < min) return fmt::format("{}, got {}", want, text);
         return {};
       },
       want.substr(std::string(kMarker).size()));

@@ -49,9 +49,9 @@ void add_options(CLI::App& app, Options& options) {
       ->envname("NANODIST_BACKEND")
       ->check(backend_check())
       ->capture_default_str();
-  app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds")
+  app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds (at most 1e9)")
       ->envname("NANODIST_TIMEOUT")
-      ->check(cli::positive_real())
+      ->check(cli::positive_real(Watchdog::kMaxTimeoutSeconds))
       ->capture_default_str();
   app.add_flag("--check-collectives", options.check,
                "before each collective, verify that all ranks called it with the same arguments")

@@ -166,10 +166,11 @@ void set_interrupt_note(std::string_view note) {
 }
 
 Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode)
-    : board_(board),
-      exchange_(exchange),
-      timeout_ns_(static_cast<std::int64_t>(timeout_s * 1e9)),
-      check_mode_(check_mode) {}
+    : board_(board), exchange_(exchange), check_mode_(check_mode) {
+  if (!(timeout_s > 0 && timeout_s <= kMaxTimeoutSeconds))
+    fail("the collective timeout must be > 0 and ≤ {} s, got {}", kMaxTimeoutSeconds, timeout_s);
+  timeout_ns_ = static_cast<std::int64_t>(timeout_s * 1e9);
+}
 
 void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
   call_ = call;

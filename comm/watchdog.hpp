@@ -44,6 +44,10 @@ struct OpCall {
 
 class Watchdog {
  public:
+  // The longest deadline (about 31 years): deadlines are counted in nanoseconds in an int64,
+  // which overflows past 9.2e9 s, and a deadline that overflowed would fire at once.
+  static constexpr double kMaxTimeoutSeconds = 1e9;
+
   // `exchange` asks other nodes for their boards when a report needs them (null: one node).
   Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode);
 
@@ -85,7 +89,7 @@ class Watchdog {
 
   StatusBoard& board_;
   StatusExchange* exchange_;
-  std::int64_t timeout_ns_;
+  std::int64_t timeout_ns_ = 0;
   bool check_mode_;
   OpCall call_;  // the call in progress
   std::int64_t start_ns_ = 0;

@@ -175,11 +175,16 @@ PreparedData prepare_char_dataset(const TextSource& source, const fs::path& out_
                          {"source_bytes", text.size()}};
 
   // The set is written into a temporary folder beside the real one, then renamed into place.
+  // A data folder under a file, or on a read-only disk: one line naming the folder and why.
   const fs::path parent = out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".");
-  fs::create_directories(parent);
+  std::error_code made;
+  fs::create_directories(parent, made);
   RemoveOnFailure temporary{parent / fmt::format(".{}.tmp-{}", out_dir.filename().string(), ::getpid())};
-  fs::remove_all(temporary.dir);
-  fs::create_directories(temporary.dir);
+  if (!made) {
+    fs::remove_all(temporary.dir, made);
+    fs::create_directories(temporary.dir, made);
+  }
+  if (made) fail("--data-dir {}: cannot write the prepared data there ({})", parent.string(), made.message());
   write_tokens(temporary.dir / "train.bin", std::span(ids).first(split));
   write_tokens(temporary.dir / "val.bin", std::span(ids).subspan(split));
   write_file_atomically(temporary.dir / "meta.json", meta.dump(2) + "\n");

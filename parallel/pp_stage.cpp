@@ -32,7 +32,7 @@ std::vector<int> stage_layers(int n_layer, int stages, const std::vector<int>& g
     throw comm::UsageError(
         fmt::format("--stage-layers lists {} stages, but the pipeline has {}", given.size(), stages));
   for (int n : given)
-    if (n < 1) throw comm::UsageError("--stage-layers: every stage needs at least one block, got a 0");
+    if (n < 1) throw comm::UsageError(fmt::format("--stage-layers: every stage needs at least one block, got {}", n));
   if (const int sum = std::accumulate(given.begin(), given.end(), 0); sum != n_layer)
     throw comm::UsageError(
         fmt::format("--stage-layers adds up to {} blocks, but the model has n_layer = {}", sum, n_layer));

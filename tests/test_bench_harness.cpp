@@ -1,6 +1,5 @@
 // The benchmark harness itself: size parsing, nccl-tests' bus-bandwidth factors, buffer
 // shapes, and that #wrong counts a planted error.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -18,6 +17,11 @@ TEST_CASE("message sizes parse as nccl-tests writes them") {
   CHECK_THROWS_AS(bench::parse_size("12Q"), comm::Error);
   CHECK_THROWS_AS(bench::parse_size("M"), comm::Error);
   CHECK_THROWS_AS(bench::parse_size(""), comm::Error);
+  // Too large for 64 bits, in digits or after the unit: an error, never a wrapped-around size.
+  CHECK(bench::parse_size("17179869183G") == 17179869183ull << 30);
+  CHECK_THROWS_WITH(bench::parse_size("99999999999999999999999"), Catch::Contains("is too large a message size"));
+  CHECK_THROWS_WITH(bench::parse_size("17179869184G"), Catch::Contains("is too large a message size"));
+  CHECK_THROWS_WITH(bench::parse_size("17179869185G"), Catch::Contains("is too large a message size"));
   CHECK(bench::format_size(256ull << 20) == "256M");
   CHECK(bench::format_size(1536) == "1.5K");
 }

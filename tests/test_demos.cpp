@@ -1,6 +1,5 @@
 // Every demo, run under mpiexec with 2, 3 and 4 ranks and every backend, prints the
 // textbook result for that rank count (computed here independently).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -166,4 +165,23 @@ TEST_CASE("bad flags are one clear line and a non-zero exit") {
   r = demo("allreduce", 2, "--timeout -1");
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("error: --timeout"));
+}
+
+TEST_CASE("a timeout too long for the clock is refused in one line, as a flag and from the environment") {
+  // Deadlines are int64 nanoseconds: 1e10 s used to overflow into a deadline in the past, and
+  // the watchdog fired at the first collective blaming a rank that was there.
+  const std::string refused = "error: --timeout must be a number > 0 and ≤ 1000000000, got ";
+  for (const char* value : {"1e10", "1e308"}) {
+    auto r = demo("allreduce", 2, fmt::format("--timeout {}", value));
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(refused + value) && !Catch::Contains("[watchdog]"));
+  }
+  auto r = run_command("NANODIST_TIMEOUT=9.3e9 " + mpirun(2, std::string(DEMO_DIR) + "/allreduce"));
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains(refused + "9.3e9") && !Catch::Contains("[watchdog]"));
+  r = demo("allreduce", 2, "--timeout 1e9");  // the longest allowed works
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("after allreduce(sum) every rank holds [1 1 1]"));
 }

@@ -8,8 +8,9 @@
 //   mpiexec -n 3 test_gpu_collectives      # the staged backends, three ranks on one GPU
 //
 // Without a GPU it says why and exits 77 (ctest's SKIP_RETURN_CODE): skipped, never passed.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_session.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -216,9 +217,9 @@ int main(int argc, char** argv) {
     }
     comm::select_device(runtime.local_rank(), "test_gpu_collectives");
     comm::use_device_memory("test_gpu_collectives");
-    Catch::Session session;
-    if (session.applyCommandLine(argc, argv) != 0) throw comm::UsageError("bad Catch2 arguments");
-    int mine = session.run() != 0 ? 1 : 0;
+    const int result = run_catch_session(argc, argv);
+    if (result < 0) throw comm::UsageError("bad Catch2 arguments");
+    int mine = result != 0 ? 1 : 0;
     world.allreduce(std::span<const int>(&mine, 1), std::span<int>(&failed, 1), ReduceOp::max);
   });
   return status != 0 ? status : failed;

@@ -1,6 +1,5 @@
 // Checkpoints: a round trip restores everything; a truncated, corrupt or mismatched
 // checkpoint gives an error naming the file and the problem; saving is atomic.
-#define CATCH_CONFIG_MAIN
 #include <filesystem>
 #include <fstream>
 #include <limits>

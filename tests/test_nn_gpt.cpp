@@ -1,7 +1,6 @@
 // The GPT against PyTorch (fixtures from scripts/make_gpt_fixture.py: nanoGPT's model on
 // Debian's python3-torch), plus its own behaviour: parameter names and count,
 // initialisation, generate(), AdamW and clipping, the LR schedule, learning a pattern.
-#define CATCH_CONFIG_MAIN
 #include <algorithm>
 #include <cmath>
 #include <numeric>

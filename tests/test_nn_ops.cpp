@@ -1,6 +1,5 @@
 // Every op: its gradient against finite differences (odd sizes: not multiples of the
 // vector width), its forward value against a plain formula, and autograd's rules.
-#define CATCH_CONFIG_MAIN
 #include <algorithm>
 #include <cmath>
 

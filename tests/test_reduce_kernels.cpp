@@ -1,5 +1,4 @@
 // The reduction arithmetic on one process: every operator, every type, wrap-around for integers.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cmath>

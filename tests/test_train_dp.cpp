@@ -1,12 +1,15 @@
 // train_dp end to end, under mpiexec: data-parallel equivalence, gradient accumulation,
 // bit-exact resume, bad input, a killed rank. Each case runs the real program on a small
 // synthetic text with a tiny GPT and compares the checkpoints it leaves.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "nn/atomic_file.hpp"
 #include "nn/checkpoint.hpp"
@@ -136,7 +139,7 @@ TEST_CASE("eval-only prints the exact val loss (the same on any rank count) and 
 }
 
 TEST_CASE("the metrics file has a row per log line and per evaluation") {
-  const std::string csv = (kWork / "runs" / "metrics" / "m.csv").string();
+  const std::string csv = (work_dir() / "runs" / "metrics" / "m.csv").string();
   fs::remove(csv);
   auto r = train_dp(2, tiny(shakespeareish()) + " --max-iters 4 --log-interval 2 --eval-interval 2 --out-dir " +
                            out("metrics") + " --metrics " + csv);
@@ -162,13 +165,21 @@ TEST_CASE("bad input: one line naming the problem and a non-zero exit") {
   REQUIRE(trained);
 
   SECTION("missing data") {
-    const fs::path empty = kWork / "empty";
+    const fs::path empty = work_dir() / "empty";
     fs::create_directories(empty);
     auto r = run_command("env -u NANODIST_DATA_MIRROR NANODIST_NO_DOWNLOAD=1 " +
                          mpirun(2, TRAIN_DP, "--data-dir " + empty.string() + " --out-dir " + out("nodata")));
     clean_failure(r, "no Shakespeare text");
     clean_failure(train_dp(1, "--text /no/such/file.txt --out-dir " + out("nodata")),
                   "--text /no/such/file.txt: no such file");
+  }
+  SECTION("a data folder that cannot be written: one line naming --data-dir, not the filesystem's exception") {
+    const fs::path blocker = work_dir() / "a_file_not_a_folder";
+    std::ofstream(blocker) << "x";
+    const std::string under_a_file = (blocker / "data").string();
+    auto r = train_dp(2, common + " --data-dir " + under_a_file + " --out-dir " + out("unwritable_data"));
+    usage_failure(r, "--data-dir " + under_a_file + ": cannot write the prepared data there (Not a directory)");
+    CHECK_THAT(r.output, !Catch::Contains("filesystem error"));
   }
   SECTION("a corrupt checkpoint") {
     fs::remove_all(out("corrupt"));
@@ -206,7 +217,7 @@ TEST_CASE("bad input: one line naming the problem and a non-zero exit") {
   }
 }
 
-TEST_CASE("a rank killed mid-training: the others stop with the watchdog's report; the checkpoint survives") {
+TEST_CASE("a rank killed mid-training: the others stop with the watchdog's report, the checkpoint survives") {
   const std::string common = tiny(shakespeareish()) + " --ckpt-interval 2 --max-iters 8";
   fs::remove_all(out("killed"));
   auto r = train_dp(3, common + " --crash-at-step 5 --crash-rank 1 --out-dir " + out("killed"));
@@ -242,9 +253,9 @@ std::vector<std::string> folders_in(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE(
-    "--text gets its own prepared folder: the default data is never replaced, a failed preparation leaves nothing") {
+    "a --text gets its own prepared folder: the default data is never replaced, a failed preparation leaves nothing") {
   // The "default" text comes from a mirror folder, as tiny Shakespeare does in CI.
-  const fs::path mirror = kWork / "mirror", data = kWork / "data_cache";
+  const fs::path mirror = work_dir() / "mirror", data = work_dir() / "data_cache";
   fs::remove_all(data);
   fs::create_directories(mirror / "tinyshakespeare");
   fs::copy_file(shakespeareish(), mirror / "tinyshakespeare" / "input.txt", fs::copy_options::overwrite_existing);
@@ -280,7 +291,7 @@ TEST_CASE(
   CHECK_THAT(again.output, Catch::Contains("in " + cache.string() + ", prepared earlier from"));
 
   SECTION("a binary file: one line, and no folder left behind") {
-    const fs::path binary = kWork / "binary.dat";
+    const fs::path binary = work_dir() / "binary.dat";
     {
       std::ofstream f(binary, std::ios::binary);
       for (int i = 0; i < 4096; ++i) f.put(static_cast<char>(i * 37 % 256));
@@ -326,10 +337,16 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
   const std::string common = tiny(shakespeareish()) + " --out-dir " + out("badvalues");
   usage_failure(train_dp(2, common + " --max-iters -5"), "--max-iters must be a whole number ≥ 0, got -5");
   usage_failure(train_dp(2, common + " --max-iters abc"), "--max-iters must be a whole number ≥ 0, got abc");
+  usage_failure(train_dp(2, common + " --crash-rank 1"), "--crash-rank 1 does nothing without --crash-at-step");
+  // A value past the largest names the largest (it meets "≥ 0"), also past 64 bits.
+  usage_failure(train_dp(2, common + " --max-iters 99999999999"),
+                "--max-iters must be a whole number from 0 to 2147483647, got 99999999999");
+  usage_failure(train_dp(2, common + " --max-iters 99999999999999999999999"),
+                "--max-iters must be a whole number from 0 to 2147483647, got 99999999999999999999999");
   usage_failure(train_dp(2, common + " --batch-size 0"), "--batch-size must be a whole number ≥ 1, got 0");
   usage_failure(train_dp(2, common + " --learning-rate nan"), "--learning-rate must be a number > 0, got nan");
   usage_failure(train_dp(2, common + " --grad-clip inf"), "--grad-clip must be a number ≥ 0, got inf");
-  usage_failure(train_dp(2, common + " --timeout nan"), "--timeout must be a number > 0, got nan");
+  usage_failure(train_dp(2, common + " --timeout nan"), "--timeout must be a number > 0 and ≤ 1000000000, got nan");
   usage_failure(train_dp(2, common + " --dropout 2"), "--dropout must be a number ≥ 0 and ≤ 0.99, got 2");
   usage_failure(train_dp(2, common + " --sample-tokens 2000000000"),
                 "--sample-tokens must be a whole number from 0 to");
@@ -351,7 +368,7 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
 }
 
 TEST_CASE("every output location is checked before step 0") {
-  const fs::path blocker = kWork / "a_file";
+  const fs::path blocker = work_dir() / "a_file";
   std::ofstream(blocker) << "not a folder";
   auto r = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + (blocker / "out").string());
   usage_failure(r, "--out-dir " + (blocker / "out").string() + ": cannot write there");
@@ -386,13 +403,13 @@ TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it
   CHECK(evals == 1);  // only the end of the run that finished (step 6); step 4's end-of-run evaluation is gone
 }
 
-TEST_CASE("--resume continues the checkpoint's run: its schedule and settings, unless a flag overrides them") {
+TEST_CASE("resume continues the checkpoint's run: its schedule and settings, unless a flag overrides them") {
   const fs::path text = shakespeareish();
   // Everything but the data and the machine comes from the checkpoint when resuming.
   const std::string data = fmt::format(
       "--text {} --data-dir {} --threads 1 --timeout 30 --eval-interval 0 --eval-iters 2 "
       "--no-full-val --sample-tokens 0 --log-interval 1",
-      text.string(), (kWork / "data").string());
+      text.string(), (work_dir() / "data").string());
   const std::string run = tiny(text) +
                           " --learning-rate 3e-3 --warmup-iters 1 --min-lr 1e-4 --batch-size 6 --max-iters 8 "
                           "--ckpt-interval 4 --dropout 0.1";
@@ -417,7 +434,7 @@ TEST_CASE("--resume continues the checkpoint's run: its schedule and settings, u
 
 TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume") {
   fs::remove_all(out("interrupted"));
-  const fs::path log = kWork / "interrupted.log";
+  const fs::path log = work_dir() / "interrupted.log";
   const std::string command = mpirun(
       2, TRAIN_DP, tiny(shakespeareish()) + " --max-iters 1000000 --ckpt-interval 3 --out-dir " + out("interrupted"));
   // Start the job, wait until its first checkpoint exists, then press Ctrl-C (SIGINT to mpiexec).
@@ -434,4 +451,57 @@ TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume
   CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
   // And the checkpoint it names resumes.
   CHECK(train_dp(2, tiny(shakespeareish()) + " --resume --max-iters 9 --out-dir " + out("interrupted")).status == 0);
+}
+
+namespace {
+std::string text_of(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Polls until `ready()` or `seconds` pass; whether it became ready.
+template <class Ready>
+bool wait_for(Ready ready, double seconds) {
+  for (int i = 0; i < static_cast<int>(seconds * 10); ++i) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return ready();
+}
+}  // namespace
+
+TEST_CASE("one run per --out-dir: a second is refused naming the first, and kill -9 leaves no stale lock") {
+  const std::string folder = out("shared");
+  const fs::path lock = fs::path(folder) / ".lock", log = work_dir() / "first.log", group = work_dir() / "first.pgid";
+  // The first run, in the background (its own session, whose id is written down), trains until
+  // it is killed; whatever stops this case early, the guard ends that session's processes.
+  const std::string first =
+      mpirun(2, TRAIN_DP, tiny(shakespeareish()) + " --max-iters 1000000 --log-interval 1000 --out-dir " + folder);
+  run_command(
+      fmt::format("setsid bash -c 'echo $$ > {}; {} > {} 2>&1; echo exit=$? >> {}' < /dev/null > /dev/null 2>&1 &",
+                  group.string(), first, log.string(), log.string()));
+  struct EndFirstRun {
+    fs::path group;
+    ~EndFirstRun() {
+      const std::string id = text_of(group);
+      if (id.empty()) return;
+      [[maybe_unused]] const int ended = std::system(fmt::format("pkill -9 -s {} 2>/dev/null", std::stoi(id)).c_str());
+    }
+  } end_first_run{group};
+  REQUIRE(wait_for([&] { return fs::exists(lock) && fs::file_size(lock) > 0; }, 60));  // it holds the folder
+
+  // A second run into the same folder: one line naming the first, exit 2, nothing of the first's touched.
+  auto second = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + folder);
+  usage_failure(second, fmt::format("--out-dir {} is in use by another run (train_dp, pid ", folder));
+  CHECK_THAT(second.output, Catch::Contains(text_of(lock)));
+
+  // kill -9 of the holder (rank 0, named in the lock file): the kernel drops the lock with it.
+  const std::string holder = text_of(lock);
+  const auto at = holder.find("pid ");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::system(fmt::format("kill -9 {}", std::stoi(holder.substr(at + 4))).c_str()) == 0);
+  CHECK(wait_for([&] { return text_of(log).find("exit=") != std::string::npos; }, 60));
+  auto third = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + folder);
+  CHECK(third.status == 0);
+  CHECK_THAT(third.output, Catch::Contains("step 2/2"));
 }

@@ -2,7 +2,6 @@
 // with the same global batch ends; GPipe and 1F1B agree bit for bit; the tied embedding stays
 // identical; checkpoints load in train_dp and resume exactly; a stage that dies or skips a
 // send is named by the watchdog; bad input is one line and exit status 2.
-#define CATCH_CONFIG_MAIN
 #include "trainer_test_util.hpp"
 
 namespace {
@@ -28,7 +27,7 @@ fs::path reference(int B) {
 
 }  // namespace
 
-TEST_CASE("P stages × M micro-batches end where one process with the same batch ends; GPipe ≡ 1F1B bit for bit") {
+TEST_CASE("P stages × M micro-batches end where one process with the same batch ends, GPipe ≡ 1F1B bit for bit") {
   for (int P : {2, 3, 4})
     for (int M : {1, P, 2 * P + 1}) {
       const int B = 2 * M;  // micro-batches of 2
@@ -66,7 +65,7 @@ TEST_CASE("pipeline × data parallelism, and an uneven split, match one process 
   CHECK(max_difference(checkpoint("pp3_uneven"), reference(6)) <= kTolerance);
 }
 
-TEST_CASE("the tied embedding stays identical; a pipeline checkpoint loads in train_dp; resume is exact") {
+TEST_CASE("the tied embedding stays identical, a pipeline checkpoint loads in train_dp, resume is exact") {
   const std::string run =
       common() + " --batch-size 4 --micro-batches 2 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 2";
   // Check mode verifies the two copies of wte bit for bit at the start and the end.
@@ -122,14 +121,15 @@ TEST_CASE("bad pipeline input: one line, exit status 2") {
                 "3 pipeline stages for 2 blocks");
   usage_failure(train_pp(2, run + " --stage-layers 3,2"),
                 "--stage-layers adds up to 5 blocks, but the model has n_layer = 4");
-  usage_failure(train_pp(2, run + " --stage-layers 4,0"), "every stage needs at least one block");
+  usage_failure(train_pp(2, run + " --stage-layers 4,0"), "every stage needs at least one block, got 0");
+  usage_failure(train_pp(2, run + " --stage-layers 5,-1"), "every stage needs at least one block, got -1");
   usage_failure(train_pp(2, run + " --micro-batches 0"), "--micro-batches must be a whole number ≥ 1, got 0");
   usage_failure(train_pp(2, run + " --micro-batches 3"), "--micro-batches 3 does not divide --batch-size 4");
   usage_failure(train_pp(3, run + " --dp 2"), "--dp 2 does not divide the world size 3");
 }
 
-TEST_CASE("--trace: one row per rank with every micro-batch's forward and backward, in train_pp and train_dp") {
-  const fs::path file = kWork / "runs" / "pp_trace.json";
+TEST_CASE("trace: one row per rank with every micro-batch's forward and backward, in train_pp and train_dp") {
+  const fs::path file = work_dir() / "runs" / "pp_trace.json";
   fs::create_directories(file.parent_path());
   auto r = train_pp(3, common() + " --batch-size 8 --micro-batches 4 --trace " + file.string() +
                            " --trace-steps 2 --out-dir " + out("pp_trace"));
@@ -145,7 +145,7 @@ TEST_CASE("--trace: one row per rank with every micro-batch's forward and backwa
     CHECK(count[{rank, "optimizer"}] == 2);
   }
   CHECK(count[{0, "wait"}] > 0);
-  const fs::path dp_file = kWork / "runs" / "dp_trace.json";
+  const fs::path dp_file = work_dir() / "runs" / "dp_trace.json";
   REQUIRE(
       train_dp(2, common() + " --batch-size 4 --trace " + dp_file.string() + " --out-dir " + out("dp_trace")).status ==
       0);

@@ -3,7 +3,6 @@
 // global batch ends; the communication per step is the formula's; checkpoints are one whole
 // nanoGPT model (no padding rows) that train_dp evaluates to the same val_loss_full and that
 // resumes exactly, and under another layout; a killed tp rank is named; bad input is one line.
-#define CATCH_CONFIG_MAIN
 #include <regex>
 
 #include "trainer_test_util.hpp"
@@ -54,7 +53,7 @@ std::string val_loss_full(const std::string& output) {
 
 }  // namespace
 
-TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends; sequence parallelism too; no padding rows") {
+TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends, sequence parallelism too, no padding rows") {
   for (int T : {2, 4})
     for (bool sp : {false, true}) {
       const std::string name = fmt::format("tp{}{}", T, sp ? "_sp" : "");

@@ -2,7 +2,6 @@
 // different one, exits early, is killed, or (check mode) passes a different count. Each
 // run must end with a non-zero status within deadline + 10 s, and its report must name
 // the operation and the rank that is missing or differs.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>

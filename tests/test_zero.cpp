@@ -2,7 +2,6 @@
 // parallelism (stage 0) ends, for 2, 3 and 4 ranks, with gradient accumulation and active
 // clipping; resume within and across stages; the checkpoint keeps nanoGPT's names; and the
 // memory each rank holds, counted from the allocator, falls as the paper's formulas say.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -177,7 +176,7 @@ TEST_CASE("bad --zero: one line, exit status 2") {
   usage_failure(train_dp(2, zero_run("--zero 4 --out-dir " + out("zero_bad"))), "--zero");
 }
 
-TEST_CASE("a rank killed in a ZeRO-3 step is named by the watchdog; the gathered checkpoint survives and resumes") {
+TEST_CASE("a rank killed in a ZeRO-3 step is named by the watchdog, the gathered checkpoint survives and resumes") {
   const std::string common = zero_run("--zero 3 --ckpt-interval 2 --timeout 5");
   auto r = train_dp(3, common + " --crash-at-step 3 --crash-rank 2 --out-dir " + out("zero3_killed"));
   CHECK(r.status != 0);

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <fstream>
 #include <string>
@@ -18,15 +20,27 @@
 
 namespace fs = std::filesystem;
 
-inline const fs::path kWork = fs::path(TEST_WORK_DIR);
-inline const bool kFreshRuns =
-    (fs::remove_all(kWork / "runs"), true);  // no run of an earlier invocation is ever compared
+// The folder of the running test case, emptied when the case first asks for it in this
+// process: ctest runs test cases at once, one process each, and a case never meets another's
+// files (texts, prepared data, runs) nor a run of an earlier invocation.
+inline fs::path work_dir() {
+  static std::map<std::string, fs::path> made;  // test case name -> its folder, once emptied
+  const std::string name = Catch::getResultCapture().getCurrentTestName();
+  auto [at, first] = made.try_emplace(name);
+  if (first) {
+    std::string slug;  // "bad input: one line" -> "bad_input_one_line", cut short, plus a hash
+    for (char c : name.substr(0, 48)) slug += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    at->second = fs::path(TEST_WORK_DIR) / fmt::format("{}-{:08x}", slug, std::hash<std::string>{}(name) & 0xffffffffu);
+    fs::remove_all(at->second);
+    fs::create_directories(at->second);
+  }
+  return at->second;
+}
 
 // A text with a small vocabulary and some structure to learn: words from a list, lines of them.
 inline fs::path synthetic_text(const std::string& name, const std::vector<std::string>& words, int n_words) {
-  const fs::path file = kWork / name;
+  const fs::path file = work_dir() / name;
   if (fs::exists(file)) return file;
-  fs::create_directories(kWork);
   nn::Rng rng(42);
   std::string text;
   for (int i = 0; i < n_words; ++i) {
@@ -50,7 +64,7 @@ inline std::string tiny(const fs::path& text, const std::string& data = "data", 
       "--text {} --data-dir {} --n-layer {} --n-head 2 --n-embd 32 --block-size 16 --eval-interval 0 "
       "--eval-iters 2 --no-full-val --sample-tokens 0 --log-interval 1 --threads 1 --timeout 30 "
       "--learning-rate 1e-3 --warmup-iters 2",
-      text.string(), (kWork / data).string(), n_layer);
+      text.string(), (work_dir() / data).string(), n_layer);
 }
 
 // Runs a trainer under mpiexec; its command and output go into the failure message.
@@ -60,8 +74,8 @@ inline CommandResult run_trainer(const char* program, int ranks, const std::stri
   return r;
 }
 
-inline std::string out(const std::string& name) { return (kWork / "runs" / name).string(); }
-inline fs::path checkpoint(const std::string& name) { return kWork / "runs" / name / "checkpoint"; }
+inline std::string out(const std::string& name) { return (work_dir() / "runs" / name).string(); }
+inline fs::path checkpoint(const std::string& name) { return work_dir() / "runs" / name / "checkpoint"; }
 
 inline std::vector<std::vector<float>> parameters_of(const fs::path& dir) {
   nn::CheckpointInfo info = nn::read_checkpoint_info(dir);

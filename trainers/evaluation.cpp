@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "nn/autograd.hpp"
 #include "trainers/batches.hpp"
@@ -24,20 +25,28 @@ float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int 
 }
 
 double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group) {
-  const int64_t windows = (static_cast<int64_t>(tokens.size()) - 1) / T;  // window w: tokens [wT, wT+T], +1 for targets
-  const int64_t first = windows * group.rank() / group.size(), last = windows * (group.rank() + 1) / group.size();
-  constexpr int64_t kWindowsPerBatch = 32;
+  // Window w is tokens [wT, wT+T] (+1 for the targets). The windows go in fixed chunks of 32 —
+  // chunk c is windows [32c, 32c+32), whichever rank computes it — and each chunk's loss sum
+  // lands in a slot of its own; the slots are added in chunk order in double. So the number is
+  // the same to the last bit on any rank count and layout: chunks that followed the ranks'
+  // shares grouped the windows differently on 3 ranks than on 2, and the float sums differed.
+  constexpr int64_t kWindowsPerChunk = 32;
+  const int64_t windows = (static_cast<int64_t>(tokens.size()) - 1) / T;
+  const int64_t chunks = (windows + kWindowsPerChunk - 1) / kWindowsPerChunk;
+  const int64_t first = chunks * group.rank() / group.size(), last = chunks * (group.rank() + 1) / group.size();
+  std::vector<double> chunk_sums(static_cast<std::size_t>(chunks), 0.0);  // Σ token losses of each chunk
   Batch batch;
-  std::array<double, 2> sum_and_count{0.0, 0.0};  // Σ token losses, tokens
-  for (int64_t w = first; w < last; w += kWindowsPerBatch) {
-    const int64_t B = std::min(kWindowsPerBatch, last - w);
+  for (int64_t c = first; c < last; ++c) {
+    const int64_t w = c * kWindowsPerChunk, B = std::min(kWindowsPerChunk, windows - w);
     batch.ids.assign(tokens.begin() + w * T, tokens.begin() + (w + B) * T);
     batch.targets.assign(tokens.begin() + w * T + 1, tokens.begin() + (w + B) * T + 1);
-    sum_and_count[0] += static_cast<double>(loss(batch.ids, batch.targets, B, T)) * static_cast<double>(B * T);
-    sum_and_count[1] += static_cast<double>(B * T);
+    chunk_sums[static_cast<std::size_t>(c)] =
+        static_cast<double>(loss(batch.ids, batch.targets, B, T)) * static_cast<double>(B * T);
   }
-  group.allreduce(std::span<double>(sum_and_count), comm::ReduceOp::sum);
-  return sum_and_count[0] / sum_and_count[1];
+  group.allreduce(std::span<double>(chunk_sums), comm::ReduceOp::sum);  // one rank's value + zeros: exact
+  double total = 0.0;
+  for (double sum : chunk_sums) total += sum;
+  return total / static_cast<double>(windows * T);
 }
 
 namespace {

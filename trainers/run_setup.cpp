@@ -241,6 +241,10 @@ RunStart begin_run(const TrainOptions& options, comm::Communicator& world) {
         fmt::format("--crash-rank {} does not exist: the job has ranks 0 to {}", o.crash_rank, N - 1));
   on_rank0_then_agree(world, [&] {
     check_writable(o.out_dir, "--out-dir");
+    char host[256] = "";
+    ::gethostname(host, sizeof host - 1);
+    run.out_dir_lock = std::make_shared<OutDirLock>(
+        o.out_dir, fmt::format("{}, pid {} on {}", fs::path(o.program).filename().string(), ::getpid(), host));
     check_writable(fs::path(o.metrics).has_parent_path() ? fs::path(o.metrics).parent_path() : fs::path("."),
                    "--metrics");
   });

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <functional>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
 #include "nn/gpt.hpp"
+#include "trainers/out_dir_lock.hpp"
 #include "trainers/train_options.hpp"
 
 namespace trainers {
@@ -103,7 +105,8 @@ struct RunStart {
   std::filesystem::path load_from;       // --resume: checkpoint_dir; --init-from; or empty
   Start start;                           // start.config.vocab_size is the data's
   Splits data;
-  std::vector<std::string> changed;  // settings a flag changed on --resume ("max_iters 800 → 1000")
+  std::vector<std::string> changed;          // settings a flag changed on --resume ("max_iters 800 → 1000")
+  std::shared_ptr<OutDirLock> out_dir_lock;  // on rank 0: this run's hold on --out-dir, to its end
   int64_t first_step() const { return o.resume ? start.train_state.at("step").get<int64_t>() : 0; }
 };
 RunStart begin_run(const TrainOptions& options, comm::Communicator& world);

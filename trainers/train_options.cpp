@@ -124,6 +124,11 @@ void finish_train_options(const CLI::App& app, TrainOptions& o) {
     if (option->count() > 0 && !option->get_lnames().empty()) o.explicit_flags.insert("--" + option->get_lnames()[0]);
   for (const ModelFlag& f : kModelFlags)
     if (o.explicit_flags.count(f.flag) > 0) o.explicit_model_flags.push_back(f.field);
+  // --crash-rank only says which rank a fault hits: alone it would do nothing, silently.
+  if (o.explicit_flags.count("--crash-rank") && !o.explicit_flags.count("--crash-at-step") &&
+      !o.explicit_flags.count("--skip-send-at-step"))
+    usage("--crash-rank {} does nothing without --crash-at-step (or train_pp's --skip-send-at-step), which says when",
+          o.crash_rank);
   try {
     o.model.validate();
   } catch (const nn::Error& e) {
