@@ -115,7 +115,10 @@ CheckpointInfo read_checkpoint_info(const fs::path& requested) {
   try {
     info.config = GPTConfig::from_json(state["config"]);
     const auto& o = state["optimizer"];
-    info.optimizer_steps = o.at("steps").get<int64_t>();
+    const nlohmann::json& steps = o.at("steps");
+    if (!steps.is_number_integer() || steps.get<int64_t>() < 0)
+      fail("optimizer.steps must be a whole number ≥ 0, got {}", steps.dump());
+    info.optimizer_steps = steps.get<int64_t>();
     info.optimizer_config = {o.at("beta1").get<float>(), o.at("beta2").get<float>(), o.at("eps").get<float>(),
                              o.at("weight_decay").get<float>()};
   } catch (const nlohmann::json::exception& e) {

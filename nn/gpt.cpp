@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "nn/autograd.hpp"
@@ -31,21 +32,29 @@ nlohmann::json GPTConfig::to_json() const {
 
 GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   GPTConfig c;
-  auto read = [&j](const char* name, auto& field) {
+  auto field = [&j](const char* name) -> const nlohmann::json& {
     if (!j.contains(name)) fail("GPT config: field '{}' is missing", name);
-    try {
-      j.at(name).get_to(field);
-    } catch (const nlohmann::json::exception&) {
-      fail("GPT config: field '{}' has the wrong type ({})", name, j.at(name).dump());
-    }
+    return j.at(name);
   };
-  read("n_layer", c.n_layer);
-  read("n_head", c.n_head);
-  read("n_embd", c.n_embd);
-  read("block_size", c.block_size);
-  read("vocab_size", c.vocab_size);
-  read("dropout", c.dropout);
-  read("bias", c.bias);
+  // A whole number that fits an int: a float like 1e300 would wrap in the conversion.
+  auto read_whole = [&](const char* name, int& target) {
+    const nlohmann::json& v = field(name);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > std::numeric_limits<int>::max())
+      fail("GPT config: field '{}' must be a whole number from 1 to {}, got {}", name,
+           std::numeric_limits<int>::max(), v.dump());
+    target = v.get<int>();
+  };
+  read_whole("n_layer", c.n_layer);
+  read_whole("n_head", c.n_head);
+  read_whole("n_embd", c.n_embd);
+  read_whole("block_size", c.block_size);
+  read_whole("vocab_size", c.vocab_size);
+  const nlohmann::json& dropout = field("dropout");
+  if (!dropout.is_number()) fail("GPT config: field 'dropout' must be a number, got {}", dropout.dump());
+  c.dropout = dropout.get<float>();
+  const nlohmann::json& bias = field("bias");
+  if (!bias.is_boolean()) fail("GPT config: field 'bias' must be true or false, got {}", bias.dump());
+  c.bias = bias.get<bool>();
   c.validate();
   return c;
 }

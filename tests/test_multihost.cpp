@@ -157,7 +157,7 @@ TEST_CASE("a node where no rank is in a collective gives no answer, and the repo
   CHECK_THAT(report, Catch::Contains("rank 3 on nanodist-b: no answer from its node within 1.0 s"));
 }
 
-TEST_CASE("Ctrl-C across hosts is an interrupt, not a failure: the note, and no watchdog report") {
+TEST_CASE("Ctrl-C across hosts is an interrupt, not a failure: the note, and no watchdog report", "[alone]") {
   // mpiexec signals its own host's ranks first; those on host B find them gone a moment
   // later and must learn (from their announcement) that it was an interrupt. Rank 0's note is
   // best effort: in a multi-host teardown OpenMPI now and then kills a rank (SIGKILL) before

@@ -364,6 +364,10 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
     CHECK(r.status == 0);
     CHECK_THAT(r.output, Catch::Contains("warning: --max-iters 2 ≤ --warmup-iters 5"));
     CHECK_THAT(r.output, Catch::Contains("warning: --threads 200 × 2 rank(s) on this node"));
+    // The same settings in a run that is refused: its error line only, no warning before it.
+    auto refused = train_dp(2, common + " --max-iters 2 --warmup-iters 5 --threads 200 --block-size 100000");
+    CHECK(refused.status == 2);
+    CHECK_THAT(refused.output, !Catch::Contains("warning"));
   }
 }
 
@@ -377,6 +381,49 @@ TEST_CASE("every output location is checked before step 0") {
                            (blocker / "m.csv").string());
   usage_failure(m, "--metrics");
   CHECK_THAT(m.output, !Catch::Contains("step 1/"));
+  usage_failure(train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("metrics_xml") + " --metrics " +
+                                (work_dir() / "m.xml").string()),
+                "m.xml: the file name must end in .csv or .jsonl");
+  const std::string trace_under_file = (blocker / "t.json").string();
+  auto t = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("trace_blocked") + " --trace " +
+                           trace_under_file);
+  usage_failure(t, "--trace " + blocker.string() + ": cannot write there");
+  CHECK_THAT(t.output, !Catch::Contains("step 1/"));
+  usage_failure(train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("trace_folder") + " --trace " +
+                                work_dir().string()),
+                "--trace " + work_dir().string() + ": is a folder, not a file");
+}
+
+TEST_CASE("values loaded from a checkpoint pass their flags' checks: one line naming state.json and the key") {
+  const std::string common = tiny(shakespeareish());
+  static const bool trained = train_dp(2, common + " --max-iters 2 --out-dir " + out("edit_me")).status == 0;
+  REQUIRE(trained);
+  const fs::path state_file = checkpoint("edited") / "state.json";
+  // A copy of the good checkpoint with one value of state.json replaced, then --resume.
+  auto resume_edited = [&](const std::string& pointer, const nlohmann::json& value) {
+    fs::remove_all(out("edited"));
+    fs::create_directories(out("edited"));
+    fs::copy(checkpoint("edit_me"), checkpoint("edited"));
+    nlohmann::json state = nlohmann::json::parse(std::ifstream(state_file));
+    state[nlohmann::json::json_pointer(pointer)] = value;
+    std::ofstream(state_file) << state.dump(2);
+    return train_dp(2, common + " --resume --max-iters 4 --out-dir " + out("edited"));
+  };
+  const std::string where = state_file.string() + ": ";
+  usage_failure(resume_edited("/train_state/step", -5), where + "step must be a whole number from 0 to 2147483647, got -5");
+  usage_failure(resume_edited("/train_state/step", 1e30), where + "step must be a whole number from 0 to 2147483647, got 1e+30");
+  usage_failure(resume_edited("/train_state/options/batch_size", 0),
+                where + "options.batch_size (what --batch-size sets) must be a whole number ≥ 1, got 0");
+  usage_failure(resume_edited("/train_state/options/min_lr", -1),
+                where + "options.min_lr (what --min-lr sets) must be a number ≥ 0, got -1");
+  // A flag typed again replaces the loaded value before any check: tiny() types --learning-rate.
+  CHECK(resume_edited("/train_state/options/learning_rate", -1).status == 0);
+  usage_failure(resume_edited("/train_state/options/sampling", "sideways"), where + "options.sampling");
+  usage_failure(resume_edited("/config/n_layer", 1e300),
+                where + "GPT config: field 'n_layer' must be a whole number from 1 to 2147483647, got 1e+300");
+  usage_failure(resume_edited("/config/vocab_size", 1e12),
+                where + "GPT config: field 'vocab_size' must be a whole number from 1 to 2147483647, got 1000000000000.0");
+  usage_failure(resume_edited("/optimizer/steps", -3), where + "optimizer.steps must be a whole number ≥ 0, got -3");
 }
 
 TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it from the resumed step") {

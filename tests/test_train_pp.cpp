@@ -103,6 +103,60 @@ TEST_CASE("the tied embedding stays identical, a pipeline checkpoint loads in tr
   CHECK(nn::read_checkpoint_info(checkpoint("pp_other")).train_state.at("step") == 6);
 }
 
+TEST_CASE("a resume under another layout compares replicas and global batches, not rank counts") {
+  const std::string run = common() + " --batch-size 4 --ckpt-interval 1 --out-dir " + out("dp_then_pp");
+  fs::remove_all(out("dp_then_pp"));
+  REQUIRE(train_dp(2, run + " --max-iters 2").status == 0);  // 2 replicas × 4 = 8 sequences per step
+  // 3 pipeline stages, one replica of --batch-size 4 (the checkpoint's): half the global batch.
+  auto pp = train_pp(3, run + " --max-iters 3 --micro-batches 2 --resume");
+  REQUIRE(pp.status == 0);
+  CHECK_THAT(pp.output, Catch::Contains("note: the checkpoint's steps took 8 sequences (2 data-parallel replicas), "
+                                        "this job's take 4 (1 data-parallel replica)"));
+  CHECK_THAT(pp.output, !Catch::Contains("micro-batches instead"));
+  // Two replicas of 2 stages: 8 again, from a checkpoint of 1 replica × 4.
+  auto pp_dp = train_pp(4, run + " --max-iters 4 --dp 2 --micro-batches 2 --resume");
+  REQUIRE(pp_dp.status == 0);
+  CHECK_THAT(pp_dp.output, Catch::Contains("took 4 sequences (1 data-parallel replica), this job's take 8 (2 "
+                                           "data-parallel replicas)"));
+  // One rank with twice the batch: the same global batch, fewer replicas.
+  auto one = train_dp(1, run + " --max-iters 5 --batch-size 8 --resume");
+  REQUIRE(one.status == 0);
+  CHECK_THAT(one.output, Catch::Contains("note: the checkpoint was trained by 2 data-parallel replicas, this job has 1 "
+                                         "data-parallel replica: the same 8 sequences per step"));
+}
+
+TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (--dp 2, GPipe, 2 micro-batches)") {
+  const std::string run = common() +
+                          " --dp 2 --schedule gpipe --micro-batches 2 --batch-size 4 --dropout 0.1 --max-iters 400 "
+                          "--lr-decay-iters 400 --ckpt-interval 2 --log-interval 100";
+  REQUIRE(train_pp(4, run + " --out-dir " + out("pp_uninterrupted")).status == 0);
+  auto interrupted = interrupt_after_first_checkpoint(mpirun(4, TRAIN_PP, run + " --out-dir " + out("pp_ctrl_c")),
+                                                      checkpoint("pp_ctrl_c"));
+  REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
+  const std::string command = printed_resume_command(interrupted.output);
+  CHECK_THAT(command, Catch::StartsWith("mpiexec -n 4 "));
+  auto resumed = run_command(command);
+  INFO("$ " << command << "\n" << resumed.output);
+  REQUIRE(resumed.status == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("2 pipeline(s) × 2 stages, schedule gpipe, 2 micro-batches of 2"));
+  CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
+  CHECK(same_bytes(checkpoint("pp_uninterrupted") / "model.safetensors", checkpoint("pp_ctrl_c") / "model.safetensors"));
+  CHECK(same_bytes(checkpoint("pp_uninterrupted") / "optimizer.safetensors",
+                   checkpoint("pp_ctrl_c") / "optimizer.safetensors"));
+  // A layout flag typed again wins, and the log names the change.
+  auto changed = train_pp(4, common() + " --resume --max-iters 402 --micro-batches 4 --out-dir " + out("pp_ctrl_c"));
+  REQUIRE(changed.status == 0);
+  CHECK_THAT(changed.output, Catch::Contains("micro_batches 2 → 4"));
+  CHECK_THAT(changed.output, Catch::Contains("2 pipeline(s) × 2 stages, schedule gpipe, 4 micro-batches of 1"));
+  // A layout value edited in state.json passes the flag's own check.
+  const fs::path state_file = checkpoint("pp_ctrl_c") / "state.json";
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(state_file));
+  state["train_state"]["options"]["dp"] = "0";
+  std::ofstream(state_file) << state.dump(2);
+  usage_failure(train_pp(4, common() + " --resume --max-iters 404 --out-dir " + out("pp_ctrl_c")),
+                state_file.string() + ": options.dp (what --dp sets): --dp must be a whole number ≥ 1, got 0");
+}
+
 TEST_CASE("a stage that dies or skips a send is named by the watchdog, and the job ends") {
   const std::string run = common() + " --batch-size 4 --micro-batches 2 --max-iters 8 --timeout 3";
   auto killed = train_pp(3, run + " --crash-at-step 3 --crash-rank 1 --out-dir " + out("pp_killed"));

@@ -123,6 +123,28 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on exactly (1×2×2, SP, dropout)") {
+  const std::string run = common() +
+                          " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 --dropout 0.1 "
+                          "--max-iters 400 --lr-decay-iters 400 --ckpt-interval 2 --log-interval 100";
+  REQUIRE(train_3d(4, run + " --out-dir " + out("3d_uninterrupted")).status == 0);
+  auto interrupted = interrupt_after_first_checkpoint(mpirun(4, TRAIN_3D, run + " --out-dir " + out("3d_ctrl_c")),
+                                                      checkpoint("3d_ctrl_c"));
+  REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
+  const std::string command = printed_resume_command(interrupted.output);
+  CHECK_THAT(command, Catch::StartsWith("mpiexec -n 4 "));
+  auto resumed = run_command(command);
+  INFO("$ " << command << "\n" << resumed.output);
+  REQUIRE(resumed.status == 0);
+  CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
+  CHECK(same_bytes(checkpoint("3d_uninterrupted") / "model.safetensors", checkpoint("3d_ctrl_c") / "model.safetensors"));
+  CHECK(same_bytes(checkpoint("3d_uninterrupted") / "optimizer.safetensors",
+                   checkpoint("3d_ctrl_c") / "optimizer.safetensors"));
+  // A checkpoint's layout that this job's rank count cannot hold: one line that names it.
+  usage_failure(train_3d(2, common() + " --resume --out-dir " + out("3d_ctrl_c")),
+                "2 ranks cannot be --dp 1 × --pp 2 × --tp 2 = 4");
+}
+
 TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and under another layout") {
   const std::string settings = common() + " --batch-size 4 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 4";
   const std::string run = settings + " --micro-batches 2";

@@ -101,6 +101,29 @@ inline bool same_bytes(const fs::path& a, const fs::path& b) {
   return nn::read_whole_file(a) == nn::read_whole_file(b);
 }
 
+// Starts `command` (an mpiexec job), waits for the first state.json in `checkpoint_dir`, then
+// presses Ctrl-C (SIGINT to mpiexec). Its output, then "exit=<status>".
+inline CommandResult interrupt_after_first_checkpoint(const std::string& command, const fs::path& checkpoint_dir) {
+  const fs::path log = checkpoint_dir.parent_path().string() + ".log";
+  fs::remove_all(checkpoint_dir.parent_path());
+  const std::string script = fmt::format(
+      "{} > {} 2>&1 & pid=$!; for i in $(seq 3000); do [ -f {}/state.json ] && break; sleep 0.02; done; "
+      "kill -INT $pid; wait $pid; echo exit=$?; cat {}",
+      command, log.string(), checkpoint_dir.string(), log.string());
+  CommandResult r = run_command("bash -c '" + script + "'");
+  UNSCOPED_INFO("$ " << command << " (Ctrl-C after the first checkpoint)\n" << r.output);
+  return r;
+}
+
+// The command an interrupted run printed after "resume with: " (empty if it printed none).
+inline std::string printed_resume_command(const std::string& output) {
+  const std::string marker = "resume with: ";
+  const auto at = output.find(marker);
+  if (at == std::string::npos) return "";
+  const auto end = output.find('\n', at);
+  return output.substr(at + marker.size(), end == std::string::npos ? std::string::npos : end - at - marker.size());
+}
+
 // One line saying what was wrong, a non-zero exit, and no crash dump.
 inline void clean_failure(const CommandResult& r, const std::string& expected) {
   CHECK(r.status != 0);

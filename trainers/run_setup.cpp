@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,11 +44,6 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
     throw comm::UsageError(e.what());
   }
   nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
-  if (options.threads * runtime.local_size() > nn::machine_cores())
-    comm::say(
-        "warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
-        "and every step will be slower (0 picks cores / ranks)",
-        options.threads, runtime.local_size(), options.threads * runtime.local_size(), nn::machine_cores());
   return world;
 }
 
@@ -170,6 +166,11 @@ void check_writable(const fs::path& dir, const std::string& flag) {
   fs::remove(probe, ec);
 }
 
+void check_output_file(const fs::path& file, const std::string& flag) {
+  if (fs::is_directory(file)) throw comm::UsageError(fmt::format("{} {}: is a folder, not a file", flag, file.string()));
+  check_writable(file.has_parent_path() ? file.parent_path() : fs::path("."), flag);
+}
+
 // ---- step 1: the same start on every rank -----------------------------------------------
 
 void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& world) {
@@ -219,6 +220,14 @@ Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Commun
   return start;
 }
 
+// The step a checkpoint was written after: a whole number a run can reach (--max-iters's range).
+void check_saved_step(const nlohmann::json& train_state, const std::string& state_file) {
+  const nlohmann::json step = train_state.value("step", nlohmann::json());
+  if (!step.is_number_integer() || step.get<int64_t>() < 0 || step.get<int64_t>() > std::numeric_limits<int>::max())
+    throw comm::UsageError(fmt::format("{}: step must be a whole number from 0 to {}, got {}", state_file,
+                                       std::numeric_limits<int>::max(), step.dump()));
+}
+
 // The command that continues this run, for the interrupt note.
 std::string resume_command(const TrainOptions& o, int N) {
   std::string command = fmt::format("mpiexec -n {} {} --resume", N, o.program);
@@ -228,10 +237,8 @@ std::string resume_command(const TrainOptions& o, int N) {
   return command;
 }
 
-RunStart begin_run(const TrainOptions& options, comm::Communicator& world) {
+RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
   RunStart run;
-  run.o = options;
-  TrainOptions& o = run.o;
   const int N = world.size();
   run.checkpoint_dir = fs::path(o.out_dir) / "checkpoint";
   if (o.resume && !fs::exists(run.checkpoint_dir) && !fs::exists(run.checkpoint_dir.string() + ".prev"))
@@ -245,15 +252,17 @@ RunStart begin_run(const TrainOptions& options, comm::Communicator& world) {
     ::gethostname(host, sizeof host - 1);
     run.out_dir_lock = std::make_shared<OutDirLock>(
         o.out_dir, fmt::format("{}, pid {} on {}", fs::path(o.program).filename().string(), ::getpid(), host));
-    check_writable(fs::path(o.metrics).has_parent_path() ? fs::path(o.metrics).parent_path() : fs::path("."),
-                   "--metrics");
+    check_output_file(o.metrics, "--metrics");
+    if (!o.trace.empty()) check_output_file(o.trace, "--trace");
   });
   run.load_from = o.resume ? run.checkpoint_dir : fs::path(o.init_from);
   run.start = read_start(o, run.load_from, world);
-  if (o.resume) run.changed = continue_saved_run(run.start.train_state.value("options", nlohmann::json::object()), o);
-  if (o.schedule.decay && o.max_iters > 0 && o.max_iters <= o.schedule.warmup_iters)
-    comm::say("warning: --max-iters {} ≤ --warmup-iters {}: the learning rate never leaves its warm-up", o.max_iters,
-              o.schedule.warmup_iters);
+  if (o.resume) {
+    const std::string state_file = (run.checkpoint_dir / "state.json").string();
+    check_saved_step(run.start.train_state, state_file);
+    run.changed = continue_saved_run(run.start.train_state.value("options", nlohmann::json::object()), o, state_file);
+  }
+  run.o = o;  // the run's settings are final from here
   run.data = load_data(o, world);
   if (!run.load_from.empty()) check_vocabulary(run.start.train_state, run.data.vocabulary, run.data.dir);
   run.start.config.vocab_size = run.data.vocabulary.size();
@@ -262,25 +271,50 @@ RunStart begin_run(const TrainOptions& options, comm::Communicator& world) {
   return run;
 }
 
-void say_resume(const RunStart& run, int world_size) {
-  if (!run.o.resume) return;
+void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
+  const TrainOptions& o = run.o;
+  const int local_ranks = comm::runtime().local_size();
+  if (o.threads * local_ranks > nn::machine_cores())
+    comm::say(
+        "warning: --threads {} × {} rank(s) on this node = {} threads on {} cores: they will take turns, "
+        "and every step will be slower (0 picks cores / ranks)",
+        o.threads, local_ranks, o.threads * local_ranks, nn::machine_cores());
+  if (o.schedule.decay && o.max_iters > 0 && o.max_iters <= o.schedule.warmup_iters)
+    comm::say("warning: --max-iters {} ≤ --warmup-iters {}: the learning rate never leaves its warm-up", o.max_iters,
+              o.schedule.warmup_iters);
+  if (!o.init_from.empty())
+    comm::say("fine-tuning from {}: its weights, a fresh optimizer, from step 0", o.init_from);
+  if (!o.resume) return;
   comm::say("resuming from {} at step {} of {}, with the checkpoint's settings", run.checkpoint_dir.string(),
             run.first_step(), run.o.max_iters);
   if (!run.changed.empty()) comm::say("note: flags change the run's settings: {}", fmt::join(run.changed, ", "));
-  const int was_world = run.start.train_state.value("world_size", world_size);
-  if (was_world != world_size)
-    comm::say(
-        "note: the checkpoint was written by {} ranks, this job has {}: training continues, but each step "
-        "sees {} instead of {} micro-batches",
-        was_world, world_size, world_size, was_world);
+  const nlohmann::json& saved = run.start.train_state;
+  auto whole = [&saved](const char* key) { return saved.contains(key) && saved.at(key).is_number_integer(); };
+  if (!whole("global_batch") || !whole("replicas")) {  // an older checkpoint: only its rank count is known
+    if (whole("world_size") && saved.at("world_size").get<int64_t>() != world_size)
+      comm::say("note: the checkpoint was written by {} ranks, this job has {}", saved.at("world_size").dump(),
+                world_size);
+    return;
+  }
+  const StepBatch was{saved.at("replicas").get<int>(), saved.at("global_batch").get<int64_t>()};
+  auto replicas = [](int n) { return fmt::format("{} data-parallel replica{}", n, n == 1 ? "" : "s"); };
+  if (was.sequences != now.sequences)
+    comm::say("note: the checkpoint's steps took {} sequences ({}), this job's take {} ({}): training continues "
+              "with the new global batch",
+              was.sequences, replicas(was.replicas), now.sequences, replicas(now.replicas));
+  else if (was.replicas != now.replicas)
+    comm::say("note: the checkpoint was trained by {}, this job has {}: the same {} sequences per step",
+              replicas(was.replicas), replicas(now.replicas), now.sequences);
 }
 
-nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size,
+nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const StepBatch& batch,
                            const std::optional<float>& val_loss) {
   const TrainOptions& o = run.o;
   nlohmann::json state = {
       {"step", steps_done},
       {"world_size", world_size},
+      {"replicas", batch.replicas},
+      {"global_batch", batch.sequences},
       {"vocabulary", run.data.vocabulary.chars()},
       {"options", to_json(o)},
       // Every random stream is a function of (seed, rank, step): see stream_seed.

@@ -73,6 +73,8 @@ void check_memory(const nn::GPTConfig& config, int batch_size, bool training, co
 
 // Every place the run will write must be writable before step 0, not at the first checkpoint.
 void check_writable(const std::filesystem::path& dir, const std::string& flag);
+// A file the run will write (--metrics, --trace): its folder writable, the name not a folder.
+void check_output_file(const std::filesystem::path& file, const std::string& flag);
 
 // ---- the same start on every replica -------------------------------------------------------
 
@@ -109,14 +111,24 @@ struct RunStart {
   std::shared_ptr<OutDirLock> out_dir_lock;  // on rank 0: this run's hold on --out-dir, to its end
   int64_t first_step() const { return o.resume ? start.train_state.at("step").get<int64_t>() : 0; }
 };
-RunStart begin_run(const TrainOptions& options, comm::Communicator& world);
+// On --resume it first completes `options` with the checkpoint's settings, and the layout
+// flags' variables with its layout (TrainOptions::layout_flags); run.o is the result.
+RunStart begin_run(TrainOptions& options, comm::Communicator& world);
 
-// "resuming from … at step S of M, with the checkpoint's settings", and notes on what differs.
-void say_resume(const RunStart& run, int world_size);
+// What one optimizer step consumes: the data-parallel width (replicas, each seeing its own
+// data) and the sequences all of them take together (the global batch).
+struct StepBatch {
+  int replicas = 1;
+  int64_t sequences = 1;
+};
 
-// The training state a checkpoint records beside the weights (step, world size, vocabulary,
-// the run's settings, the seed), with the last evaluation's val loss when there is one.
-nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size,
+// The notes before step 0, once every check has passed (a refused run prints only its error):
+// a warm-up longer than the run, "fine-tuning from …" (--init-from), and on --resume "resuming
+// from … at step S of M, with the checkpoint's settings" with what differs: flags that change
+// settings, a step that takes another number of sequences or replicas.
+void say_run_notes(const RunStart& run, int world_size, const StepBatch& now);
+
+nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const StepBatch& batch,
                            const std::optional<float>& val_loss);
 
 }  // namespace trainers

@@ -47,8 +47,8 @@ struct ScheduleOptions {
   int micro_batches = 4;
 };
 
-void train(const TrainOptions& options, const GridShape& shape, const ScheduleOptions& s, comm::Communicator& world) {
-  const RunStart run = begin_run(options, world);
+void train(TrainOptions& options, const GridShape& shape, const ScheduleOptions& s, comm::Communicator& world) {
+  const RunStart run = begin_run(options, world);  // on --resume, shape and s hold the checkpoint's layout now
   const TrainOptions& o = run.o;
   const Splits& data = run.data;
   const nn::GPTConfig& config = run.start.config;
@@ -69,7 +69,8 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
   BatchSampler sampler(data.train, T, B, 1, o.sampling == "partition" ? Sampling::partition : Sampling::random, o.seed,
                        grid.dp_rank, grid.dp);
   parallel::PipelineStage stage(g.model, grid.pp_group, M, B / M, T);
-  const int64_t tokens_per_step = static_cast<int64_t>(grid.dp) * B * T;
+  const StepBatch step_batch{grid.dp, static_cast<int64_t>(grid.dp) * B};
+  const int64_t tokens_per_step = step_batch.sequences * T;
   TrainingLog log(o, world, first_step, tokens_per_step, nn::flops_per_token(config, T), run.checkpoint_dir);
 
   comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}; GEMM {}, backend {}", N,
@@ -85,7 +86,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
             data.dir.string(), data.origin, o.sampling);
   comm::say("global batch: {} replica(s) × {} micro-batches × {} × block {} = {} tokens per step", grid.dp, M, B / M, T,
             tokens_per_step);
-  say_resume(run, N);
+  say_run_notes(run, N, step_batch);
 
   Trace trace(world);
   stage.on_span = [&](const std::string& name, const char* cat, double start, double end) {
@@ -94,7 +95,7 @@ void train(const TrainOptions& options, const GridShape& shape, const ScheduleOp
 
   std::optional<float> last_val;
   auto save = [&](int64_t steps_done) {
-    g.save(run.checkpoint_dir, optimizer, train_state(run, steps_done, N, last_val));
+    g.save(run.checkpoint_dir, optimizer, train_state(run, steps_done, N, step_batch, last_val));
     log.saved(steps_done);
   };
   auto evaluate = [&](int64_t step) {
@@ -219,11 +220,14 @@ int main(int argc, char** argv) {
     app.add_option("--micro-batches", s.micro_batches, "micro-batches M per step (must divide --batch-size)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
+    options.layout_flags = {"--dp",       "--pp",       "--tp", "--sequence-parallel", "--stage-layers",
+                            "--schedule", "--micro-batches"};
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];
     comm::Communicator& world = trainers::start_trainer(runtime, comm_options, options);
-    if (world.size() != shape.dp * shape.pp * shape.tp)  // before any data is read
+    // Before any data is read; a resumed run's layout comes from its checkpoint (train checks it).
+    if (!options.resume && world.size() != shape.dp * shape.pp * shape.tp)
       check_grid(shape, options.model, world.size());
     if (options.eval_only)
       grid_eval_only(options, shape, world);

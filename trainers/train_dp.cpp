@@ -158,7 +158,7 @@ class FirstStepReport {
 
 // ---- training ----------------------------------------------------------------------------
 
-void train(const TrainOptions& options, comm::Communicator& world) {
+void train(TrainOptions& options, comm::Communicator& world) {
   const RunStart run = begin_run(options, world);
   const TrainOptions& o = run.o;
   const Splits& data = run.data;
@@ -176,7 +176,8 @@ void train(const TrainOptions& options, comm::Communicator& world) {
 
   BatchSampler sampler(data.train, T, B, K, o.sampling == "partition" ? Sampling::partition : Sampling::random, o.seed,
                        rank, N);
-  const int64_t tokens_per_step = static_cast<int64_t>(N) * B * K * T;
+  const StepBatch step_batch{N, static_cast<int64_t>(N) * B * K};
+  const int64_t tokens_per_step = step_batch.sequences * T;
   TrainingLog log(o, world, first_step, tokens_per_step, model.flops_per_token(T), run.checkpoint_dir);
 
   comm::say("train_dp: {} ranks × {} compute thread(s), GEMM {}, backend {}, {}", N, nn::compute_threads(),
@@ -187,12 +188,12 @@ void train(const TrainOptions& options, comm::Communicator& world) {
             data.dir.string(), data.origin, o.sampling);
   comm::say("global batch: {} ranks × micro-batch {} × {} accumulation step(s) × block {} = {} tokens per step", N, B,
             K, T, tokens_per_step);
-  say_resume(run, N);
+  say_run_notes(run, N, step_batch);
 
   std::optional<Evaluation> last_eval;
   auto save = [&](int64_t steps_done) {
     update->save(run.checkpoint_dir,
-                 train_state(run, steps_done, N, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
+                 train_state(run, steps_done, N, step_batch, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
     log.saved(steps_done);
   };
   auto evaluate_and_sample = [&](int64_t step, bool sample) {  // with every parameter present (ZeRO-3 gathers them)
@@ -312,6 +313,7 @@ int main(int argc, char** argv) {
                    "ZeRO stage: 0 replicated, 1 optimizer state, 2 + gradients, 3 + parameters sharded over the ranks")
         ->check(comm::cli::whole(0, 3))
         ->capture_default_str();
+    options.layout_flags = {"--zero"};
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];

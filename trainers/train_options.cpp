@@ -1,10 +1,13 @@
 #include "trainers/train_options.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/cli_checks.hpp"
 #include "comm/runtime.hpp"
@@ -105,7 +108,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--resume", o.resume,
                "continue the run in <out-dir>/checkpoint (its settings, unless flags override them)");
-  app.add_option("--init-from", o.init_from, "load this checkpoint directory (with --eval-only / --sample-only)");
+  app.add_option("--init-from", o.init_from,
+                 "start from this checkpoint directory's weights (fine-tuning), or read it with --eval-only / --sample-only");
   app.add_flag("--eval-only", o.eval_only, "print the exact val loss of --init-from and stop");
   app.add_flag("--sample-only", o.sample_only, "print a sample from --init-from and stop");
   app.add_option("--trace", o.trace,
@@ -119,7 +123,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--crash-rank", o.crash_rank, "testing: which rank --crash-at-step kills")->check(whole(0));
 }
 
-void finish_train_options(const CLI::App& app, TrainOptions& o) {
+void finish_train_options(CLI::App& app, TrainOptions& o) {
+  o.app = &app;
   for (const CLI::Option* option : app.get_options())
     if (option->count() > 0 && !option->get_lnames().empty()) o.explicit_flags.insert("--" + option->get_lnames()[0]);
   for (const ModelFlag& f : kModelFlags)
@@ -142,6 +147,8 @@ void finish_train_options(const CLI::App& app, TrainOptions& o) {
   if (o.resume && !o.init_from.empty()) usage("--resume continues <out-dir>/checkpoint; it excludes --init-from");
   if (o.prompt.empty()) usage("--prompt is empty: samples need at least one character to start from");
   if (o.metrics.empty()) o.metrics = o.out_dir + "/metrics.csv";
+  if (const auto ext = std::filesystem::path(o.metrics).extension(); ext != ".csv" && ext != ".jsonl")
+    usage("--metrics {}: the file name must end in .csv or .jsonl", o.metrics);
 }
 
 void check_config_against_flags(const nn::GPTConfig& saved, const TrainOptions& o) {
@@ -211,16 +218,85 @@ const std::vector<RunSetting>& run_settings() {
 
 }  // namespace
 
-std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOptions& o) {
+namespace {
+
+// What the flag's own checks say of `value` as if it were typed ("must be a whole number ≥ 1,
+// got 0"), or "" when they accept it.
+std::string check_as_typed(CLI::App* app, const char* flag, const nlohmann::json& value) {
+  CLI::Option* option = app ? app->get_option_no_throw(flag) : nullptr;
+  if (!option) return "";
+  std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  for (int i = 0;; ++i) {
+    CLI::Validator* check = nullptr;
+    try {
+      check = option->get_validator(i);
+    } catch (const CLI::OptionNotFound&) {
+      return "";
+    }
+    if (std::string error = (*check)(text); !error.empty()) return error;
+  }
+}
+
+// "--micro-batches" → "micro_batches": a layout flag's key in the checkpoint's options.
+std::string key_of(const std::string& flag) {
+  std::string key = flag.substr(2);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+// A layout flag's value as it would be typed ("2", "gpipe", "3,1"): what was typed or given
+// back, else its default; null when it has neither (the program's default then stands).
+nlohmann::json typed_value(const CLI::App* app, const std::string& flag) {
+  const CLI::Option* option = app ? app->get_option_no_throw(flag) : nullptr;
+  if (!option) return nullptr;
+  if (option->count() > 0) return fmt::format("{}", fmt::join(option->results(), ","));
+  if (option->get_default_str().empty()) return nullptr;
+  return option->get_default_str();
+}
+
+// Gives a layout flag its checkpoint value as if it were typed: the flag's checks, then its variable.
+void give_back(CLI::App* app, const std::string& flag, const std::string& value, const std::string& state_file) {
+  CLI::Option* option = app->get_option(flag);
+  option->clear();
+  option->add_result(value);
+  try {
+    option->run_callback();
+  } catch (const CLI::ParseError& e) {
+    usage("{}: options.{} (what {} sets): {}", state_file, key_of(flag), flag, comm::cli::readable(e));
+  }
+}
+
+// Resumes the layout flags: a typed one wins (and is named as a change), the others come back.
+void continue_saved_layout(const nlohmann::json& saved, TrainOptions& o, const std::string& state_file,
+                           std::vector<std::string>& changed) {
+  for (const std::string& flag : o.layout_flags) {
+    const std::string key = key_of(flag);
+    if (!saved.contains(key) || saved.at(key).is_null()) continue;  // older checkpoint, or the default
+    const nlohmann::json& was = saved.at(key);
+    if (!was.is_string()) usage("{}: options.{} = {} is not a value {} takes", state_file, key, was.dump(), flag);
+    if (o.explicit_flags.count(flag) == 0)
+      give_back(o.app, flag, was.get<std::string>(), state_file);
+    else if (const nlohmann::json now = typed_value(o.app, flag); now != was)
+      changed.push_back(fmt::format("{} {} → {}", key, was.get<std::string>(), now.get<std::string>()));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOptions& o,
+                                            const std::string& state_file) {
   std::vector<std::string> changed;
+  if (o.app) continue_saved_layout(saved, o, state_file, changed);
   for (const RunSetting& s : run_settings()) {
     if (!saved.contains(s.key)) continue;  // an older checkpoint: the flag's value stands
     const nlohmann::json was = saved.at(s.key), now = s.get(o);
     if (o.explicit_flags.count(s.flag) == 0) {
+      if (const std::string error = check_as_typed(o.app, s.flag, was); !error.empty())
+        usage("{}: options.{} (what {} sets) {}", state_file, s.key, s.flag, error);
       try {
         s.set(o, was);
       } catch (const nlohmann::json::exception&) {
-        usage("the checkpoint's option {}={} is not valid", s.key, was.dump());
+        usage("{}: options.{} = {} is not a value {} takes", state_file, s.key, was.dump(), s.flag);
       }
     } else if (was != now) {
       auto show = [](const nlohmann::json& v) {
@@ -245,6 +321,7 @@ nn::LrSchedule lr_schedule(const TrainOptions& o) {
 nlohmann::json to_json(const TrainOptions& o) {
   nlohmann::json j = nlohmann::json::object();
   for (const RunSetting& s : run_settings()) j[s.key] = s.get(o);
+  for (const std::string& flag : o.layout_flags) j[key_of(flag)] = typed_value(o.app, flag);
   return j;
 }
 

@@ -74,6 +74,11 @@ struct TrainOptions {
   std::string program = "train_dp";               // argv[0], for the commands the program suggests
   std::set<std::string> explicit_flags;           // every flag the user typed, e.g. "--max-iters"
   std::vector<std::string> explicit_model_flags;  // model flags the user typed, e.g. "n_layer"
+  CLI::App* app = nullptr;                        // the parsed command line: its checks apply to loaded values
+  // The program's own flags that shape the run (its layout and schedule: train_pp's "--dp",
+  // "--schedule", …), kept with the checkpoint and given back by --resume like the settings
+  // above: through the flag itself, so its checks and its variable are the command line's.
+  std::vector<std::string> layout_flags;
 };
 
 // Longest sample a flag may ask for: a bigger one is a typo, not a request to wait hours.
@@ -81,7 +86,7 @@ inline constexpr int kMaxSampleTokens = 100000;
 
 void add_train_options(CLI::App& app, TrainOptions& options);
 // After parsing: cross-flag checks; throws comm::UsageError with one line naming the flag.
-void finish_train_options(const CLI::App& app, TrainOptions& options);
+void finish_train_options(CLI::App& app, TrainOptions& options);
 
 // Fails when a checkpoint's model config contradicts a model flag the user gave explicitly.
 void check_config_against_flags(const nn::GPTConfig& checkpoint, const TrainOptions& options);
@@ -92,8 +97,10 @@ nlohmann::json to_json(const TrainOptions& options);
 
 // --resume: takes every recorded setting the user did not type again from the checkpoint's
 // options (so a resumed run continues *that* run); returns the ones a typed flag changed,
-// as "max_iters 800 → 1000".
-std::vector<std::string> continue_saved_run(const nlohmann::json& saved_options, TrainOptions& options);
+// as "max_iters 800 → 1000". Each value passes its flag's checks first, or the run ends with
+// one line naming `state_file` and the key.
+std::vector<std::string> continue_saved_run(const nlohmann::json& saved_options, TrainOptions& options,
+                                            const std::string& state_file);
 
 // The learning-rate schedule with its defaults resolved (lr_decay_iters 0 → max_iters).
 nn::LrSchedule lr_schedule(const TrainOptions& options);

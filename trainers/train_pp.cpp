@@ -121,6 +121,11 @@ void print_sample(Pipeline& pipe, const nn::CharVocabulary& vocabulary, const Tr
 
 // ---- the modes ---------------------------------------------------------------------------
 
+void check_replicas(const PipelineOptions& p, comm::Communicator& world) {
+  if (world.size() % p.dp != 0)
+    throw comm::UsageError(fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
+}
+
 void eval_only(const TrainOptions& o, const PipelineOptions& p, comm::Communicator& world) {
   const Start start = read_start(o, o.init_from, world);
   const Splits data = load_data(o, world);
@@ -152,8 +157,9 @@ void sample_only(const TrainOptions& o, const PipelineOptions& p, comm::Communic
 
 // ---- training ----------------------------------------------------------------------------
 
-void train(const TrainOptions& options, const PipelineOptions& p, comm::Communicator& world) {
-  const RunStart run = begin_run(options, world);
+void train(TrainOptions& options, const PipelineOptions& p, comm::Communicator& world) {
+  const RunStart run = begin_run(options, world);  // on --resume, p holds the checkpoint's layout now
+  check_replicas(p, world);
   const TrainOptions& o = run.o;
   const Splits& data = run.data;
   const nn::GPTConfig& config = run.start.config;
@@ -181,7 +187,8 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
                        grid.dp_rank, grid.dp);
   auto averager = make_gradient_averager(o.ddp, model, grid.dp_group, static_cast<std::size_t>(o.bucket_mb * 1e6));
   parallel::PipelineStage stage(pipe.stage_model, grid.pp_group, M, B / M, T);
-  const int64_t tokens_per_step = static_cast<int64_t>(grid.dp) * B * T;
+  const StepBatch step_batch{grid.dp, static_cast<int64_t>(grid.dp) * B};
+  const int64_t tokens_per_step = step_batch.sequences * T;
   // FLOPs per token of the whole model (every stage's work adds up to it).
   TrainingLog log(o, world, first_step, tokens_per_step, nn::flops_per_token(config, T), run.checkpoint_dir);
 
@@ -196,7 +203,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
             data.dir.string(), data.origin, o.sampling);
   comm::say("global batch: {} pipeline(s) × {} micro-batches × {} × block {} = {} tokens per step", grid.dp, M, B / M,
             T, tokens_per_step);
-  say_resume(run, N);
+  say_run_notes(run, N, step_batch);
 
   // --trace: spans of the first --trace-steps steps.
   Trace trace(world);
@@ -208,7 +215,7 @@ void train(const TrainOptions& options, const PipelineOptions& p, comm::Communic
   auto save = [&](int64_t steps_done) {
     if (grid.dp_rank == 0)
       parallel::save_pipeline_checkpoint(run.checkpoint_dir, model, optimizer,
-                                         train_state(run, steps_done, N, last_val), grid.pp_group);
+                                         train_state(run, steps_done, N, step_batch, last_val), grid.pp_group);
     log.saved(steps_done);
   };
   auto evaluate = [&](int64_t step) {
@@ -382,13 +389,12 @@ int main(int argc, char** argv) {
     app.add_option("--skip-send-at-step", p.skip_send_at_step,
                    "testing: rank --crash-rank skips its sends at this step")
         ->check(comm::cli::whole(0));
+    options.layout_flags = {"--dp", "--stage-layers", "--schedule", "--micro-batches"};
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];
     comm::Communicator& world = trainers::start_trainer(runtime, comm_options, options);
-    if (world.size() % p.dp != 0)
-      throw comm::UsageError(
-          fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
+    if (!options.resume) check_replicas(p, world);  // a resumed run's --dp may come from its checkpoint
     if (options.eval_only)
       eval_only(options, p, world);
     else if (options.sample_only)

@@ -34,7 +34,7 @@ namespace {
 
 using namespace trainers;
 
-void train(const TrainOptions& options, const GridShape& shape, comm::Communicator& world) {
+void train(TrainOptions& options, const GridShape& shape, comm::Communicator& world) {
   const RunStart run = begin_run(options, world);
   const TrainOptions& o = run.o;
   const Splits& data = run.data;
@@ -53,7 +53,8 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
   // One sampler for the whole group: every rank draws the same batch.
   BatchSampler sampler(data.train, T, B, K, o.sampling == "partition" ? Sampling::partition : Sampling::random, o.seed,
                        0, 1);
-  const int64_t tokens_per_step = static_cast<int64_t>(K) * B * T;
+  const StepBatch step_batch{1, static_cast<int64_t>(K) * B};
+  const int64_t tokens_per_step = step_batch.sequences * T;
   TrainingLog log(o, world, first_step, tokens_per_step, nn::flops_per_token(config, T), run.checkpoint_dir);
 
   comm::say("train_tp: {} tensor-parallel ranks{}; GEMM {}, backend {}", N,
@@ -65,12 +66,12 @@ void train(const TrainOptions& options, const GridShape& shape, comm::Communicat
             data.dir.string(), data.origin, o.sampling);
   comm::say("batch: {} micro-step(s) × {} × block {} = {} tokens per step, the same on every rank", K, B, T,
             tokens_per_step);
-  say_resume(run, N);
+  say_run_notes(run, N, step_batch);
 
   Trace trace(world);
   std::optional<float> last_val;
   auto save = [&](int64_t steps_done) {
-    g.save(run.checkpoint_dir, optimizer, train_state(run, steps_done, N, last_val));
+    g.save(run.checkpoint_dir, optimizer, train_state(run, steps_done, N, step_batch, last_val));
     log.saved(steps_done);
   };
   auto evaluate = [&](int64_t step) {
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
     GridShape shape;
     app.add_flag("--sequence-parallel", shape.sequence_parallel,
                  "shard layernorm and dropout along the sequence over the ranks (Megatron-SP)");
+    options.layout_flags = {"--sequence-parallel"};
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];
