@@ -44,6 +44,35 @@ void write_interrupt_note(int signal) {
   };
   put(note[0] ? note : (signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)"));
   put("\n");
+  // On stderr: once mpiexec is ending the job it no longer forwards the ranks' stdout (a note
+  // written there is lost, tried). It forwards each stream on its own, so a step line printed
+  // just before the signal can still show after the note.
+  [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
+}
+
+// A signal from a process other than the launcher (mpiexec or its daemon, this rank's
+// parent) or the terminal: someone signalled this rank alone. Named in one line, so that
+// the interrupt is not taken for a Ctrl-C of the whole job. Async-signal-safe.
+void say_outside_signal(int signal, pid_t sender) {
+  char line[160];
+  std::size_t n = 0;
+  auto put = [&](const char* text) {
+    while (*text && n < sizeof line - 1) line[n++] = *text++;
+  };
+  auto put_number = [&](long value) {
+    char digits[24];
+    int k = 0;
+    do digits[k++] = static_cast<char>('0' + value % 10);
+    while ((value /= 10) > 0 && k < 23);
+    while (k > 0 && n < sizeof line - 1) line[n++] = digits[--k];
+  };
+  StatusBoard* board = g_board.load();
+  put("rank ");
+  put_number(board ? board->world_rank() : 0);
+  put(signal == SIGINT ? " received SIGINT" : " received SIGTERM");
+  put(" from process ");
+  put_number(sender);
+  put(", not from the launcher: this rank ends, and with it the job\n");
   [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
 }
 
@@ -74,8 +103,10 @@ bool job_failed(StatusBoard* board) {
 // SIGINT / SIGTERM. mpiexec passes a Ctrl-C on to every rank as SIGTERM, and also sends
 // SIGTERM when it tears the job down because a rank died. The first gets one line from
 // rank 0 (the note), the second the watchdog's report from the ranks that were waiting.
-void on_termination_signal(int signal) {
+void on_termination_signal(int signal, siginfo_t* info, void*) {
   StatusBoard* board = g_board.load();
+  if (info && info->si_code == SI_USER && info->si_pid != 0 && info->si_pid != getppid())
+    say_outside_signal(signal, info->si_pid);
   const bool failed_here = job_failed(board);
   if (!failed_here && g_waiting && g_exchange.load()) {
     // Nothing failed on this node, but this board cannot see the others: the wait loop asks
@@ -148,8 +179,12 @@ bool has_watchdog() { return g_watchdog != nullptr; }
 void install_termination_report() {
   g_board = g_watchdog ? &g_watchdog->board() : nullptr;
   g_exchange = g_watchdog && g_watchdog->spans_nodes() ? g_watchdog->exchange() : nullptr;
-  std::signal(SIGTERM, on_termination_signal);
-  std::signal(SIGINT, on_termination_signal);
+  struct sigaction action {};
+  action.sa_sigaction = on_termination_signal;
+  action.sa_flags = SA_SIGINFO;  // the sender's pid: the launcher, or someone signalling one rank
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 }
 
 void uninstall_termination_report() {
@@ -410,6 +445,8 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
   add(fmt::format("did not arrive in {} and their node gave no answer (state unknown)", my_call), unknown);
   for (auto it = elsewhere.begin(); it != elsewhere.end(); ++it)
     if (it != majority) add("called " + it->first, it->second);
+  // Never "every rank has arrived" beside a rank that has not.
+  if (diagnosis.empty() && !missing.empty()) add(fmt::format("did not arrive in {}", my_call), missing);
   std::string line = diagnosis.empty() ? std::string("every rank has arrived (the wait is inside the transport)")
                                        : fmt::format("{} where {} called {}", fmt::join(diagnosis, "; "),
                                                      ranks_phrase(majority->second), majority->first);

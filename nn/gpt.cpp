@@ -40,8 +40,8 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   auto read_whole = [&](const char* name, int& target) {
     const nlohmann::json& v = field(name);
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > std::numeric_limits<int>::max())
-      fail("GPT config: field '{}' must be a whole number from 1 to {}, got {}", name,
-           std::numeric_limits<int>::max(), v.dump());
+      fail("GPT config: field '{}' must be a whole number from 1 to {}, got {}", name, std::numeric_limits<int>::max(),
+           v.dump());
     target = v.get<int>();
   };
   read_whole("n_layer", c.n_layer);

@@ -385,8 +385,8 @@ TEST_CASE("every output location is checked before step 0") {
                                 (work_dir() / "m.xml").string()),
                 "m.xml: the file name must end in .csv or .jsonl");
   const std::string trace_under_file = (blocker / "t.json").string();
-  auto t = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("trace_blocked") + " --trace " +
-                           trace_under_file);
+  auto t = train_dp(
+      2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("trace_blocked") + " --trace " + trace_under_file);
   usage_failure(t, "--trace " + blocker.string() + ": cannot write there");
   CHECK_THAT(t.output, !Catch::Contains("step 1/"));
   usage_failure(train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + out("trace_folder") + " --trace " +
@@ -410,8 +410,10 @@ TEST_CASE("values loaded from a checkpoint pass their flags' checks: one line na
     return train_dp(2, common + " --resume --max-iters 4 --out-dir " + out("edited"));
   };
   const std::string where = state_file.string() + ": ";
-  usage_failure(resume_edited("/train_state/step", -5), where + "step must be a whole number from 0 to 2147483647, got -5");
-  usage_failure(resume_edited("/train_state/step", 1e30), where + "step must be a whole number from 0 to 2147483647, got 1e+30");
+  usage_failure(resume_edited("/train_state/step", -5),
+                where + "step must be a whole number from 0 to 2147483647, got -5");
+  usage_failure(resume_edited("/train_state/step", 1e30),
+                where + "step must be a whole number from 0 to 2147483647, got 1e+30");
   usage_failure(resume_edited("/train_state/options/batch_size", 0),
                 where + "options.batch_size (what --batch-size sets) must be a whole number ≥ 1, got 0");
   usage_failure(resume_edited("/train_state/options/min_lr", -1),
@@ -421,9 +423,16 @@ TEST_CASE("values loaded from a checkpoint pass their flags' checks: one line na
   usage_failure(resume_edited("/train_state/options/sampling", "sideways"), where + "options.sampling");
   usage_failure(resume_edited("/config/n_layer", 1e300),
                 where + "GPT config: field 'n_layer' must be a whole number from 1 to 2147483647, got 1e+300");
-  usage_failure(resume_edited("/config/vocab_size", 1e12),
-                where + "GPT config: field 'vocab_size' must be a whole number from 1 to 2147483647, got 1000000000000.0");
+  usage_failure(
+      resume_edited("/config/vocab_size", 1e12),
+      where + "GPT config: field 'vocab_size' must be a whole number from 1 to 2147483647, got 1000000000000.0");
   usage_failure(resume_edited("/optimizer/steps", -3), where + "optimizer.steps must be a whole number ≥ 0, got -3");
+  // Training from a checkpoint's weights (no --resume, no --eval-only) is said, not silent.
+  auto tuned = train_dp(
+      2, common + " --max-iters 1 --init-from " + checkpoint("edit_me").string() + " --out-dir " + out("fine_tuned"));
+  CHECK(tuned.status == 0);
+  CHECK_THAT(tuned.output, Catch::Contains("fine-tuning from " + checkpoint("edit_me").string() +
+                                           ": its weights, a fresh optimizer, from step 0"));
 }
 
 TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it from the resumed step") {
@@ -496,8 +505,35 @@ TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume
   CHECK_THAT(r.output, Catch::Contains("resume with: mpiexec -n 2 " + std::string(TRAIN_DP) + " --resume --out-dir"));
   CHECK_THAT(r.output, !Catch::Contains("exit=0"));
   CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
-  // And the checkpoint it names resumes.
+  // And the checkpoint it names resumes; a checkpoint.tmp that an interrupt left half-written
+  // (made here by hand) is gone after it.
+  const fs::path half_written = fs::path(out("interrupted")) / "checkpoint.tmp";
+  fs::create_directories(half_written);
+  std::ofstream(half_written / "model.safetensors") << "half";
   CHECK(train_dp(2, tiny(shakespeareish()) + " --resume --max-iters 9 --out-dir " + out("interrupted")).status == 0);
+  CHECK_FALSE(fs::exists(half_written));
+}
+
+TEST_CASE("SIGTERM to one rank from outside the launcher: that rank is named, then the usual note") {
+  fs::remove_all(out("one_rank_signalled"));
+  const fs::path log = work_dir() / "one_rank_signalled.log";
+  const std::string command =
+      mpirun(2, TRAIN_DP,
+             tiny(shakespeareish()) + " --max-iters 1000000 --ckpt-interval 3 --out-dir " + out("one_rank_signalled"));
+  // Rank 1 is the train_dp process whose environment says OMPI_COMM_WORLD_RANK=1.
+  const std::string script = fmt::format(
+      "{} > {} 2>&1 & pid=$!; for i in $(seq 600); do [ -f {}/state.json ] && break; sleep 0.1; done; "
+      "for p in $(pgrep -f {}.*one_rank_signalled); do tr \"\\0\" \"\\n\" < /proc/$p/environ | "
+      "grep -qx OMPI_COMM_WORLD_RANK=1 && kill -TERM $p; done; wait $pid; echo exit=$?; cat {}",
+      command, log.string(), checkpoint("one_rank_signalled").string(), fs::path(TRAIN_DP).filename().string(),
+      log.string());
+  auto r = run_command("bash -c '" + script + "'");
+  INFO(r.output);
+  CHECK_THAT(r.output, Catch::Contains("rank 1 received SIGTERM from process "));
+  CHECK_THAT(r.output, Catch::Contains("not from the launcher: this rank ends, and with it the job"));
+  CHECK_THAT(r.output, Catch::Contains("interrupted at step"));
+  CHECK_THAT(r.output, !Catch::Contains("rank 0 received"));
+  CHECK_THAT(r.output, !Catch::Contains("exit=0"));
 }
 
 namespace {

@@ -140,7 +140,8 @@ TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (-
   REQUIRE(resumed.status == 0);
   CHECK_THAT(resumed.output, Catch::Contains("2 pipeline(s) × 2 stages, schedule gpipe, 2 micro-batches of 2"));
   CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
-  CHECK(same_bytes(checkpoint("pp_uninterrupted") / "model.safetensors", checkpoint("pp_ctrl_c") / "model.safetensors"));
+  CHECK(
+      same_bytes(checkpoint("pp_uninterrupted") / "model.safetensors", checkpoint("pp_ctrl_c") / "model.safetensors"));
   CHECK(same_bytes(checkpoint("pp_uninterrupted") / "optimizer.safetensors",
                    checkpoint("pp_ctrl_c") / "optimizer.safetensors"));
   // A layout flag typed again wins, and the log names the change.

@@ -137,7 +137,8 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
   INFO("$ " << command << "\n" << resumed.output);
   REQUIRE(resumed.status == 0);
   CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
-  CHECK(same_bytes(checkpoint("3d_uninterrupted") / "model.safetensors", checkpoint("3d_ctrl_c") / "model.safetensors"));
+  CHECK(
+      same_bytes(checkpoint("3d_uninterrupted") / "model.safetensors", checkpoint("3d_ctrl_c") / "model.safetensors"));
   CHECK(same_bytes(checkpoint("3d_uninterrupted") / "optimizer.safetensors",
                    checkpoint("3d_ctrl_c") / "optimizer.safetensors"));
   // A checkpoint's layout that this job's rank count cannot hold: one line that names it.
@@ -161,6 +162,21 @@ TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and
   REQUIRE(three_d.status == 0);
   CHECK(val_loss_full(dp.output) == val_loss_full(tp.output));
   CHECK(val_loss_full(dp.output) == val_loss_full(three_d.output));
+  // And in every other layout and rank count: the windows' losses are summed in one order.
+  const std::vector<std::pair<int, std::string>> layouts = {{2, std::string(TRAIN_DP)},
+                                                            {3, std::string(TRAIN_DP)},
+                                                            {4, std::string(TRAIN_DP)},
+                                                            {5, std::string(TRAIN_DP)},
+                                                            {3, std::string(TRAIN_DP) + " --zero 3"},
+                                                            {3, std::string(TRAIN_PP) + " --dp 3"},
+                                                            {4, std::string(TRAIN_PP) + " --dp 2"},
+                                                            {3, std::string(TRAIN_3D) + " --dp 3"}};
+  for (const auto& [ranks, program] : layouts) {
+    auto r = run_command(mpirun(ranks, program, common() + from));
+    INFO("mpiexec -n " << ranks << " " << program << "\n" << r.output);
+    REQUIRE(r.status == 0);
+    CHECK(val_loss_full(r.output) == val_loss_full(dp.output));
+  }
   // Samples: every tp rank draws the same token from the gathered logits.
   auto sample = train_tp(
       2, "--sample-only --sample-tokens 30 --prompt 'the king' --init-from " + checkpoint("3d_straight").string());

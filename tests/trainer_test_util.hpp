@@ -30,7 +30,7 @@ inline fs::path work_dir() {
   if (first) {
     std::string slug;  // "bad input: one line" -> "bad_input_one_line", cut short, plus a hash
     for (char c : name.substr(0, 48)) slug += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    at->second = fs::path(TEST_WORK_DIR) / fmt::format("{}-{:08x}", slug, std::hash<std::string>{}(name) & 0xffffffffu);
+    at->second = fs::path(TEST_WORK_DIR) / fmt::format("{}-{:08x}", slug, std::hash<std::string>{}(name)&0xffffffffu);
     fs::remove_all(at->second);
     fs::create_directories(at->second);
   }

@@ -167,7 +167,8 @@ void check_writable(const fs::path& dir, const std::string& flag) {
 }
 
 void check_output_file(const fs::path& file, const std::string& flag) {
-  if (fs::is_directory(file)) throw comm::UsageError(fmt::format("{} {}: is a folder, not a file", flag, file.string()));
+  if (fs::is_directory(file))
+    throw comm::UsageError(fmt::format("{} {}: is a folder, not a file", flag, file.string()));
   check_writable(file.has_parent_path() ? file.parent_path() : fs::path("."), flag);
 }
 
@@ -252,6 +253,10 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
     ::gethostname(host, sizeof host - 1);
     run.out_dir_lock = std::make_shared<OutDirLock>(
         o.out_dir, fmt::format("{}, pid {} on {}", fs::path(o.program).filename().string(), ::getpid(), host));
+    // A checkpoint being written when the last run in this folder was interrupted: never
+    // swapped in (nn::save_checkpoint), so nothing to keep. This run holds the folder now.
+    std::error_code ignored;
+    fs::remove_all(fs::path(o.out_dir) / "checkpoint.tmp", ignored);
     check_output_file(o.metrics, "--metrics");
     if (!o.trace.empty()) check_output_file(o.trace, "--trace");
   });
@@ -282,8 +287,7 @@ void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
   if (o.schedule.decay && o.max_iters > 0 && o.max_iters <= o.schedule.warmup_iters)
     comm::say("warning: --max-iters {} ≤ --warmup-iters {}: the learning rate never leaves its warm-up", o.max_iters,
               o.schedule.warmup_iters);
-  if (!o.init_from.empty())
-    comm::say("fine-tuning from {}: its weights, a fresh optimizer, from step 0", o.init_from);
+  if (!o.init_from.empty()) comm::say("fine-tuning from {}: its weights, a fresh optimizer, from step 0", o.init_from);
   if (!o.resume) return;
   comm::say("resuming from {} at step {} of {}, with the checkpoint's settings", run.checkpoint_dir.string(),
             run.first_step(), run.o.max_iters);
@@ -299,9 +303,10 @@ void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
   const StepBatch was{saved.at("replicas").get<int>(), saved.at("global_batch").get<int64_t>()};
   auto replicas = [](int n) { return fmt::format("{} data-parallel replica{}", n, n == 1 ? "" : "s"); };
   if (was.sequences != now.sequences)
-    comm::say("note: the checkpoint's steps took {} sequences ({}), this job's take {} ({}): training continues "
-              "with the new global batch",
-              was.sequences, replicas(was.replicas), now.sequences, replicas(now.replicas));
+    comm::say(
+        "note: the checkpoint's steps took {} sequences ({}), this job's take {} ({}): training continues "
+        "with the new global batch",
+        was.sequences, replicas(was.replicas), now.sequences, replicas(now.replicas));
   else if (was.replicas != now.replicas)
     comm::say("note: the checkpoint was trained by {}, this job has {}: the same {} sequences per step",
               replicas(was.replicas), replicas(now.replicas), now.sequences);

@@ -220,8 +220,8 @@ int main(int argc, char** argv) {
     app.add_option("--micro-batches", s.micro_batches, "micro-batches M per step (must divide --batch-size)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
-    options.layout_flags = {"--dp",       "--pp",       "--tp", "--sequence-parallel", "--stage-layers",
-                            "--schedule", "--micro-batches"};
+    options.layout_flags = {"--dp",           "--pp",       "--tp",           "--sequence-parallel",
+                            "--stage-layers", "--schedule", "--micro-batches"};
     comm::parse(app, argc, argv);
     trainers::finish_train_options(app, options);
     options.program = argv[0];

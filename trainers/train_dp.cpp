@@ -192,8 +192,8 @@ void train(TrainOptions& options, comm::Communicator& world) {
 
   std::optional<Evaluation> last_eval;
   auto save = [&](int64_t steps_done) {
-    update->save(run.checkpoint_dir,
-                 train_state(run, steps_done, N, step_batch, last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
+    update->save(run.checkpoint_dir, train_state(run, steps_done, N, step_batch,
+                                                 last_eval ? std::optional(last_eval->val_loss) : std::nullopt));
     log.saved(steps_done);
   };
   auto evaluate_and_sample = [&](int64_t step, bool sample) {  // with every parameter present (ZeRO-3 gathers them)

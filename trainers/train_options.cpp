@@ -108,8 +108,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--resume", o.resume,
                "continue the run in <out-dir>/checkpoint (its settings, unless flags override them)");
-  app.add_option("--init-from", o.init_from,
-                 "start from this checkpoint directory's weights (fine-tuning), or read it with --eval-only / --sample-only");
+  app.add_option(
+      "--init-from", o.init_from,
+      "start from this checkpoint directory's weights (fine-tuning), or read it with --eval-only / --sample-only");
   app.add_flag("--eval-only", o.eval_only, "print the exact val loss of --init-from and stop");
   app.add_flag("--sample-only", o.sample_only, "print a sample from --init-from and stop");
   app.add_option("--trace", o.trace,

@@ -123,7 +123,8 @@ void print_sample(Pipeline& pipe, const nn::CharVocabulary& vocabulary, const Tr
 
 void check_replicas(const PipelineOptions& p, comm::Communicator& world) {
   if (world.size() % p.dp != 0)
-    throw comm::UsageError(fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
+    throw comm::UsageError(
+        fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world.size()));
 }
 
 void eval_only(const TrainOptions& o, const PipelineOptions& p, comm::Communicator& world) {
