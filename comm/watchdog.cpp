@@ -67,8 +67,12 @@ void say_outside_signal(int signal, pid_t sender) {
     while (k > 0 && n < sizeof line - 1) line[n++] = digits[--k];
   };
   StatusBoard* board = g_board.load();
-  put("rank ");
-  put_number(board ? board->world_rank() : 0);
+  if (board) {
+    put("rank ");
+    put_number(board->world_rank());
+  } else {
+    put("a rank");  // the board is already gone (the rank is ending)
+  }
   put(signal == SIGINT ? " received SIGINT" : " received SIGTERM");
   put(" from process ");
   put_number(sender);
@@ -181,7 +185,9 @@ void install_termination_report() {
   g_exchange = g_watchdog && g_watchdog->spans_nodes() ? g_watchdog->exchange() : nullptr;
   struct sigaction action {};
   action.sa_sigaction = on_termination_signal;
-  action.sa_flags = SA_SIGINFO;  // the sender's pid: the launcher, or someone signalling one rank
+  // SA_SIGINFO: the sender's pid (the launcher, or someone signalling one rank); SA_RESTART:
+  // a system call the handler interrupts resumes, as with std::signal.
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);

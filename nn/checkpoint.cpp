@@ -127,6 +127,8 @@ CheckpointInfo read_checkpoint_info(const fs::path& requested) {
     fail("{}: {}", where, e.what());
   }
   info.train_state = state["train_state"];
+  if (!info.train_state.is_null() && !info.train_state.is_object())
+    fail("{}: train_state must be an object, got {}", where, info.train_state.dump());
   return info;
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "run_command.hpp"
 
@@ -126,7 +127,9 @@ int main(int argc, char** argv) {
   const CommandResult probe =
       run_command(launch(1, program("comm_bench", COMM_BENCH) + " --device cuda -b 8 -e 8 -n 1 -w 0"));
   const bool gpu = probe.status == 0;
-  const std::string wanted = argc > 1 ? argv[1] : "";  // ctest passes the tag: [gpu] or [no-gpu]
+  std::string wanted;  // the tag ctest (or the user) passes: [gpu] or [no-gpu], among Catch2's options
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "[gpu]" || std::string_view(argv[i]) == "[no-gpu]") wanted = argv[i];
   if ((wanted == "[gpu]" && !gpu) || (wanted == "[no-gpu]" && gpu)) {
     std::printf("skipped: %s\n", gpu ? "this machine has a GPU (the [gpu] tests run instead)"
                                      : "no GPU here (the [no-gpu] tests run instead)");

@@ -427,6 +427,8 @@ TEST_CASE("values loaded from a checkpoint pass their flags' checks: one line na
       resume_edited("/config/vocab_size", 1e12),
       where + "GPT config: field 'vocab_size' must be a whole number from 1 to 2147483647, got 1000000000000.0");
   usage_failure(resume_edited("/optimizer/steps", -3), where + "optimizer.steps must be a whole number ≥ 0, got -3");
+  usage_failure(resume_edited("/train_state", 5), where + "train_state must be an object, got 5");
+  usage_failure(resume_edited("/train_state/vocabulary", 5), "the checkpoint's vocabulary is not text: 5");
   // Training from a checkpoint's weights (no --resume, no --eval-only) is said, not silent.
   auto tuned = train_dp(
       2, common + " --max-iters 1 --init-from " + checkpoint("edit_me").string() + " --out-dir " + out("fine_tuned"));

@@ -141,9 +141,14 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
       same_bytes(checkpoint("3d_uninterrupted") / "model.safetensors", checkpoint("3d_ctrl_c") / "model.safetensors"));
   CHECK(same_bytes(checkpoint("3d_uninterrupted") / "optimizer.safetensors",
                    checkpoint("3d_ctrl_c") / "optimizer.safetensors"));
-  // A checkpoint's layout that this job's rank count cannot hold: one line that names it.
+  // Another rank count: the layout comes from the command line, and a refusal says so.
   usage_failure(train_3d(2, common() + " --resume --out-dir " + out("3d_ctrl_c")),
-                "2 ranks cannot be --dp 1 × --pp 2 × --tp 2 = 4");
+                "2 ranks cannot be --dp 1 × --pp 1 × --tp 1 = 1: run D·P·T ranks; the layout comes from this command "
+                "line: the checkpoint's was for train_3d on 4 ranks");
+  // The same rank count with one layout flag typed again: the refusal names what came back.
+  usage_failure(train_3d(4, common() + " --resume --tp 4 --out-dir " + out("3d_ctrl_c")),
+                "4 ranks cannot be --dp 1 × --pp 2 × --tp 4 = 8: run D·P·T ranks (from the checkpoint: --dp 1 --pp 2 "
+                "--sequence-parallel true --schedule 1f1b --micro-batches 2; a flag typed again changes it)");
 }
 
 TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and under another layout") {

@@ -113,7 +113,9 @@ void check_fits(const Splits& data, int block_size) {
 
 void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab,
                       const fs::path& data_dir) {
-  const std::string saved = train_state.value("vocabulary", std::string());
+  const nlohmann::json& v = train_state.contains("vocabulary") ? train_state.at("vocabulary") : nlohmann::json("");
+  if (!v.is_string()) throw comm::UsageError(fmt::format("the checkpoint's vocabulary is not text: {}", v.dump()));
+  const std::string saved = v.get<std::string>();
   if (saved != data_vocab.chars())
     throw comm::UsageError(
         fmt::format("vocabulary mismatch: the checkpoint was trained on {} characters, the data in {} "
@@ -223,7 +225,8 @@ Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Commun
 
 // The step a checkpoint was written after: a whole number a run can reach (--max-iters's range).
 void check_saved_step(const nlohmann::json& train_state, const std::string& state_file) {
-  const nlohmann::json step = train_state.value("step", nlohmann::json());
+  const nlohmann::json step =
+      train_state.is_object() && train_state.contains("step") ? train_state.at("step") : nlohmann::json();
   if (!step.is_number_integer() || step.get<int64_t>() < 0 || step.get<int64_t>() > std::numeric_limits<int>::max())
     throw comm::UsageError(fmt::format("{}: step must be a whole number from 0 to {}, got {}", state_file,
                                        std::numeric_limits<int>::max(), step.dump()));
@@ -253,10 +256,12 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
     ::gethostname(host, sizeof host - 1);
     run.out_dir_lock = std::make_shared<OutDirLock>(
         o.out_dir, fmt::format("{}, pid {} on {}", fs::path(o.program).filename().string(), ::getpid(), host));
-    // A checkpoint being written when the last run in this folder was interrupted: never
-    // swapped in (nn::save_checkpoint), so nothing to keep. This run holds the folder now.
+    // A checkpoint being written when the last run in this folder was interrupted, never
+    // swapped in: nothing to keep while a complete checkpoint/ stands (without one, the
+    // interrupt came inside nn::save_checkpoint's swap and the .tmp may be the newest: kept).
+    // This run holds the folder now.
     std::error_code ignored;
-    fs::remove_all(fs::path(o.out_dir) / "checkpoint.tmp", ignored);
+    if (fs::exists(run.checkpoint_dir / "state.json")) fs::remove_all(fs::path(o.out_dir) / "checkpoint.tmp", ignored);
     check_output_file(o.metrics, "--metrics");
     if (!o.trace.empty()) check_output_file(o.trace, "--trace");
   });
@@ -265,7 +270,17 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
   if (o.resume) {
     const std::string state_file = (run.checkpoint_dir / "state.json").string();
     check_saved_step(run.start.train_state, state_file);
-    run.changed = continue_saved_run(run.start.train_state.value("options", nlohmann::json::object()), o, state_file);
+    // The layout comes back only to the program that wrote it, on as many ranks: elsewhere a
+    // layout must change anyway, and the command line gives it.
+    const nlohmann::json& saved = run.start.train_state;
+    const nlohmann::json writer = saved.contains("program") ? saved.at("program") : nlohmann::json();
+    const nlohmann::json ranks = saved.contains("world_size") ? saved.at("world_size") : nlohmann::json();
+    const bool same_job = writer == fs::path(o.program).filename().string() && ranks == world.size();
+    run.changed = continue_saved_run(saved.value("options", nlohmann::json::object()), o, state_file,
+                                     same_job ? &run.restored_layout : nullptr);
+    if (!same_job && !o.layout_flags.empty() && writer.is_string())
+      run.layout_note = fmt::format("the layout comes from this command line: the checkpoint's was for {} on {} ranks",
+                                    writer.get<std::string>(), ranks.dump());
   }
   run.o = o;  // the run's settings are final from here
   run.data = load_data(o, world);
@@ -274,6 +289,18 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
   check_fits(run.data, run.start.config.block_size);
   check_prompt(o.prompt, run.data.vocabulary);
   return run;
+}
+
+void check_layout(const RunStart& run, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const comm::UsageError& e) {
+    if (!run.restored_layout.empty())
+      throw comm::UsageError(fmt::format("{} (from the checkpoint: {}; a flag typed again changes it)", e.what(),
+                                         fmt::join(run.restored_layout, " ")));
+    if (!run.layout_note.empty()) throw comm::UsageError(fmt::format("{}; {}", e.what(), run.layout_note));
+    throw;
+  }
 }
 
 void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
@@ -292,6 +319,7 @@ void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
   comm::say("resuming from {} at step {} of {}, with the checkpoint's settings", run.checkpoint_dir.string(),
             run.first_step(), run.o.max_iters);
   if (!run.changed.empty()) comm::say("note: flags change the run's settings: {}", fmt::join(run.changed, ", "));
+  if (!run.layout_note.empty()) comm::say("note: {}", run.layout_note);
   const nlohmann::json& saved = run.start.train_state;
   auto whole = [&saved](const char* key) { return saved.contains(key) && saved.at(key).is_number_integer(); };
   if (!whole("global_batch") || !whole("replicas")) {  // an older checkpoint: only its rank count is known
@@ -317,6 +345,7 @@ nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_si
   const TrainOptions& o = run.o;
   nlohmann::json state = {
       {"step", steps_done},
+      {"program", fs::path(o.program).filename().string()},
       {"world_size", world_size},
       {"replicas", batch.replicas},
       {"global_batch", batch.sequences},

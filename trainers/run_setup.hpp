@@ -108,6 +108,8 @@ struct RunStart {
   Start start;                           // start.config.vocab_size is the data's
   Splits data;
   std::vector<std::string> changed;          // settings a flag changed on --resume ("max_iters 800 → 1000")
+  std::vector<std::string> restored_layout;  // layout flags given back by --resume, as typed ("--dp 2")
+  std::string layout_note;                   // why a resume's layout came from the command line instead
   std::shared_ptr<OutDirLock> out_dir_lock;  // on rank 0: this run's hold on --out-dir, to its end
   int64_t first_step() const { return o.resume ? start.train_state.at("step").get<int64_t>() : 0; }
 };
@@ -121,6 +123,10 @@ struct StepBatch {
   int replicas = 1;
   int64_t sequences = 1;
 };
+
+// Runs a check of the layout (the grid, the replicas) after begin_run: on --resume its error
+// also says where the layout came from — the flags the checkpoint gave back, or why not.
+void check_layout(const RunStart& run, const std::function<void()>& check);
 
 // The notes before step 0, once every check has passed (a refused run prints only its error):
 // a warm-up longer than the run, "fine-tuning from …" (--init-from), and on --resume "resuming

@@ -55,7 +55,7 @@ void train(TrainOptions& options, const GridShape& shape, const ScheduleOptions&
   const int T = config.block_size, B = o.batch_size, M = s.micro_batches, N = world.size();
   if (B % M != 0) throw comm::UsageError(fmt::format("--micro-batches {} does not divide --batch-size {}", M, B));
   if (o.grad_accum != 1) throw comm::UsageError("train_3d: use --micro-batches instead of --grad-accum");
-  check_grid(shape, config, N);
+  check_layout(run, [&] { check_grid(shape, config, N); });
   check_memory(config, B, /*training=*/true, world);
 
   const int rank = world.rank();

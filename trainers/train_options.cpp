@@ -212,6 +212,8 @@ const std::vector<RunSetting>& run_settings() {
       setting(
           "ddp", "--ddp", [](TrainOptions & o) -> auto& { return o.ddp; }),
       setting(
+          "bucket_mb", "--bucket-mb", [](TrainOptions & o) -> auto& { return o.bucket_mb; }),
+      setting(
           "seed", "--seed", [](TrainOptions & o) -> auto& { return o.seed; }),
   };
   return settings;
@@ -246,11 +248,12 @@ std::string key_of(const std::string& flag) {
 }
 
 // A layout flag's value as it would be typed ("2", "gpipe", "3,1"): what was typed or given
-// back, else its default; null when it has neither (the program's default then stands).
+// back (the value in force: the last of a repeated flag), else its default; null when it has
+// neither (the program's default then stands).
 nlohmann::json typed_value(const CLI::App* app, const std::string& flag) {
   const CLI::Option* option = app ? app->get_option_no_throw(flag) : nullptr;
   if (!option) return nullptr;
-  if (option->count() > 0) return fmt::format("{}", fmt::join(option->results(), ","));
+  if (option->count() > 0) return fmt::format("{}", fmt::join(option->reduced_results(), ","));
   if (option->get_default_str().empty()) return nullptr;
   return option->get_default_str();
 }
@@ -267,27 +270,37 @@ void give_back(CLI::App* app, const std::string& flag, const std::string& value,
   }
 }
 
-// Resumes the layout flags: a typed one wins (and is named as a change), the others come back.
+// Resumes the layout flags: a typed one wins (and is named as a change), the others come back
+// (listed in `restored`, as typed: "--dp 2").
 void continue_saved_layout(const nlohmann::json& saved, TrainOptions& o, const std::string& state_file,
-                           std::vector<std::string>& changed) {
+                           std::vector<std::string>& changed, std::vector<std::string>& restored) {
   for (const std::string& flag : o.layout_flags) {
     const std::string key = key_of(flag);
-    if (!saved.contains(key) || saved.at(key).is_null()) continue;  // older checkpoint, or the default
-    const nlohmann::json& was = saved.at(key);
-    if (!was.is_string()) usage("{}: options.{} = {} is not a value {} takes", state_file, key, was.dump(), flag);
-    if (o.explicit_flags.count(flag) == 0)
-      give_back(o.app, flag, was.get<std::string>(), state_file);
-    else if (const nlohmann::json now = typed_value(o.app, flag); now != was)
-      changed.push_back(fmt::format("{} {} → {}", key, was.get<std::string>(), now.get<std::string>()));
+    if (!saved.contains(key)) continue;  // an older checkpoint: the flag's value stands
+    const nlohmann::json& saved_value = saved.at(key);
+    if (!saved_value.is_null() && !saved_value.is_string() && !saved_value.is_number() && !saved_value.is_boolean())
+      usage("{}: options.{} = {} is not a value {} takes", state_file, key, saved_value.dump(), flag);
+    // null: the flag was left at its default; a number or true/false as if typed.
+    const std::string was = saved_value.is_null()     ? std::string()
+                            : saved_value.is_string() ? saved_value.get<std::string>()
+                                                      : saved_value.dump();
+    if (o.explicit_flags.count(flag) == 0) {
+      if (was.empty()) continue;
+      give_back(o.app, flag, was, state_file);
+      restored.push_back(flag + " " + was);
+    } else if (const nlohmann::json now = typed_value(o.app, flag); now != nlohmann::json(was)) {
+      changed.push_back(fmt::format("{} {} → {}", key, was.empty() ? "(default)" : was,
+                                    now.is_null() ? "(default)" : now.get<std::string>()));
+    }
   }
 }
 
 }  // namespace
 
-std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOptions& o,
-                                            const std::string& state_file) {
+std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOptions& o, const std::string& state_file,
+                                            std::vector<std::string>* restored_layout) {
   std::vector<std::string> changed;
-  if (o.app) continue_saved_layout(saved, o, state_file, changed);
+  if (o.app && restored_layout) continue_saved_layout(saved, o, state_file, changed, *restored_layout);
   for (const RunSetting& s : run_settings()) {
     if (!saved.contains(s.key)) continue;  // an older checkpoint: the flag's value stands
     const nlohmann::json was = saved.at(s.key), now = s.get(o);

@@ -98,9 +98,11 @@ nlohmann::json to_json(const TrainOptions& options);
 // --resume: takes every recorded setting the user did not type again from the checkpoint's
 // options (so a resumed run continues *that* run); returns the ones a typed flag changed,
 // as "max_iters 800 → 1000". Each value passes its flag's checks first, or the run ends with
-// one line naming `state_file` and the key.
+// one line naming `state_file` and the key. With `restored_layout` the layout flags come back
+// too (the same program on the same rank count), listed there as typed ("--dp 2").
 std::vector<std::string> continue_saved_run(const nlohmann::json& saved_options, TrainOptions& options,
-                                            const std::string& state_file);
+                                            const std::string& state_file,
+                                            std::vector<std::string>* restored_layout = nullptr);
 
 // The learning-rate schedule with its defaults resolved (lr_decay_iters 0 → max_iters).
 nn::LrSchedule lr_schedule(const TrainOptions& options);

@@ -160,7 +160,7 @@ void sample_only(const TrainOptions& o, const PipelineOptions& p, comm::Communic
 
 void train(TrainOptions& options, const PipelineOptions& p, comm::Communicator& world) {
   const RunStart run = begin_run(options, world);  // on --resume, p holds the checkpoint's layout now
-  check_replicas(p, world);
+  check_layout(run, [&] { check_replicas(p, world); });
   const TrainOptions& o = run.o;
   const Splits& data = run.data;
   const nn::GPTConfig& config = run.start.config;

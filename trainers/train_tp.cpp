@@ -40,7 +40,7 @@ void train(TrainOptions& options, const GridShape& shape, comm::Communicator& wo
   const Splits& data = run.data;
   const nn::GPTConfig& config = run.start.config;
   const int T = config.block_size, B = o.batch_size, K = o.grad_accum, N = world.size();
-  check_grid(shape, config, N);
+  check_layout(run, [&] { check_grid(shape, config, N); });
   check_memory(config, B, /*training=*/true, world);
 
   const int rank = world.rank();
