@@ -490,7 +490,7 @@ TEST_CASE("resume continues the checkpoint's run: its schedule and settings, unl
   CHECK(nn::read_checkpoint_info(checkpoint("settings_resumed")).train_state.at("step") == 10);
 }
 
-TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume") {
+TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume", "[alone]") {
   fs::remove_all(out("interrupted"));
   const fs::path log = work_dir() / "interrupted.log";
   const std::string command = mpirun(
@@ -516,7 +516,7 @@ TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume
   CHECK_FALSE(fs::exists(half_written));
 }
 
-TEST_CASE("SIGTERM to one rank from outside the launcher: that rank is named, then the usual note") {
+TEST_CASE("SIGTERM to one rank from outside the launcher: that rank is named, then the usual note", "[alone]") {
   fs::remove_all(out("one_rank_signalled"));
   const fs::path log = work_dir() / "one_rank_signalled.log";
   const std::string command =

@@ -125,10 +125,11 @@ TEST_CASE("a resume under another layout compares replicas and global batches, n
                                          "data-parallel replica: the same 8 sequences per step"));
 }
 
-TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (--dp 2, GPipe, 2 micro-batches)") {
+TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (--dp 2, GPipe, 2 micro-batches)",
+          "[alone]") {
   const std::string run = common() +
-                          " --dp 2 --schedule gpipe --micro-batches 2 --batch-size 4 --dropout 0.1 --max-iters 400 "
-                          "--lr-decay-iters 400 --ckpt-interval 2 --log-interval 100";
+                          " --dp 2 --schedule gpipe --micro-batches 2 --batch-size 4 --dropout 0.1 --max-iters 1000 "
+                          "--lr-decay-iters 1000 --ckpt-interval 2 --log-interval 100";
   REQUIRE(train_pp(4, run + " --out-dir " + out("pp_uninterrupted")).status == 0);
   auto interrupted = interrupt_after_first_checkpoint(mpirun(4, TRAIN_PP, run + " --out-dir " + out("pp_ctrl_c")),
                                                       checkpoint("pp_ctrl_c"));
@@ -145,7 +146,7 @@ TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (-
   CHECK(same_bytes(checkpoint("pp_uninterrupted") / "optimizer.safetensors",
                    checkpoint("pp_ctrl_c") / "optimizer.safetensors"));
   // A layout flag typed again wins, and the log names the change.
-  auto changed = train_pp(4, common() + " --resume --max-iters 402 --micro-batches 4 --out-dir " + out("pp_ctrl_c"));
+  auto changed = train_pp(4, common() + " --resume --max-iters 1002 --micro-batches 4 --out-dir " + out("pp_ctrl_c"));
   REQUIRE(changed.status == 0);
   CHECK_THAT(changed.output, Catch::Contains("micro_batches 2 → 4"));
   CHECK_THAT(changed.output, Catch::Contains("2 pipeline(s) × 2 stages, schedule gpipe, 4 micro-batches of 1"));
@@ -154,7 +155,7 @@ TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (-
   nlohmann::json state = nlohmann::json::parse(std::ifstream(state_file));
   state["train_state"]["options"]["dp"] = "0";
   std::ofstream(state_file) << state.dump(2);
-  usage_failure(train_pp(4, common() + " --resume --max-iters 404 --out-dir " + out("pp_ctrl_c")),
+  usage_failure(train_pp(4, common() + " --resume --max-iters 1004 --out-dir " + out("pp_ctrl_c")),
                 state_file.string() + ": options.dp (what --dp sets): --dp must be a whole number ≥ 1, got 0");
 }
 

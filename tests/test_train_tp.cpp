@@ -123,10 +123,11 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on exactly (1×2×2, SP, dropout)") {
+TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on exactly (1×2×2, SP, dropout)",
+          "[alone]") {
   const std::string run = common() +
                           " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 --dropout 0.1 "
-                          "--max-iters 400 --lr-decay-iters 400 --ckpt-interval 2 --log-interval 100";
+                          "--max-iters 600 --lr-decay-iters 600 --ckpt-interval 2 --log-interval 100";
   REQUIRE(train_3d(4, run + " --out-dir " + out("3d_uninterrupted")).status == 0);
   auto interrupted = interrupt_after_first_checkpoint(mpirun(4, TRAIN_3D, run + " --out-dir " + out("3d_ctrl_c")),
                                                       checkpoint("3d_ctrl_c"));
