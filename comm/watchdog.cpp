@@ -8,6 +8,7 @@
 #include <cstring>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <map>
 #include <thread>
 
@@ -96,9 +97,18 @@ bool job_failed(StatusBoard* board) {
 // Ends this rank because of a plain interrupt: rank 0 prints the note; the board and the
 // other nodes learn that this exit is no failure. Async-signal-safe.
 [[noreturn]] void end_interrupted(StatusBoard* board, StatusExchange* exchange, int signal) {
+  constexpr auto kInterrupted = static_cast<std::int64_t>(RankState::interrupted);
   if (board) {
-    board->mine().state = static_cast<std::int64_t>(RankState::interrupted);
-    if (board->world_rank() == 0) write_interrupt_note(signal);
+    if (board->world_rank() == 0) write_interrupt_note(signal);  // then marked: the others wait for it
+    board->mine().state = kInterrupted;
+    // The first rank to exit makes Open MPI end the rest at once (SIGKILL): a rank 0 still
+    // waiting for a core would lose its note. So the others, beside rank 0 on this node,
+    // leave after it has written the note — at most half a second after.
+    if (board->world_rank() != 0 && board->slot(0).pid.load() != 0)
+      for (int i = 0; i < 50 && board->slot(0).state.load() != kInterrupted; ++i) {
+        const timespec pause{0, 10'000'000};
+        nanosleep(&pause, nullptr);
+      }
   }
   if (exchange) exchange->announce_interrupt();
   _exit(128 + signal);

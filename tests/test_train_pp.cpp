@@ -131,8 +131,8 @@ TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (-
                           " --dp 2 --schedule gpipe --micro-batches 2 --batch-size 4 --dropout 0.1 --max-iters 1000 "
                           "--lr-decay-iters 1000 --ckpt-interval 2 --log-interval 100";
   REQUIRE(train_pp(4, run + " --out-dir " + out("pp_uninterrupted")).status == 0);
-  auto interrupted = interrupt_after_first_checkpoint(mpirun(4, TRAIN_PP, run + " --out-dir " + out("pp_ctrl_c")),
-                                                      checkpoint("pp_ctrl_c"));
+  auto interrupted =
+      interrupt_until_noted(mpirun(4, TRAIN_PP, run + " --out-dir " + out("pp_ctrl_c")), checkpoint("pp_ctrl_c"));
   REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
   const std::string command = printed_resume_command(interrupted.output);
   CHECK_THAT(command, Catch::StartsWith("mpiexec -n 4 "));

@@ -129,8 +129,8 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
                           " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 --dropout 0.1 "
                           "--max-iters 600 --lr-decay-iters 600 --ckpt-interval 2 --log-interval 100";
   REQUIRE(train_3d(4, run + " --out-dir " + out("3d_uninterrupted")).status == 0);
-  auto interrupted = interrupt_after_first_checkpoint(mpirun(4, TRAIN_3D, run + " --out-dir " + out("3d_ctrl_c")),
-                                                      checkpoint("3d_ctrl_c"));
+  auto interrupted =
+      interrupt_until_noted(mpirun(4, TRAIN_3D, run + " --out-dir " + out("3d_ctrl_c")), checkpoint("3d_ctrl_c"));
   REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
   const std::string command = printed_resume_command(interrupted.output);
   CHECK_THAT(command, Catch::StartsWith("mpiexec -n 4 "));

@@ -115,6 +115,20 @@ inline CommandResult interrupt_after_first_checkpoint(const std::string& command
   return r;
 }
 
+// As above until the interrupt note is printed, at most `attempts` times (each from scratch):
+// Open MPI ends a job's ranks with SIGKILL one second after SIGTERM or when one has exited, so
+// now and then rank 0 is gone before its handler runs (docs/timeouts.md). The attempt with the
+// note, or the last.
+inline CommandResult interrupt_until_noted(const std::string& command, const fs::path& checkpoint_dir,
+                                           int attempts = 3) {
+  CommandResult r;
+  for (int i = 0; i < attempts; ++i) {
+    r = interrupt_after_first_checkpoint(command, checkpoint_dir);
+    if (r.output.find("interrupted at step") != std::string::npos) break;
+  }
+  return r;
+}
+
 // The command an interrupted run printed after "resume with: " (empty if it printed none).
 inline std::string printed_resume_command(const std::string& output) {
   const std::string marker = "resume with: ";
