@@ -128,20 +128,8 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
   const std::string run = common() +
                           " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 --dropout 0.1 "
                           "--max-iters 600 --lr-decay-iters 600 --ckpt-interval 2 --log-interval 100";
-  REQUIRE(train_3d(4, run + " --out-dir " + out("3d_uninterrupted")).status == 0);
-  auto interrupted =
-      interrupt_until_noted(mpirun(4, TRAIN_3D, run + " --out-dir " + out("3d_ctrl_c")), checkpoint("3d_ctrl_c"));
-  REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
-  const std::string command = printed_resume_command(interrupted.output);
-  CHECK_THAT(command, Catch::StartsWith("mpiexec -n 4 "));
-  auto resumed = run_command(command);
-  INFO("$ " << command << "\n" << resumed.output);
-  REQUIRE(resumed.status == 0);
-  CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
-  CHECK(
-      same_bytes(checkpoint("3d_uninterrupted") / "model.safetensors", checkpoint("3d_ctrl_c") / "model.safetensors"));
-  CHECK(same_bytes(checkpoint("3d_uninterrupted") / "optimizer.safetensors",
-                   checkpoint("3d_ctrl_c") / "optimizer.safetensors"));
+  auto resumed = ctrl_c_then_printed_resume(TRAIN_3D, 4, run, "3d_uninterrupted", "3d_ctrl_c");
+  CHECK_THAT(resumed.output, Catch::Contains("dp 1 × pp 2 × tp 2 (sequence parallel), schedule 1f1b, 2 micro-batches"));
   // Another rank count: the layout comes from the command line, and a refusal says so.
   usage_failure(train_3d(2, common() + " --resume --out-dir " + out("3d_ctrl_c")),
                 "2 ranks cannot be --dp 1 × --pp 1 × --tp 1 = 1: run D·P·T ranks; the layout comes from this command "

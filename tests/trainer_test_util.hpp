@@ -138,6 +138,27 @@ inline std::string printed_resume_command(const std::string& output) {
   return output.substr(at + marker.size(), end == std::string::npos ? std::string::npos : end - at - marker.size());
 }
 
+// `run` on `ranks` ranks of `program` twice: once to the end (into out(straight)), once
+// interrupted with Ctrl-C after its first checkpoint (into out(stopped)) and then continued by
+// the resume command it printed, run as it is. Both must end with byte-identical model and
+// optimizer files; the resumed run's result is returned for more checks.
+inline CommandResult ctrl_c_then_printed_resume(const char* program, int ranks, const std::string& run,
+                                                const std::string& straight, const std::string& stopped) {
+  REQUIRE(run_trainer(program, ranks, run + " --out-dir " + out(straight)).status == 0);
+  auto interrupted =
+      interrupt_until_noted(mpirun(ranks, program, run + " --out-dir " + out(stopped)), checkpoint(stopped));
+  REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
+  const std::string command = printed_resume_command(interrupted.output);
+  CHECK_THAT(command, Catch::StartsWith(fmt::format("mpiexec -n {} ", ranks)));
+  auto resumed = run_command(command);
+  UNSCOPED_INFO("$ " << command << "\n" << resumed.output);
+  REQUIRE(resumed.status == 0);
+  CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    CHECK(same_bytes(checkpoint(straight) / file, checkpoint(stopped) / file));
+  return resumed;
+}
+
 // One line saying what was wrong, a non-zero exit, and no crash dump.
 inline void clean_failure(const CommandResult& r, const std::string& expected) {
   CHECK(r.status != 0);
