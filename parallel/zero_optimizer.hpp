@@ -113,4 +113,12 @@ class ZeroOptimizer {
   std::size_t next_use_ = 0;
 };
 
+// The memory a rank holds under ZeRO stage `stage` by the paper's formula, float32: Ψ
+// parameters on N ranks. 0: 16Ψ; 1: 8Ψ + 8Ψ/N; 2: 4Ψ + 12Ψ/N; 3: 16Ψ/N (bytes).
+double zero_formula_bytes(int stage, double parameters, int ranks);
+// Elements each rank sends and receives per step, as the paper counts them (a reduce-scatter
+// or all-gather of Ψ moves about Ψ): 2Ψ for stages 0-2 — stage 2 reduce-scatters every
+// micro-step, so (K + 1)Ψ — and 3Ψ per micro-step for stage 3.
+double zero_traffic_elements(int stage, double parameters, int micro_steps);
+
 }  // namespace parallel

@@ -20,6 +20,9 @@
 namespace trainers {
 
 enum class Sampling { random, partition };
+inline Sampling sampling_of(const std::string& name) {  // --sampling
+  return name == "partition" ? Sampling::partition : Sampling::random;
+}
 
 struct Batch {
   std::vector<int32_t> ids;      // [B,T]

@@ -106,24 +106,4 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
   return std::make_unique<ShardedUpdate>(o, model, world);
 }
 
-double zero_formula_bytes(int stage, double parameters, int ranks) {
-  const double P = parameters, N = ranks;
-  switch (stage) {
-    case 0:
-      return 16 * P;
-    case 1:
-      return 8 * P + 8 * P / N;
-    case 2:
-      return 4 * P + 12 * P / N;
-    default:
-      return 16 * P / N;
-  }
-}
-
-double zero_traffic_elements(int stage, double parameters, int micro_steps) {
-  if (stage == 3) return 3 * parameters * micro_steps;
-  if (stage == 2) return (micro_steps + 1) * parameters;
-  return 2 * parameters;
-}
-
 }  // namespace trainers

@@ -8,7 +8,6 @@
 #include "trainers/batches.hpp"
 
 namespace trainers {
-namespace {}  // namespace
 
 float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int B, int T, int iters, uint64_t seed,
                     comm::Communicator& group) {
@@ -49,20 +48,19 @@ double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, i
   return total / static_cast<double>(windows * T);
 }
 
-namespace {
-
 BatchLoss loss_of(nn::GPT& model) {
   return [&model](std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
     return model.loss(ids, targets, B, T).item();
   };
 }
 
-}  // namespace
-
-float estimate_loss(nn::GPT& model, std::span<const int32_t> tokens, int B, int iters, uint64_t seed,
-                    comm::Communicator& world) {
-  EvalMode eval(model);
-  return estimate_loss(loss_of(model), tokens, B, model.config().block_size, iters, seed, world);
+std::pair<float, float> estimate_train_val(const BatchLoss& loss, const Splits& data, const TrainOptions& o, int T,
+                                           int replica, int64_t step, comm::Communicator& group) {
+  const auto r = static_cast<uint64_t>(replica), s = static_cast<uint64_t>(step);
+  return {estimate_loss(loss, data.train, o.batch_size, T, o.eval_iters, stream_seed(o.seed, Stream::eval, r, 2 * s),
+                        group),
+          estimate_loss(loss, data.val, o.batch_size, T, o.eval_iters, stream_seed(o.seed, Stream::eval, r, 2 * s + 1),
+                        group)};
 }
 
 double full_split_loss(nn::GPT& model, std::span<const int32_t> tokens, comm::Communicator& world) {

@@ -6,11 +6,13 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "comm/communicator.hpp"
 #include "nn/autograd.hpp"
 #include "nn/data.hpp"
 #include "nn/gpt.hpp"
+#include "trainers/run_setup.hpp"
 
 namespace trainers {
 
@@ -34,16 +36,22 @@ class EvalMode {
 using BatchLoss =
     std::function<float(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T)>;
 
-// The same measurements for any BatchLoss; `group` holds the ranks that share out the work
+// One model's loss as a BatchLoss (call it in EvalMode).
+BatchLoss loss_of(nn::GPT& model);
+
+// nanoGPT's estimate_loss at `step` on the train split, then on the val split: replica
+// `replica` of `group` draws its own batches (the eval stream of --seed, replica and step),
+// and the group averages. The same pair on every rank of the group.
+std::pair<float, float> estimate_train_val(const BatchLoss& loss, const Splits& data, const TrainOptions& o, int T,
+                                           int replica, int64_t step, comm::Communicator& group);
+
+// Mean loss over `iters` random batches of B windows per rank (drawn from stream `seed`,
+// which differs per rank), averaged over the group: nanoGPT's estimate_loss(). The same
+// measurements for any BatchLoss; `group` holds the ranks that share out the work
 // (the data-parallel replicas) and average the result.
 float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int B, int T, int iters, uint64_t seed,
                     comm::Communicator& group);
 double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group);
-
-// Mean loss over `iters` random batches of B windows per rank (drawn from stream `seed`,
-// which differs per rank), averaged over ranks: nanoGPT's estimate_loss().
-float estimate_loss(nn::GPT& model, std::span<const int32_t> tokens, int B, int iters, uint64_t seed,
-                    comm::Communicator& world);
 
 // The exact loss over a whole split: every token predicted once, in consecutive
 // non-overlapping windows of block_size (the last partial window is left out), the windows

@@ -1,5 +1,6 @@
 #include "trainers/grid_model.hpp"
 
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -7,14 +8,13 @@
 
 #include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
-#include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
+#include "parallel/pp_checkpoint.hpp"
 #include "parallel/pp_inference.hpp"
 #include "parallel/pp_stage.hpp"
 #include "parallel/tied_embedding.hpp"
 #include "parallel/tp_checkpoint.hpp"
 #include "trainers/gradient_averaging.hpp"
-#include "trainers/run_setup.hpp"
 
 namespace trainers {
 
@@ -34,75 +34,105 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
   parallel::stage_layers(config.n_layer, s.pp, s.stage_layers);  // throws on a bad split
 }
 
+// ---- the model piece ------------------------------------------------------------------------
+
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed)
     : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp)),
-      layers(parallel::stage_layers(config.n_layer, grid.pp, shape.stage_layers)),
-      model(config, seed, grid.tp_group, shape.sequence_parallel, parallel::stage_part(layers, grid.pp_rank)) {}
+      layers(parallel::stage_layers(config.n_layer, grid.pp, shape.stage_layers)) {
+  const nn::GPTPart part = parallel::stage_part(layers, grid.pp_rank);
+  if (shape.split_matmuls) {
+    split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part);
+    stage_ = split_.get();
+  } else {
+    whole_ = std::make_unique<nn::GPT>(config, seed, part);
+    whole_stage_ = std::make_unique<parallel::GptStage>(*whole_);
+    stage_ = whole_stage_.get();
+  }
+}
+
+std::vector<nn::NamedTensor> GridModel::parameters() const {
+  return whole_ ? whole_->parameters() : split_->named_parameters();
+}
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
   std::optional<nn::GPT> whole;
   std::optional<nn::AdamW> whole_optimizer;
   if (world.rank() == 0) {
-    whole.emplace(model.config(), 0);
+    whole.emplace(stage_->config(), 0);
     whole_optimizer.emplace(whole->parameters(), optimizer ? optimizer->config() : nn::AdamWConfig{});
   }
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(dir, *whole, optimizer ? &*whole_optimizer : nullptr); });
-  if (grid.dp_rank == 0)
-    parallel::distribute_tensor_parallel_checkpoint(model, optimizer, grid, whole ? &*whole : nullptr,
-                                                    whole_optimizer ? &*whole_optimizer : nullptr);
+  nn::GPT* read = whole ? &*whole : nullptr;
+  nn::AdamW* read_optimizer = whole_optimizer ? &*whole_optimizer : nullptr;
+  if (grid.dp_rank == 0 && whole_)
+    parallel::distribute_pipeline_checkpoint(*whole_, optimizer, grid.pp_group, read, read_optimizer);
+  else if (grid.dp_rank == 0)
+    parallel::distribute_tensor_parallel_checkpoint(*split_, optimizer, grid, read, read_optimizer);
   broadcast_over_replicas(optimizer);
 }
 
 void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state) {
-  if (grid.dp_rank == 0) parallel::save_tensor_parallel_checkpoint(dir, model, optimizer, train_state, grid);
+  if (grid.dp_rank != 0) return;
+  if (whole_)
+    parallel::save_pipeline_checkpoint(dir, *whole_, optimizer, train_state, grid.pp_group);
+  else
+    parallel::save_tensor_parallel_checkpoint(dir, *split_, optimizer, train_state, grid);
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
   if (grid.dp == 1) return;
-  std::vector<nn::NamedTensor> parameters = model.named_parameters();
-  broadcast_state(parameters, optimizer, grid.dp_group);
+  std::vector<nn::NamedTensor> pieces = parameters();
+  broadcast_state(pieces, optimizer, grid.dp_group);
 }
 
 BatchLoss GridModel::batch_loss() {
   return [this](std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
-    return parallel::pipeline_loss(model, grid.pp_group, ids, targets, B, T);
+    return parallel::pipeline_loss(*stage_, grid.pp_group, ids, targets, B, T);
   };
 }
 
-std::string GridModel::sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t seed) {
-  nn::Rng rng(seed);
-  return vocabulary.decode(parallel::pipeline_generate(model, grid.pp_group, vocabulary.encode(o.prompt),
+std::string GridModel::sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) {
+  nn::Rng rng(stream_seed(o.seed, Stream::sample, stream));
+  return vocabulary.decode(parallel::pipeline_generate(*stage_, grid.pp_group, vocabulary.encode(o.prompt),
                                                        o.sample_tokens, o.temperature, o.top_k, rng));
 }
 
-std::pair<float, float> GridModel::estimate(const Splits& data, const TrainOptions& o, int64_t step) {
-  EvalMode eval(model);
-  const int T = model.config().block_size;
-  const auto r = static_cast<uint64_t>(grid.dp_rank), s = static_cast<uint64_t>(step);
-  return {estimate_loss(batch_loss(), data.train, o.batch_size, T, o.eval_iters,
-                        stream_seed(o.seed, Stream::eval, r, 2 * s), grid.dp_group),
-          estimate_loss(batch_loss(), data.val, o.batch_size, T, o.eval_iters,
-                        stream_seed(o.seed, Stream::eval, r, 2 * s + 1), grid.dp_group)};
+float GridModel::global_grad_norm() {
+  double squares = 0;
+  if (whole_) {
+    for (const nn::NamedTensor& p : whole_->parameters()) {
+      if (p.name == "transformer.wte.weight" && grid.pp_rank != 0) continue;  // the last stage's copy
+      std::vector<nn::NamedTensor> one = {p};
+      squares += nn::squared_grad_norm(one);
+    }
+  } else {
+    squares = split_->squared_grad_norm();  // this stage's, the same on its tp ranks
+  }
+  if (grid.pp > 1) grid.pp_group.allreduce(std::span<double>(&squares, 1));
+  return static_cast<float>(std::sqrt(squares));
 }
 
-void GridModel::print_sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, int64_t step,
-                             comm::Communicator& world) {
-  if (o.sample_tokens == 0 || grid.dp_rank != 0) return;  // the first replica samples; the others go on
-  const std::string text = sample(vocabulary, o, stream_seed(o.seed, Stream::sample, static_cast<uint64_t>(step)));
-  if (world.rank() == 0) comm::say("---- sample at step {} ----\n{}\n----", step, text);
+float GridModel::finish_gradients(float max_norm) {
+  split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
+  if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);
+  std::vector<nn::NamedTensor> pieces = parameters();
+  if (grid.dp > 1) average_gradients(pieces, grid.dp_group);
+  const float norm = global_grad_norm();
+  if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(pieces, max_norm, norm);
+  return norm;
 }
+
+// ---- --eval-only and --sample-only ------------------------------------------------------------
 
 void grid_eval_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world) {
-  const Start start = read_start(o, o.init_from, world);
-  const Splits data = load_data(o, world);
-  check_vocabulary(start.train_state, data.vocabulary, data.dir);
-  check_fits(data, start.config.block_size);
-  check_grid(shape, start.config, world.size());
-  GridModel g(world, shape, start.config, 0);
+  const EvalStart eval = read_eval_start(o, world);
+  check_grid(shape, eval.start.config, world.size());
+  GridModel g(world, shape, eval.start.config, 0);
   g.load(o.init_from, nullptr, world);
-  EvalMode eval(g.model);
-  const double loss = full_split_loss(g.batch_loss(), data.val, start.config.block_size, g.grid.dp_group);
-  comm::say("val_loss_full={:.6f}", loss);
+  EvalMode mode(g.stage());
+  const auto t0 = Clock::now();
+  const double loss = full_split_loss(g.batch_loss(), eval.data.val, eval.start.config.block_size, g.grid.dp_group);
+  say_val_loss_full(o, eval, loss, seconds_since(t0), world.size());
 }
 
 void grid_sample_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world) {
@@ -110,28 +140,67 @@ void grid_sample_only(const TrainOptions& o, const GridShape& shape, comm::Commu
   check_grid(shape, start.config, world.size());
   GridModel g(world, shape, start.config, 0);
   g.load(o.init_from, nullptr, world);
-  try {
-    const nn::CharVocabulary vocabulary(start.train_state.at("vocabulary").get<std::string>());
-    check_prompt(o.prompt, vocabulary);
-    if (g.grid.dp_rank == 0) {
-      const std::string text = g.sample(vocabulary, o, stream_seed(o.seed, Stream::sample, 0));
-      if (world.rank() == 0) comm::say("{}", text);
-    }
-  } catch (const nn::Error& e) {
-    throw comm::UsageError(fmt::format("--sample-only: {}", e.what()));
-  }
+  const nn::CharVocabulary vocabulary = sample_vocabulary(start, o);
+  if (g.grid.dp_rank != 0) return;  // the first replica samples
+  const std::string text = g.sample(vocabulary, o, 0);
+  if (world.rank() == 0) comm::say("{}", text);
 }
 
-float GridModel::finish_gradients(float max_norm) {
-  model.sum_replicated_grads();  // sequence parallelism: each rank's positions' share
-  if (model.tied_embedding().defined()) parallel::sum_tied_embedding_grads(model.tied_embedding(), grid.pp_group);
-  std::vector<nn::NamedTensor> parameters = model.named_parameters();
-  if (grid.dp > 1) average_gradients(parameters, grid.dp_group);
-  std::array<double, 1> squares{model.squared_grad_norm()};  // this stage's, the same on its tp ranks
-  if (grid.pp > 1) grid.pp_group.allreduce(std::span<double>(squares));
-  const auto norm = static_cast<float>(std::sqrt(squares[0]));
-  if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(parameters, max_norm, norm);
-  return norm;
+// ---- the grid trainers' shared strategy -------------------------------------------------------
+
+GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed)
+    : run_(run),
+      o_(run.o),
+      world_(world),
+      g_(world, shape, run.start.config, seed),
+      optimizer_(g_.parameters(), run.o.adamw) {
+  if (!run.load_from.empty())
+    g_.load(run.load_from, o_.resume ? &optimizer_ : nullptr, world);
+  else
+    g_.broadcast_over_replicas(&optimizer_);  // the same start on every replica
+  verify_tied_copies();
 }
+
+std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::groups() const {
+  return {{"tp", &grid_.tp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
+}
+
+void GridStrategy::optimizer_step(float lr) {
+  optimizer_.step(lr);
+  optimizer_.zero_grad();
+}
+
+parallel::HeldBytes GridStrategy::held() const {
+  parallel::HeldBytes h = parallel::held_by_tensors(g_.parameters());
+  h.optimizer = 2 * h.parameters;  // AdamW's two moments of every parameter this rank holds
+  return h;
+}
+
+std::pair<float, float> GridStrategy::evaluate(int64_t step) {
+  EvalMode eval(g_.stage());
+  return estimate_train_val(g_.batch_loss(), run_.data, o_, T(), grid_.dp_rank, step, grid_.dp_group);
+}
+
+double GridStrategy::full_val_loss() {
+  EvalMode eval(g_.stage());
+  return full_split_loss(g_.batch_loss(), run_.data.val, T(), grid_.dp_group);
+}
+
+void GridStrategy::print_sample(int64_t step) {
+  if (o_.sample_tokens == 0 || grid_.dp_rank != 0) return;  // the first replica samples; the others go on
+  say_sample(step, g_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step)), world_);
+}
+
+void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& train_state) {
+  g_.save(dir, optimizer_, train_state);
+}
+
+void GridStrategy::verify_tied_copies() {
+  if (!comm::runtime().options().check) return;
+  for (const nn::NamedTensor& p : g_.parameters())
+    if (p.name == "transformer.wte.weight") parallel::verify_tied_embedding(p.tensor, grid_.pp_group);
+}
+
+void GridStrategy::at_end() { verify_tied_copies(); }
 
 }  // namespace trainers

@@ -1,13 +1,14 @@
-// What one rank of a DP × PP × TP job holds — its place in the grid and its slice of the
-// model — and what the tensor-parallel trainers (train_tp, train_3d) do with it beyond the
-// step itself: load and save the one nanoGPT checkpoint, evaluate, sample, clip.
+// What one rank of a DP × PP × TP job holds — its place in the grid and its piece of the
+// model — and what the grid trainers (train_pp, train_tp, train_3d) do with it beyond the
+// step itself: load and save the one nanoGPT checkpoint, evaluate, sample, finish gradients.
 //
 //   grid:   (dp, pp, tp), tp fastest (parallel/grid.hpp)
-//   model:  pipeline stage pp_rank's blocks (parallel::stage_layers), each big matmul split
-//           over the stage's tp group (parallel::TensorParallelGPT)
+//   model:  pipeline stage pp_rank's blocks (parallel::stage_layers) — each big matmul split
+//           over the stage's tp group (parallel::TensorParallelGPT: train_tp, train_3d), or
+//           whole (nn::GPT: train_pp, where tp = 1)
 #pragma once
 #include <filesystem>
-#include <optional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,19 +17,20 @@
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/stage_model.hpp"
 #include "parallel/tp_gpt.hpp"
 #include "trainers/evaluation.hpp"
-#include "trainers/step_traffic.hpp"
+#include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
+#include "trainers/training_loop.hpp"
 
 namespace trainers {
-
-struct Splits;
 
 struct GridShape {
   int dp = 1, pp = 1, tp = 1;
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
+  bool split_matmuls = true;  // false: train_pp's stages hold nn::GPT's blocks whole (tp = 1)
 };
 
 // Refuses, in one line, what cannot be built: a world size other than dp·pp·tp, n_head not
@@ -40,19 +42,23 @@ void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_s
 void grid_eval_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world);
 void grid_sample_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world);
 
-struct GridModel {
-  parallel::Grid grid;
-  std::vector<int> layers;  // blocks per stage
-  parallel::TensorParallelGPT model;
-
-  // Every replica draws the same start from `seed` (each rank keeps its slice of its stage).
+class GridModel {
+ public:
+  // Every rank of a replica draws its stage's part of the same start from `seed`.
   GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed);
 
-  bool first() const { return grid.pp_rank == 0; }
-  bool last() const { return grid.pp_rank == grid.pp - 1; }
+  parallel::Grid grid;
+  std::vector<int> layers;  // blocks per stage
+
+  parallel::StageModel& stage() { return *stage_; }  // what the pipeline code sees
+  nn::GPT& whole_blocks() { return *whole_; }        // train_pp's piece
+  const nn::GPT& whole_blocks() const { return *whole_; }
+  parallel::TensorParallelGPT& split() { return *split_; }  // train_tp's and train_3d's piece
+  const parallel::TensorParallelGPT& split() const { return *split_; }
+  std::vector<nn::NamedTensor> parameters() const;  // this rank's, in the optimizer's order
 
   // Reads a checkpoint on world rank 0 (a bad file: one line on every rank) and gives every
-  // rank of every replica its slice; `optimizer` may be null (weights only).
+  // rank of every replica its piece; `optimizer` may be null (weights only).
   void load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world);
   // The first replica gathers and writes the whole model (atomic, as every trainer's).
   void save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state);
@@ -61,23 +67,47 @@ struct GridModel {
 
   // The loss of a batch (evaluation mode), the same on every rank of the replica.
   BatchLoss batch_loss();
-  std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t seed);
-  // nanoGPT's estimate_loss on the train and val splits at `step` (the replicas share the batches).
-  std::pair<float, float> estimate(const Splits& data, const TrainOptions& o, int64_t step);
-  // The first replica samples (every rank of it takes part); rank 0 prints.
-  void print_sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, int64_t step,
-                    comm::Communicator& world);
+  std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream);
 
-  // After backward: sums the sequence-parallel replicated gradients over tp, the tied
-  // embedding over first and last stage, averages over the dp replicas; then the global norm
-  // (every element of the whole model counted once), clipping to max_norm. Returns the norm.
+  // This stage's Σ g², the tied embedding counted once (on the first stage), summed over the
+  // pipeline: the global norm, every element of the whole model counted once.
+  float global_grad_norm();
+  // After backward, for the split model: the sequence-parallel replicated gradients summed
+  // over tp, the tied embedding over first and last stage, everything averaged over the dp
+  // replicas; then the global norm, clipping to max_norm. Returns the norm.
   float finish_gradients(float max_norm);
 
-  // "rank 5 = dp 1 · pp 0 · tp 1, …"
-  std::string layout(int world_size) const { return grid.layout(world_size); }
+ private:
+  std::unique_ptr<nn::GPT> whole_;
+  std::unique_ptr<parallel::TensorParallelGPT> split_;
+  std::unique_ptr<parallel::StageModel> whole_stage_;
+  parallel::StageModel* stage_ = nullptr;
+};
 
-  // What the training steps moved through this rank's tp, pp and dp groups.
-  StepTraffic traffic{{{"tp", &grid.tp_group}, {"pp", &grid.pp_group}, {"dp", &grid.dp_group}}};
+// What every grid trainer does the same way around the step: AdamW on this rank's piece,
+// evaluation and samples by the first replica, the checkpoint, the traffic of the three groups.
+class GridStrategy : public Strategy {
+ public:
+  GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed);
+
+  std::vector<std::pair<std::string, const comm::Communicator*>> groups() const override;
+  void optimizer_step(float lr) override;
+  parallel::HeldBytes held() const override;
+  std::pair<float, float> evaluate(int64_t step) override;
+  double full_val_loss() override;
+  void print_sample(int64_t step) override;
+  void save(const std::filesystem::path& dir, const nlohmann::json& train_state) override;
+  void at_end() override;  // check mode: the tied embedding's two copies still equal
+
+ protected:
+  int T() const { return run_.start.config.block_size; }
+  void verify_tied_copies();  // check mode: collective over the pipeline
+  const RunStart& run_;
+  const TrainOptions& o_;
+  comm::Communicator& world_;
+  GridModel g_;
+  parallel::Grid& grid_ = g_.grid;
+  nn::AdamW optimizer_;
 };
 
 }  // namespace trainers

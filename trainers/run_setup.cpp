@@ -1,14 +1,14 @@
 // What every trainer does before step 0 (see run_setup.hpp).
 #include "trainers/run_setup.hpp"
 
-#include "trainers/data_parallel_update.hpp"
-
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,6 +20,7 @@
 #include "nn/gemm.hpp"
 #include "nn/threads.hpp"
 #include "nn/memory_estimate.hpp"
+#include "parallel/zero_optimizer.hpp"
 
 namespace trainers {
 namespace fs = std::filesystem;
@@ -142,7 +143,7 @@ void check_memory(const nn::GPTConfig& config, int batch_size, bool training, co
   if (zero_stage > 0) {  // what a rank keeps, by the ZeRO formula
     const double P = nn::parameter_count(config), N = world.size();
     need.parameter_bytes = zero_stage == 3 ? 4 * P / N : 4 * P;
-    need.state_bytes = zero_formula_bytes(zero_stage, P, world.size()) - need.parameter_bytes;
+    need.state_bytes = parallel::zero_formula_bytes(zero_stage, P, world.size()) - need.parameter_bytes;
   }
   const int ranks_here = comm::runtime().local_size();
   std::array<double, 1> budget{comm::available_memory_bytes() / ranks_here};  // this rank's share of its node
@@ -221,6 +222,37 @@ Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Commun
   start.train_state = j.at("train_state");
   trainers::check_config_against_flags(start.config, o);
   return start;
+}
+
+EvalStart read_eval_start(const TrainOptions& o, comm::Communicator& world) {
+  EvalStart eval{read_start(o, o.init_from, world), load_data(o, world)};
+  check_vocabulary(eval.start.train_state, eval.data.vocabulary, eval.data.dir);
+  check_fits(eval.data, eval.start.config.block_size);
+  return eval;
+}
+
+void say_val_loss_full(const TrainOptions& o, const EvalStart& eval, double loss, double seconds, int ranks) {
+  if (!std::isfinite(loss))
+    throw comm::UsageError(fmt::format("the val loss of {} is {}: the model is diverged", o.init_from, loss));
+  comm::say("exact loss over the {} val tokens in windows of {} ({:.1f} s, {} ranks)", eval.data.val.size(),
+            eval.start.config.block_size, seconds, ranks);
+  comm::say("val_loss_full={:.6f}", loss);
+}
+
+nn::CharVocabulary sample_vocabulary(const Start& start, const TrainOptions& o) {
+  std::optional<nn::CharVocabulary> vocabulary;
+  try {
+    vocabulary.emplace(start.train_state.at("vocabulary").get<std::string>());
+  } catch (const std::exception& e) {
+    throw comm::UsageError(
+        fmt::format("--sample-only: {}: no usable vocabulary in its state.json ({})", o.init_from, e.what()));
+  }
+  check_prompt(o.prompt, *vocabulary);
+  return *vocabulary;
+}
+
+void say_sample(int64_t step, const std::string& text, comm::Communicator& world) {
+  if (world.rank() == 0) comm::say("---- sample at step {} ----\n{}\n----", step, text);
 }
 
 // The step a checkpoint was written after: a whole number a run can reach (--max-iters's range).

@@ -13,18 +13,19 @@ void StepMemory::step_begins() {
   at_start_ = static_cast<double>(nn::BufferPool::bytes_in_use());
 }
 
-void StepMemory::report(const std::vector<nn::NamedTensor>& parameters, comm::Communicator& world) const {
-  double bytes = 0;
-  for (const auto& p : parameters) bytes += 4.0 * static_cast<double>(p.tensor.numel());
-  const double activations = static_cast<double>(nn::BufferPool::peak_bytes_in_use()) - at_start_;
-  const std::array<double, 2> mine{bytes, activations};
+void StepMemory::report(const parallel::HeldBytes& held, const std::string& formula, comm::Communicator& world) const {
+  const double peak = static_cast<double>(nn::BufferPool::peak_bytes_in_use());
+  const std::array<double, 5> mine{held.parameters, held.gradients, held.optimizer, peak, peak - at_start_};
   std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
   world.allgather(std::span<const double>(mine), std::span(all));
   if (world.rank() != 0) return;
   for (int r = 0; r < world.size(); ++r) {
     const double* m = all.data() + r * mine.size();
-    comm::say("memory rank {} (allocator): parameters {}, gradients {}, optimizer {}; activations peak {}", r,
-              nn::format_bytes(m[0]), nn::format_bytes(m[0]), nn::format_bytes(2 * m[0]), nn::format_bytes(m[1]));
+    comm::say(
+        "memory rank {} (allocator): parameters {}, gradients {}, optimizer {} = {}{}; step peak {}, {} above the "
+        "step's start (activations, buffers)",
+        r, nn::format_bytes(m[0]), nn::format_bytes(m[1]), nn::format_bytes(m[2]), nn::format_bytes(m[0] + m[1] + m[2]),
+        formula, nn::format_bytes(m[3]), nn::format_bytes(m[4]));
   }
 }
 

@@ -1,21 +1,23 @@
-// What each rank holds in the first training step, for the log and the parallelism
-// benchmark: its parameters, their gradients and the optimizer's moments (the slices it owns),
-// and the activations — the allocator's peak above the step's start (nn::BufferPool).
-//   memory rank 1 (allocator): parameters 1.2 MiB, gradients 1.2 MiB, optimizer 2.4 MiB; activations peak 3.1 MiB
+// What each rank holds in the first training step, for the log and the benchmarks: its
+// parameters, their gradients and the optimizer's moments (the slices or shards it owns),
+// and the step's peak from the allocator (nn::BufferPool) — above the step's start, the
+// activations and buffers.
+//   memory rank 1 (allocator): parameters 1.2 MiB, gradients 1.2 MiB, optimizer 2.4 MiB = 4.8 MiB;
+//   step peak 9.0 MiB, 3.1 MiB above the step's start (activations, buffers)
 #pragma once
-#include <vector>
+#include <string>
 
 #include "comm/communicator.hpp"
-#include "nn/gpt.hpp"
+#include "parallel/zero_optimizer.hpp"
 
 namespace trainers {
 
 class StepMemory {
  public:
   void step_begins();  // resets the allocator's peak
-  // Collective over `world`: rank 0 prints one line per rank. `parameters`: what this rank
-  // holds (and steps with AdamW: gradients of the same size, two moments each).
-  void report(const std::vector<nn::NamedTensor>& parameters, comm::Communicator& world) const;
+  // Collective over `world`: rank 0 prints one line per rank. `formula` follows the sum
+  // (train_dp: " (ZeRO-1 formula 3.1 MiB)").
+  void report(const parallel::HeldBytes& held, const std::string& formula, comm::Communicator& world) const;
 
  private:
   double at_start_ = 0;

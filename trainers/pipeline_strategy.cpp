@@ -1,0 +1,116 @@
+#include "trainers/pipeline_strategy.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/cli_checks.hpp"
+#include "comm/runtime.hpp"
+#include "nn/buffer_pool.hpp"
+#include "nn/memory_estimate.hpp"
+#include "parallel/pp_schedule.hpp"
+
+namespace trainers {
+
+void add_schedule_flags(CLI::App& app, ScheduleOptions& s) {
+  app.add_option("--schedule", s.schedule, "pipeline schedule: gpipe (naive) or 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->capture_default_str();
+  app.add_option("--micro-batches", s.micro_batches, "micro-batches M per step (must divide --batch-size)")
+      ->check(comm::cli::whole(1))
+      ->capture_default_str();
+}
+
+void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program) {
+  if (o.batch_size % s.micro_batches != 0)
+    throw comm::UsageError(
+        fmt::format("--micro-batches {} does not divide --batch-size {}", s.micro_batches, o.batch_size));
+  if (o.grad_accum != 1) throw comm::UsageError(program + ": use --micro-batches instead of --grad-accum");
+}
+
+PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape,
+                                   uint64_t seed, const ScheduleOptions& s)
+    : GridStrategy(run, world, shape, seed),
+      s_(s),
+      sampler_(run.data.train, T(), o_.batch_size, 1, sampling_of(o_.sampling), o_.seed, grid_.dp_rank, grid_.dp),
+      stage_(g_.stage(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
+  stage_.before_backward = [this](int m) { before_backward(m); };
+}
+
+std::string PipelineStrategy::batch_layout() const {
+  return fmt::format("{} replica(s) × {} micro-batches × {}", grid_.dp, s_.micro_batches,
+                     o_.batch_size / s_.micro_batches);
+}
+
+StepBatch PipelineStrategy::step_batch() const { return {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size}; }
+
+std::vector<std::string> PipelineStrategy::trace_rows() const {
+  std::vector<std::string> rows;
+  for (int r = 0; r < world_.size(); ++r) {
+    const int stage = r / grid_.tp % grid_.pp;  // the grid's order: tp fastest, then pp
+    rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") + (stage == grid_.pp - 1 ? " (head)" : ""));
+  }
+  return rows;
+}
+
+void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
+  stage_.skip_sends = step == s_.skip_send_at_step && world_.rank() == o_.crash_rank;
+  {
+    Timed data(clock, Phase::data);
+    sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
+    stage_.set_batch(batch_.ids, batch_.targets);
+    stage_.before_forward = [this, step](int m) { before_forward(step, m); };
+  }
+  // Every forward, backward and wait for a neighbour is timed by the stage itself.
+  stage_.on_span = [&clock](const std::string& name, const char* category, double start, double end) {
+    const std::string_view c = category;
+    clock.add(c == "forward" ? Phase::forward : c == "backward" ? Phase::backward : Phase::wait, start, end, -1, name);
+  };
+  nn::BufferPool::reset_peak();
+  const std::size_t base_bytes = nn::BufferPool::bytes_in_use();
+  stage_.start_step();
+  parallel::run_schedule(s_.schedule, stage_);
+  stage_.on_span = nullptr;
+  window_times_.forward += stage_.times().forward;
+  window_times_.backward += stage_.times().backward;
+  window_times_.wait += stage_.times().wait;
+  window_peak_bytes_ = std::max(window_peak_bytes_, nn::BufferPool::peak_bytes_in_use() - base_bytes);
+  window_peak_in_flight_ = std::max(window_peak_in_flight_, stage_.peak_in_flight());
+}
+
+float PipelineStrategy::step_loss() {
+  std::array<float, 1> loss{stage_.loss()};
+  grid_.pp_group.broadcast(std::span<float>(loss), grid_.pp - 1);
+  grid_.dp_group.allreduce(std::span<float>(loss), comm::ReduceOp::avg);
+  return loss[0];
+}
+
+void PipelineStrategy::after_log_line() {
+  // Each stage's share of waiting, its peak activations and micro-batches in flight.
+  const double waited = window_times_.wait / std::max(window_times_.wait + window_times_.compute(), 1e-12);
+  const std::array<double, 3> mine{waited, static_cast<double>(window_peak_bytes_),
+                                   static_cast<double>(window_peak_in_flight_)};
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(grid_.pp));
+  grid_.pp_group.allgather(std::span<const double>(mine), std::span<double>(all));
+  std::vector<std::string> bubble, memory, flight;
+  double mean = 0;
+  for (std::size_t s = 0; s < all.size(); s += mine.size()) {
+    mean += all[s] / grid_.pp;
+    bubble.push_back(fmt::format("{:.0f}%", 100 * all[s]));
+    memory.push_back(nn::format_bytes(all[s + 1]));
+    flight.push_back(fmt::format("{:.0f}", all[s + 2]));
+  }
+  const int p = grid_.pp, m = s_.micro_batches;
+  comm::say(
+      "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula (p−1)/(m+p−1) | peak activations "
+      "{} | micro-batches in flight ≤ {}",
+      100 * mean, fmt::join(bubble, " "), 100.0 * (p - 1) / (m + p - 1), fmt::join(memory, " "),
+      fmt::join(flight, " "));
+  window_times_ = {};
+  window_peak_bytes_ = 0;
+  window_peak_in_flight_ = 0;
+}
+
+}  // namespace trainers

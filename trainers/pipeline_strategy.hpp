@@ -1,0 +1,58 @@
+// What train_pp and train_3d share: the schedule's flags, and a step that cuts the replica's
+// batch into M micro-batches and runs their forwards and backwards through the stages under
+// a schedule (parallel/pp_gpipe.cpp, parallel/pp_1f1b.cpp), activations passed along by the
+// pipeline stage (parallel/pp_stage.hpp). After each log line, the bubble: each stage's share
+// of waiting beside the formula (p−1)/(m+p−1), its peak activations, micro-batches in flight.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "parallel/pp_stage.hpp"
+#include "trainers/batches.hpp"
+#include "trainers/grid_model.hpp"
+
+namespace trainers {
+
+struct ScheduleOptions {
+  std::string schedule = "1f1b";
+  int micro_batches = 4;
+  int skip_send_at_step = -1;  // testing (train_pp): rank --crash-rank skips its sends at this step
+};
+void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
+// One line for --micro-batches that do not divide --batch-size, and for --grad-accum: the
+// micro-batches are the accumulation.
+void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program);
+
+class PipelineStrategy : public GridStrategy {
+ public:
+  PipelineStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed,
+                   const ScheduleOptions& s);
+
+  std::string batch_layout() const override;
+  StepBatch step_batch() const override;
+  std::vector<std::string> trace_rows() const override;
+  void forward_backward(int64_t step, StepClock& clock) override;
+  float step_loss() override;      // on the last stage: shared along the pipeline, averaged over replicas
+  void after_log_line() override;  // the bubble line
+
+ protected:
+  // Micro-batch m of `step` is about to run forward on this stage: its dropout masks.
+  virtual void before_forward(int64_t step, int m) = 0;
+  virtual void before_backward(int /*m*/) {}
+  int micro_batches() const { return s_.micro_batches; }
+
+  const ScheduleOptions s_;
+  BatchSampler sampler_;
+  Batch batch_;
+  parallel::PipelineStage stage_;
+
+ private:
+  // The bubble and the activations, summed over the steps since the last log line.
+  parallel::StageTimes window_times_;
+  std::size_t window_peak_bytes_ = 0;
+  int window_peak_in_flight_ = 0;
+};
+
+}  // namespace trainers

@@ -1,0 +1,108 @@
+// The one training loop of every trainer (train_dp, train_pp, train_tp, train_3d), and the
+// interface through which a parallelism strategy plugs into it — as picotron's train.py
+// calls train_step or train_step_pipeline_1f1b, and Megatron's loop calls the schedule
+// get_forward_backward_func picked without knowing which.
+//
+//   for step in [first step, --max-iters):
+//     every --eval-interval steps: strategy.evaluate, strategy.print_sample
+//     strategy.forward_backward(step)       the step's micro-batches (data, forward, backward)
+//     strategy.finish_gradients(--grad-clip) averaged / summed over the groups, clipped: the norm
+//     strategy.optimizer_step(lr)           AdamW on what this rank holds
+//     the log line (strategy.step_loss), a checkpoint (strategy.save), the interrupt note
+//   at the end: evaluate, save, the exact val loss, the traffic line, a sample
+//
+// The loop owns everything that is the same for every strategy: the learning rate, the
+// crash hook, the intervals, the log line and metrics, the phase times and the --trace
+// timeline, the first step's memory and traffic reports, the divergence check.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.hpp"
+#include "parallel/zero_optimizer.hpp"
+#include "trainers/run_setup.hpp"
+#include "trainers/trace.hpp"
+#include "trainers/training_log.hpp"
+
+namespace trainers {
+
+// Where a step's time goes. Each phase has one name in the log line and in the trace:
+//   data · forward "F<m>" · backward "B<m>" · wait (for a pipeline neighbour, counted as comm)
+//   · comm "grad sync" · optimizer
+enum class Phase { data, forward, backward, wait, comm, optimizer };
+
+// The phase times of the steps since the last log line and the --trace spans, fed together
+// from one clock.
+class StepClock {
+ public:
+  StepClock(TrainingLog& log, Trace& trace) : log_(log), trace_(trace) {}
+  // A span of `phase` from start_s to end_s (Trace::now_s()); micro-batch `micro` names
+  // forwards and backwards, `name` overrides the phase's name (a wait: "recv from stage 1").
+  void add(Phase phase, double start_s, double end_s, int micro = -1, const std::string& name = "");
+
+ private:
+  TrainingLog& log_;
+  Trace& trace_;
+};
+
+// Times one phase from here to the end of the scope — a phase is one line:
+//   { Timed forward(clock, Phase::forward, micro); loss = model.loss(…); }
+class Timed {
+ public:
+  Timed(StepClock& clock, Phase phase, int micro = -1)
+      : clock_(clock), phase_(phase), micro_(micro), start_(Trace::now_s()) {}
+  ~Timed() { clock_.add(phase_, start_, Trace::now_s(), micro_); }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  StepClock& clock_;
+  Phase phase_;
+  int micro_;
+  double start_;
+};
+
+// What a parallelism strategy supplies. Every call is collective over the world (each rank
+// calls it at the same point of the loop) unless it says otherwise.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // ---- before step 0
+  virtual void say_layout() const = 0;           // rank 0's lines: the program, the split, the model
+  virtual std::string batch_layout() const = 0;  // "2 ranks × micro-batch 4 × 1 accumulation step(s)"
+  virtual StepBatch step_batch() const = 0;      // replicas and sequences of one optimizer step
+  // The communicators whose traffic the run reports, with their names ("dp", "tp", "world").
+  virtual std::vector<std::pair<std::string, const comm::Communicator*>> groups() const = 0;
+  virtual std::vector<std::string> trace_rows() const = 0;  // a label per world rank
+
+  // ---- a step
+  // Forward and backward of the step's micro-batches, each phase timed on `clock`.
+  virtual void forward_backward(int64_t step, StepClock& clock) = 0;
+  // Gradients completed (averaged over replicas, tied and replicated copies summed), then the
+  // global norm — the same on every rank — and clipping to max_norm (≤ 0: only measured).
+  virtual float finish_gradients(float max_norm) = 0;
+  virtual void optimizer_step(float lr) = 0;                    // AdamW on what this rank holds, gradients zeroed
+  virtual float step_loss() = 0;                                // the last step's loss, mean over the replicas
+  virtual parallel::HeldBytes held() const = 0;                 // not collective: what this rank holds now
+  virtual std::string memory_formula() const { return ""; }     // " (ZeRO-1 formula 3.1 MiB)"
+  virtual void after_first_step(const comm::TrafficByKind&) {}  // rank 0: a line on the step's traffic
+  virtual void after_log_line() {}                              // an extra line (the pipeline's bubble)
+
+  // ---- evaluation, samples, checkpoints
+  virtual std::pair<float, float> evaluate(int64_t step) = 0;  // nanoGPT's estimate_loss: train, val
+  virtual double full_val_loss() = 0;                          // the exact loss over the val split
+  virtual void print_sample(int64_t step) = 0;                 // "---- sample at step S ----" (rank 0)
+  virtual void save(const std::filesystem::path& dir, const nlohmann::json& train_state) = 0;
+  virtual void at_end() {}  // after the last checkpoint (check mode's consistency checks)
+};
+
+// Trains from run.first_step() to --max-iters, then evaluates, saves and samples.
+void training_loop(const RunStart& run, Strategy& strategy, comm::Communicator& world);
+
+}  // namespace trainers
