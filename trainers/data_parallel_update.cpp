@@ -5,6 +5,7 @@
 #include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/memory_estimate.hpp"
 #include "trainers/gradient_averaging.hpp"
 #include "trainers/run_setup.hpp"
 
@@ -104,6 +105,21 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
                                                               comm::Communicator& world) {
   if (o.zero == 0) return std::make_unique<ReplicatedUpdate>(o, model, world);
   return std::make_unique<ShardedUpdate>(o, model, world);
+}
+
+std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks) {
+  const auto P = static_cast<double>(model.num_params(false));
+  return fmt::format(" (ZeRO-{} formula {})", o.zero, nn::format_bytes(parallel::zero_formula_bytes(o.zero, P, ranks)));
+}
+
+void say_zero_traffic(const TrainOptions& o, const nn::GPT& model, const comm::TrafficByKind& sent, int ranks) {
+  const auto P = static_cast<double>(model.num_params(false));
+  const double formula_bytes = parallel::zero_traffic_elements(o.zero, P, o.grad_accum) * 4 * (ranks - 1) / ranks;
+  comm::say(
+      "communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {} ranks, {} micro-step(s), "
+      "Ψ = {:.2f}M)",
+      comm::describe(sent), comm::bytes_sent_per_rank(sent, ranks) / 1e6, formula_bytes / 1e6, ranks, o.grad_accum,
+      P / 1e6);
 }
 
 }  // namespace trainers

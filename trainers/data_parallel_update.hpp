@@ -47,4 +47,10 @@ class DataParallelUpdate {
 std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions& o, nn::GPT& model,
                                                               comm::Communicator& world);
 
+// The first step's report beside ZeRO's formulas (parallel/zero_optimizer.hpp): what follows
+// each rank's memory line (" (ZeRO-1 formula 3.1 MiB)"), and rank 0's line on what the step
+// sent ("communication in the step: 2 allreduce (1.6 MB) → each rank sends ≈ 1.6 MB (formula …)").
+std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks);
+void say_zero_traffic(const TrainOptions& o, const nn::GPT& model, const comm::TrafficByKind& sent, int ranks);
+
 }  // namespace trainers

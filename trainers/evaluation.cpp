@@ -68,11 +68,9 @@ double full_split_loss(nn::GPT& model, std::span<const int32_t> tokens, comm::Co
   return full_split_loss(loss_of(model), tokens, model.config().block_size, world);
 }
 
-std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const std::string& prompt, int new_tokens,
-                        float temperature, int top_k, uint64_t seed) {
-  nn::Rng rng(seed);
-  std::vector<int32_t> ids = model.generate(vocabulary.encode(prompt), new_tokens, temperature, top_k, rng);
-  return vocabulary.decode(ids);
+std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) {
+  nn::Rng rng(stream_seed(o.seed, Stream::sample, stream));
+  return vocabulary.decode(model.generate(vocabulary.encode(o.prompt), o.sample_tokens, o.temperature, o.top_k, rng));
 }
 
 }  // namespace trainers

@@ -58,8 +58,8 @@ double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, i
 // shared out among the ranks. Not an estimate: the same number on any rank count.
 double full_split_loss(nn::GPT& model, std::span<const int32_t> tokens, comm::Communicator& world);
 
-// Generates `new_tokens` characters after `prompt` (which must use the vocabulary's characters).
-std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const std::string& prompt, int new_tokens,
-                        float temperature, int top_k, uint64_t seed);
+// Generates --sample-tokens characters after --prompt (which must use the vocabulary's
+// characters), at --temperature and --top-k, from the sample stream `stream` of --seed.
+std::string sample_text(nn::GPT& model, const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream);
 
 }  // namespace trainers

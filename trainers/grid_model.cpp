@@ -124,26 +124,32 @@ float GridModel::finish_gradients(float max_norm) {
 
 // ---- --eval-only and --sample-only ------------------------------------------------------------
 
-void grid_eval_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world) {
-  const EvalStart eval = read_eval_start(o, world);
-  check_grid(shape, eval.start.config, world.size());
-  GridModel g(world, shape, eval.start.config, 0);
-  g.load(o.init_from, nullptr, world);
-  EvalMode mode(g.stage());
-  const auto t0 = Clock::now();
-  const double loss = full_split_loss(g.batch_loss(), eval.data.val, eval.start.config.block_size, g.grid.dp_group);
-  say_val_loss_full(o, eval, loss, seconds_since(t0), world.size());
-}
+namespace {
 
-void grid_sample_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world) {
-  const Start start = read_start(o, o.init_from, world);
+class LoadedGrid final : public LoadedModel {
+ public:
+  LoadedGrid(const GridShape& shape, const TrainOptions& o, const Start& start, comm::Communicator& world)
+      : g_(world, shape, start.config, 0) {
+    g_.load(o.init_from, nullptr, world);
+  }
+  double full_loss(std::span<const int32_t> tokens) override {
+    EvalMode eval(g_.stage());
+    return full_split_loss(g_.batch_loss(), tokens, g_.stage().config().block_size, g_.grid.dp_group);
+  }
+  std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
+    return g_.grid.dp_rank == 0 ? g_.sample(vocabulary, o, stream) : "";  // the first replica samples
+  }
+
+ private:
+  GridModel g_;
+};
+
+}  // namespace
+
+std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const TrainOptions& o, const Start& start,
+                                             comm::Communicator& world) {
   check_grid(shape, start.config, world.size());
-  GridModel g(world, shape, start.config, 0);
-  g.load(o.init_from, nullptr, world);
-  const nn::CharVocabulary vocabulary = sample_vocabulary(start, o);
-  if (g.grid.dp_rank != 0) return;  // the first replica samples
-  const std::string text = g.sample(vocabulary, o, 0);
-  if (world.rank() == 0) comm::say("{}", text);
+  return std::make_unique<LoadedGrid>(shape, o, start, world);
 }
 
 // ---- the grid trainers' shared strategy -------------------------------------------------------
@@ -161,7 +167,7 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
   verify_tied_copies();
 }
 
-std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::groups() const {
+std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::groups(const comm::Communicator&) const {
   return {{"tp", &grid_.tp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
 }
 

@@ -20,6 +20,7 @@
 #include "parallel/stage_model.hpp"
 #include "parallel/tp_gpt.hpp"
 #include "trainers/evaluation.hpp"
+#include "trainers/inference_modes.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
 #include "trainers/training_loop.hpp"
@@ -38,9 +39,10 @@ struct GridShape {
 // stages than blocks.
 void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_size);
 
-// --eval-only and --sample-only of a checkpoint under this grid.
-void grid_eval_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world);
-void grid_sample_only(const TrainOptions& o, const GridShape& shape, comm::Communicator& world);
+// --eval-only and --sample-only (inference_modes.hpp) of a checkpoint under this grid: each
+// rank loads its piece; the first replica samples.
+std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const TrainOptions& o, const Start& start,
+                                             comm::Communicator& world);
 
 class GridModel {
  public:
@@ -90,7 +92,7 @@ class GridStrategy : public Strategy {
  public:
   GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed);
 
-  std::vector<std::pair<std::string, const comm::Communicator*>> groups() const override;
+  std::vector<std::pair<std::string, const comm::Communicator*>> groups(const comm::Communicator& world) const override;
   void optimizer_step(float lr) override;
   parallel::HeldBytes held() const override;
   std::pair<float, float> evaluate(int64_t step) override;

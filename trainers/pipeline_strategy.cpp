@@ -46,9 +46,9 @@ std::string PipelineStrategy::batch_layout() const {
 
 StepBatch PipelineStrategy::step_batch() const { return {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size}; }
 
-std::vector<std::string> PipelineStrategy::trace_rows() const {
+std::vector<std::string> PipelineStrategy::trace_rows(int world_size) const {
   std::vector<std::string> rows;
-  for (int r = 0; r < world_.size(); ++r) {
+  for (int r = 0; r < world_size; ++r) {
     const int stage = r / grid_.tp % grid_.pp;  // the grid's order: tp fastest, then pp
     rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") + (stage == grid_.pp - 1 ? " (head)" : ""));
   }
@@ -83,8 +83,7 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
 float PipelineStrategy::step_loss() {
   std::array<float, 1> loss{stage_.loss()};
   grid_.pp_group.broadcast(std::span<float>(loss), grid_.pp - 1);
-  grid_.dp_group.allreduce(std::span<float>(loss), comm::ReduceOp::avg);
-  return loss[0];
+  return mean_over(grid_.dp_group, loss[0]);
 }
 
 void PipelineStrategy::after_log_line() {

@@ -32,7 +32,7 @@ class PipelineStrategy : public GridStrategy {
 
   std::string batch_layout() const override;
   StepBatch step_batch() const override;
-  std::vector<std::string> trace_rows() const override;
+  std::vector<std::string> trace_rows(int world_size) const override;
   void forward_backward(int64_t step, StepClock& clock) override;
   float step_loss() override;      // on the last stage: shared along the pipeline, averaged over replicas
   void after_log_line() override;  // the bubble line

@@ -177,6 +177,12 @@ void check_output_file(const fs::path& file, const std::string& flag) {
 
 // ---- step 1: the same start on every rank -----------------------------------------------
 
+float mean_over(comm::Communicator& group, float value) {
+  std::array<float, 1> mean{value};
+  group.allreduce(std::span<float>(mean), comm::ReduceOp::avg);
+  return mean[0];
+}
+
 void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& world) {
   broadcast_state(model.parameters(), optimizer, world);
 }
@@ -222,33 +228,6 @@ Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Commun
   start.train_state = j.at("train_state");
   trainers::check_config_against_flags(start.config, o);
   return start;
-}
-
-EvalStart read_eval_start(const TrainOptions& o, comm::Communicator& world) {
-  EvalStart eval{read_start(o, o.init_from, world), load_data(o, world)};
-  check_vocabulary(eval.start.train_state, eval.data.vocabulary, eval.data.dir);
-  check_fits(eval.data, eval.start.config.block_size);
-  return eval;
-}
-
-void say_val_loss_full(const TrainOptions& o, const EvalStart& eval, double loss, double seconds, int ranks) {
-  if (!std::isfinite(loss))
-    throw comm::UsageError(fmt::format("the val loss of {} is {}: the model is diverged", o.init_from, loss));
-  comm::say("exact loss over the {} val tokens in windows of {} ({:.1f} s, {} ranks)", eval.data.val.size(),
-            eval.start.config.block_size, seconds, ranks);
-  comm::say("val_loss_full={:.6f}", loss);
-}
-
-nn::CharVocabulary sample_vocabulary(const Start& start, const TrainOptions& o) {
-  std::optional<nn::CharVocabulary> vocabulary;
-  try {
-    vocabulary.emplace(start.train_state.at("vocabulary").get<std::string>());
-  } catch (const std::exception& e) {
-    throw comm::UsageError(
-        fmt::format("--sample-only: {}: no usable vocabulary in its state.json ({})", o.init_from, e.what()));
-  }
-  check_prompt(o.prompt, *vocabulary);
-  return *vocabulary;
 }
 
 void say_sample(int64_t step, const std::string& text, comm::Communicator& world) {

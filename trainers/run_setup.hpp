@@ -42,6 +42,9 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
 // instead of the other ranks waiting forever for what rank 0 was about to send them.
 void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work);
 
+// The mean of `value` over the ranks of `group`, on every rank.
+float mean_over(comm::Communicator& group, float value);
+
 // Rank 0's string on every rank.
 void broadcast_text(comm::Communicator& world, std::string& text);
 
@@ -93,20 +96,6 @@ struct Start {
 };
 Start read_start(const TrainOptions& o, const std::filesystem::path& checkpoint, comm::Communicator& world);
 
-// ---- --eval-only and --sample-only ---------------------------------------------------------
-
-// --eval-only: the checkpoint's start, and the data checked against it (its vocabulary, and
-// a split at least one block long).
-struct EvalStart {
-  Start start;
-  Splits data;
-};
-EvalStart read_eval_start(const TrainOptions& o, comm::Communicator& world);
-// --eval-only's result: one line on rank 0 ("val_loss_full=1.823456"), after a line on how it
-// was measured; a non-finite loss is a one-line error (the model is diverged).
-void say_val_loss_full(const TrainOptions& o, const EvalStart& eval, double loss, double seconds, int ranks);
-// --sample-only: the checkpoint's vocabulary, the prompt checked against it.
-nn::CharVocabulary sample_vocabulary(const Start& start, const TrainOptions& o);
 // "---- sample at step S ----", on rank 0.
 void say_sample(int64_t step, const std::string& text, comm::Communicator& world);
 

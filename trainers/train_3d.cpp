@@ -22,7 +22,6 @@
 #include <fmt/ranges.h>
 
 #include "comm/cli_checks.hpp"
-#include "nn/gemm.hpp"
 #include "trainers/pipeline_strategy.hpp"
 #include "trainers/trainer_main.hpp"
 
@@ -38,16 +37,14 @@ class ThreeDParallel final : public PipelineStrategy {
 
   void say_layout() const override {
     const nn::GPTConfig& c = run_.start.config;
-    comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}; GEMM {}, backend {}",
-              world_.size(), grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "",
-              s_.schedule, s_.micro_batches, o_.batch_size / s_.micro_batches, nn::gemm_library(),
-              world_.backend_name());
+    comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}", world_.size(),
+              grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "", s_.schedule,
+              s_.micro_batches, o_.batch_size / s_.micro_batches);
     comm::say("layout: {}", grid_.layout(world_.size()));
     comm::say(
-        "stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); model {} layers, "
-        "{} heads, {} wide, block {}, vocab {} (padded to {})",
-        fmt::join(g_.layers, "/"), grid_.tp, c.n_head / grid_.tp, c.n_layer, c.n_head, c.n_embd, c.block_size,
-        c.vocab_size, g_.split().padded_vocab());
+        "stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary padded "
+        "to {}",
+        fmt::join(g_.layers, "/"), grid_.tp, c.n_head / grid_.tp, g_.split().padded_vocab());
   }
   float finish_gradients(float max_norm) override { return g_.finish_gradients(max_norm); }
 
@@ -89,8 +86,9 @@ int main(int argc, char** argv) {
   program.check_world = [&](const TrainOptions& o, comm::Communicator& world) {
     if (world.size() != shape.dp * shape.pp * shape.tp) check_grid(shape, o.model, world.size());
   };
-  program.eval_only = [&](const TrainOptions& o, comm::Communicator& world) { grid_eval_only(o, shape, world); };
-  program.sample_only = [&](const TrainOptions& o, comm::Communicator& world) { grid_sample_only(o, shape, world); };
+  program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
+    return load_grid_model(shape, o, start, world);
+  };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     // On --resume, shape and s hold the checkpoint's layout now.
     check_schedule(run.o, s, "train_3d");

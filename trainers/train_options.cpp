@@ -29,12 +29,10 @@ template <class... Args>
   throw comm::UsageError(fmt::format(format, std::forward<Args>(args)...));
 }
 
-}  // namespace
+using comm::cli::positive_real, comm::cli::real, comm::cli::whole;
 
-void add_train_options(CLI::App& app, TrainOptions& o) {
-  using comm::cli::positive_real, comm::cli::real, comm::cli::whole;
-  app.option_defaults()->multi_option_policy(
-      CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
+// Flags of the data and the model.
+void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--data-dir", o.data_dir, "data folder (tinyshakespeare/input.txt, shakespeare_char/)")
       ->capture_default_str();
   app.add_option("--text", o.text, "train on this text file instead (prepared into its own folder in --data-dir)");
@@ -44,6 +42,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--block-size", o.model.block_size, "context length T")->check(whole(1))->capture_default_str();
   app.add_option("--dropout", o.model.dropout, "dropout rate")->check(real(0.0, 0.99))->capture_default_str();
   app.add_option("--bias", o.model.bias, "biases in Linear and LayerNorm")->capture_default_str();
+}
+
+// Flags of the batch, the learning rate, AdamW, gradient averaging.
+void add_optimization_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--batch-size", o.batch_size, "micro-batch B per rank")->check(whole(1))->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "micro-steps K per optimizer step")
       ->check(whole(1))
@@ -69,6 +71,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm (0: off)")
       ->check(real(0.0))
       ->capture_default_str();
+}
+
+// Flags of the seed, data order, gradient averaging and threads.
+void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "seed of initialisation, data order, dropout, samples")
       ->check(whole(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
@@ -83,6 +89,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
       ->check(whole(0, 1024));
+}
+
+// Flags of evaluation, logs and samples.
+void add_eval_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--eval-interval", o.eval_interval, "evaluate every this many steps (0: only at the end)")
       ->check(whole(0))
       ->capture_default_str();
@@ -102,6 +112,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(real(1e-3, 100.0))
       ->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k likeliest (0: all)")->check(whole(0))->capture_default_str();
+}
+
+// Flags of checkpoints, resuming, the modes, traces and fault injection.
+void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--out-dir", o.out_dir, "checkpoint and metrics folder")->capture_default_str();
   app.add_option("--ckpt-interval", o.ckpt_interval, "checkpoint every this many steps (0: only at the end)")
       ->check(whole(0))
@@ -122,6 +136,18 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--crash-at-step", o.crash_at_step, "testing: rank --crash-rank kills itself at this step")
       ->check(whole(0));
   app.add_option("--crash-rank", o.crash_rank, "testing: which rank --crash-at-step kills")->check(whole(0));
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.option_defaults()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
+  add_data_and_model_flags(app, o);
+  add_optimization_flags(app, o);
+  add_run_flags(app, o);
+  add_eval_flags(app, o);
+  add_output_flags(app, o);
 }
 
 void finish_train_options(CLI::App& app, TrainOptions& o) {

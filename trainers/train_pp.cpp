@@ -20,7 +20,6 @@
 #include <fmt/ranges.h>
 
 #include "comm/cli_checks.hpp"
-#include "nn/gemm.hpp"
 #include "nn/grad_clip.hpp"
 #include "parallel/tied_embedding.hpp"
 #include "trainers/gradient_averaging.hpp"
@@ -64,15 +63,10 @@ class PipelineParallel final : public PipelineStrategy {
 
   void say_layout() const override {
     const nn::GPTConfig& c = model_.config();
-    comm::say(
-        "train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}; GEMM {}, backend {}",
-        world_.size(), grid_.dp, grid_.pp, s_.schedule, s_.micro_batches, o_.batch_size / s_.micro_batches,
-        nn::gemm_library(), world_.backend_name());
+    comm::say("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}", world_.size(),
+              grid_.dp, grid_.pp, s_.schedule, s_.micro_batches, o_.batch_size / s_.micro_batches);
     comm::say("layout: {}", grid_.layout(world_.size()));
-    comm::say(
-        "stages: {} blocks each (stage 0 + embedding, stage {} + head); model {} layers, {} heads, {} wide, "
-        "block {}, vocab {}",
-        fmt::join(g_.layers, "/"), grid_.pp - 1, c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size);
+    comm::say("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(g_.layers, "/"), grid_.pp - 1);
   }
 
   float finish_gradients(float max_norm) override {
@@ -113,11 +107,8 @@ int main(int argc, char** argv) {
   };
   program.layout_flags = {"--dp", "--stage-layers", "--schedule", "--micro-batches"};
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { check_replicas(p, world.size()); };
-  program.eval_only = [&](const TrainOptions& o, comm::Communicator& world) {
-    grid_eval_only(o, shape_of(p, world.size()), world);
-  };
-  program.sample_only = [&](const TrainOptions& o, comm::Communicator& world) {
-    grid_sample_only(o, shape_of(p, world.size()), world);
+  program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
+    return load_grid_model(shape_of(p, world.size()), o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     check_layout(run, [&] { check_replicas(p, world.size()); });  // on --resume, p holds the checkpoint's layout

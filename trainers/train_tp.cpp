@@ -19,7 +19,6 @@
 #include <fmt/format.h>
 
 #include "nn/autograd.hpp"
-#include "nn/gemm.hpp"
 #include "nn/ops.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/grid_model.hpp"
@@ -40,9 +39,8 @@ class TensorParallel final : public GridStrategy {
   void say_layout() const override {
     const nn::GPTConfig& c = run_.start.config;
     const int W = world_.size();
-    comm::say("train_tp: {} tensor-parallel ranks{}; GEMM {}, backend {}", W,
-              model_.sequence_parallel() ? " with sequence parallelism" : "", nn::gemm_library(),
-              world_.backend_name());
+    comm::say("train_tp: {} tensor-parallel ranks{}", W,
+              model_.sequence_parallel() ? " with sequence parallelism" : "");
     comm::say("split: {} of {} heads and {} of {} MLP columns per rank; vocabulary {} padded to {} ({} rows each)",
               c.n_head / W, c.n_head, 4 * c.n_embd / W, 4 * c.n_embd, c.vocab_size, model_.padded_vocab(),
               model_.padded_vocab() / W);
@@ -51,7 +49,7 @@ class TensorParallel final : public GridStrategy {
     return fmt::format("1 replica (every rank the same batch) × {} micro-step(s) × {}", o_.grad_accum, o_.batch_size);
   }
   StepBatch step_batch() const override { return {1, static_cast<int64_t>(o_.grad_accum) * o_.batch_size}; }
-  std::vector<std::string> trace_rows() const override {
+  std::vector<std::string> trace_rows(int) const override {
     std::vector<std::string> rows;
     for (int r = 0; r < world_.size(); ++r) rows.push_back(fmt::format("rank {} = tp {}", r, r));
     return rows;
@@ -108,11 +106,8 @@ int main(int argc, char** argv) {
     s.tp = world.size();
     return s;
   };
-  program.eval_only = [&](const TrainOptions& o, comm::Communicator& world) {
-    grid_eval_only(o, tp_shape(world), world);
-  };
-  program.sample_only = [&](const TrainOptions& o, comm::Communicator& world) {
-    grid_sample_only(o, tp_shape(world), world);
+  program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
+    return load_grid_model(tp_shape(world), o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     check_layout(run, [&] { check_grid(tp_shape(world), run.start.config, world.size()); });

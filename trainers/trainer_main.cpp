@@ -20,9 +20,9 @@ int run_trainer(int argc, char** argv, const Program& program) {
     comm::Communicator& world = start_trainer(runtime, comm_options, options);
     if (!options.resume) program.check_world(options, world);  // a resumed run's layout comes from its checkpoint
     if (options.eval_only) {
-      program.eval_only(options, world);
+      eval_only(options, world, program.load_model);
     } else if (options.sample_only) {
-      program.sample_only(options, world);
+      sample_only(options, world, program.load_model);
     } else {
       const RunStart run = begin_run(options, world);
       const std::unique_ptr<Strategy> strategy = program.make_strategy(run, world);

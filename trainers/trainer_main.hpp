@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "comm/communicator.hpp"
+#include "trainers/inference_modes.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
 #include "trainers/training_loop.hpp"
@@ -34,7 +35,8 @@ struct Program {
   // After the start and before any data is read: refuse a layout the world cannot hold.
   std::function<void(const TrainOptions&, comm::Communicator&)> check_world = [](const TrainOptions&,
                                                                                  comm::Communicator&) {};
-  std::function<void(const TrainOptions&, comm::Communicator&)> eval_only, sample_only;
+  // How --eval-only and --sample-only hold the checkpoint's model (inference_modes.hpp).
+  LoadModel load_model = load_whole_model;
   // Builds the model on every rank from run (fresh, --init-from or --resume) and returns the
   // strategy the loop trains with. Runs after begin_run: on --resume the layout flags'
   // variables hold the checkpoint's layout.

@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "nn/gemm.hpp"
 #include "nn/memory_estimate.hpp"
+#include "nn/threads.hpp"
 #include "trainers/step_memory.hpp"
 #include "trainers/step_traffic.hpp"
 
@@ -71,101 +73,164 @@ void StepClock::add(Phase phase, double start_s, double end_s, int micro, const 
   if (trace_.on) trace_.add(name.empty() ? span_name(phase, micro) : name, category(phase), start_s, end_s);
 }
 
-void training_loop(const RunStart& run, Strategy& strategy, comm::Communicator& world) {
-  const TrainOptions& o = run.o;
-  const nn::GPTConfig& config = run.start.config;
-  const StepBatch batch = strategy.step_batch();
-  const int64_t first_step = run.first_step(), tokens_per_step = batch.sequences * config.block_size;
-  TrainingLog log(o, world, first_step, tokens_per_step, nn::flops_per_token(config, config.block_size),
-                  run.checkpoint_dir);
+std::vector<std::string> Strategy::trace_rows(int world_size) const {
+  std::vector<std::string> rows;
+  for (int r = 0; r < world_size; ++r) rows.push_back(fmt::format("rank {}", r));
+  return rows;
+}
 
-  strategy.say_layout();
-  comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", run.data.train.size(), run.data.val.size(),
-            run.data.dir.string(), run.data.origin, o.sampling);
-  comm::say("global batch: {} × block {} = {} tokens per step", strategy.batch_layout(), config.block_size,
-            tokens_per_step);
-  say_run_notes(run, world.size(), batch);
+namespace {
 
-  std::optional<float> last_val;
-  auto evaluate = [&](int64_t step) {
-    const auto [train_loss, val_loss] = strategy.evaluate(step);
-    last_val = val_loss;
-    log.evaluation(step, train_loss, val_loss);
-  };
-  auto save = [&](int64_t steps_done) {
-    strategy.save(run.checkpoint_dir, train_state(run, steps_done, world.size(), batch, last_val));
-    log.saved(steps_done);
-  };
+// One run of the loop: what it keeps between steps.
+class Loop {
+ public:
+  Loop(const RunStart& run, Strategy& strategy, comm::Communicator& world)
+      : run_(run),
+        o_(run.o),
+        strategy_(strategy),
+        world_(world),
+        batch_(strategy.step_batch()),
+        first_step_(run.first_step()),
+        log_(o_, world, first_step_, batch_.sequences * run.start.config.block_size,
+             nn::flops_per_token(run.start.config, run.start.config.block_size), run.checkpoint_dir),
+        trace_(world),
+        clock_(log_, trace_),
+        traffic_(strategy.groups(world)),
+        schedule_(lr_schedule(o_)) {}
 
-  Trace trace(world);  // --trace: spans of the first --trace-steps steps
-  StepClock clock(log, trace);
-  StepTraffic traffic(strategy.groups());
-  StepMemory memory;  // reported after the first step, with what the step sent
-  comm::TrafficByKind first_step_traffic{};
-  const nn::LrSchedule schedule = lr_schedule(o);
-  log.update_interrupt_note(first_step);
-  for (int64_t step = first_step; step < o.max_iters; ++step) {
-    if (step == o.crash_at_step && world.rank() == o.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
-    trace.on = !o.trace.empty() && step < first_step + o.trace_steps;
-    if (o.eval_interval > 0 && step > first_step && step % o.eval_interval == 0) {
+  void say_start() const;
+  void train();
+
+ private:
+  float step(int64_t step, float lr);                   // one optimizer step; returns the gradient norm
+  void after_step(int64_t done, float lr, float norm);  // log line, checkpoint, interrupt note, trace
+  void evaluate(int64_t step);
+  void save(int64_t steps_done);
+  void end();
+
+  const RunStart& run_;
+  const TrainOptions& o_;
+  Strategy& strategy_;
+  comm::Communicator& world_;
+  const StepBatch batch_;
+  const int64_t first_step_;
+  TrainingLog log_;
+  Trace trace_;  // --trace: spans of the first --trace-steps steps
+  StepClock clock_;
+  StepTraffic traffic_;
+  StepMemory memory_;  // reported after the first step, with what the step sent
+  const nn::LrSchedule schedule_;
+  std::optional<float> last_val_;
+};
+
+void Loop::say_start() const {
+  const nn::GPTConfig& c = run_.start.config;
+  strategy_.say_layout();
+  comm::say("compute: {} ranks × {} thread(s), GEMM {}, backend {}", world_.size(), nn::compute_threads(),
+            nn::gemm_library(), world_.backend_name());
+  const double parameters = nn::parameter_count(c) - c.block_size * c.n_embd;  // nanoGPT's count: no wpe
+  comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", c.n_layer, c.n_head,
+            c.n_embd, c.block_size, c.vocab_size, parameters / 1e6);
+  comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", run_.data.train.size(), run_.data.val.size(),
+            run_.data.dir.string(), run_.data.origin, o_.sampling);
+  comm::say("global batch: {} × block {} = {} tokens per step", strategy_.batch_layout(), c.block_size,
+            batch_.sequences * c.block_size);
+  say_run_notes(run_, world_.size(), batch_);
+}
+
+void Loop::train() {
+  log_.update_interrupt_note(first_step_);
+  for (int64_t step = first_step_; step < o_.max_iters; ++step) {
+    if (step == o_.crash_at_step && world_.rank() == o_.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
+    trace_.on = !o_.trace.empty() && step < first_step_ + o_.trace_steps;
+    if (o_.eval_interval > 0 && step > first_step_ && step % o_.eval_interval == 0) {
       const auto t0 = Clock::now();
       evaluate(step);
-      strategy.print_sample(step);
-      log.exclude(seconds_since(t0));  // kept out of the ETA and the throughput
+      strategy_.print_sample(step);
+      log_.exclude(seconds_since(t0));  // kept out of the ETA and the throughput
     }
-    const float lr = schedule.at(static_cast<int>(step));
-    const double step_start = Trace::now_s();
-    traffic.step_began();
-    if (step == first_step) {
-      memory.step_begins();
-      first_step_traffic = world.traffic();
-    }
-
-    strategy.forward_backward(step, clock);
-    float norm = 0;
-    {
-      Timed sync(clock, Phase::comm);
-      norm = strategy.finish_gradients(o.grad_clip);
-    }
-    log.check_finite(step + 1, "gradient norm", norm);  // the same on every rank
-    const parallel::HeldBytes held = strategy.held();   // just before the update (ZeRO-2 frees gradients)
-    {
-      Timed update(clock, Phase::optimizer);
-      strategy.optimizer_step(lr);
-    }
-    log.window().total += Trace::now_s() - step_start;
-    ++log.window().steps;
-    traffic.step_ended();
-
-    if (step == first_step) {
-      const comm::TrafficByKind sent = world.traffic() - first_step_traffic;  // before the report's own allgather
-      memory.report(held, strategy.memory_formula(), world);
-      strategy.after_first_step(sent);
-    }
-    const int64_t done = step + 1;
-    if (log.due(done)) {
-      log.line(done, strategy.step_loss(), lr, norm);
-      strategy.after_log_line();
-    }
-    if (o.ckpt_interval > 0 && done % o.ckpt_interval == 0 && done != o.max_iters) save(done);
-    log.update_interrupt_note(done);
-    if (!o.trace.empty() && done == first_step + o.trace_steps) {
-      trace.on = false;
-      trace.write(o.trace, strategy.trace_rows());
-      comm::say("trace of steps {}-{} in {} (scripts/plot_trace.py draws it)", first_step + 1, done, o.trace);
-    }
+    const float lr = schedule_.at(static_cast<int>(step));
+    const float norm = this->step(step, lr);
+    after_step(step + 1, lr, norm);
   }
+  end();
+}
 
-  // The end: evaluate, a checkpoint, the exact val loss, a sample.
-  const int64_t end = std::max<int64_t>(o.max_iters, first_step);
+float Loop::step(int64_t step, float lr) {
+  const bool first = step == first_step_;
+  const double start = Trace::now_s();
+  traffic_.step_began();
+  const comm::TrafficByKind traffic_at_start = world_.traffic();
+  if (first) memory_.step_begins();
+
+  strategy_.forward_backward(step, clock_);
+  float norm = 0;
+  {
+    Timed sync(clock_, Phase::comm);
+    norm = strategy_.finish_gradients(o_.grad_clip);
+  }
+  log_.check_finite(step + 1, "gradient norm", norm);  // the same on every rank
+  const parallel::HeldBytes held = strategy_.held();   // just before the update (ZeRO-2 frees gradients)
+  {
+    Timed update(clock_, Phase::optimizer);
+    strategy_.optimizer_step(lr);
+  }
+  log_.window().total += Trace::now_s() - start;
+  ++log_.window().steps;
+  traffic_.step_ended();
+
+  if (first) {
+    const comm::TrafficByKind sent = world_.traffic() - traffic_at_start;  // before the report's own allgather
+    memory_.report(held, strategy_.memory_formula(), world_);
+    strategy_.after_first_step(sent);
+  }
+  return norm;
+}
+
+void Loop::after_step(int64_t done, float lr, float norm) {
+  if (log_.due(done)) {
+    log_.line(done, strategy_.step_loss(), lr, norm);
+    strategy_.after_log_line();
+  }
+  if (o_.ckpt_interval > 0 && done % o_.ckpt_interval == 0 && done != o_.max_iters) save(done);
+  log_.update_interrupt_note(done);
+  if (!o_.trace.empty() && done == first_step_ + o_.trace_steps) {
+    trace_.on = false;
+    trace_.write(o_.trace, strategy_.trace_rows(world_.size()));
+    comm::say("trace of steps {}-{} in {} (scripts/plot_trace.py draws it)", first_step_ + 1, done, o_.trace);
+  }
+}
+
+void Loop::evaluate(int64_t step) {
+  const auto [train_loss, val_loss] = strategy_.evaluate(step);
+  last_val_ = val_loss;
+  log_.evaluation(step, train_loss, val_loss);
+}
+
+void Loop::save(int64_t steps_done) {
+  strategy_.save(run_.checkpoint_dir, train_state(run_, steps_done, world_.size(), batch_, last_val_));
+  log_.saved(steps_done);
+}
+
+// The end: evaluate, a checkpoint, the exact val loss, a sample.
+void Loop::end() {
+  const int64_t end = std::max<int64_t>(o_.max_iters, first_step_);
   evaluate(end);
   save(end);
-  if (o.final_full_val) log.final_loss(end, strategy.full_val_loss());
-  strategy.at_end();
-  comm::say("communication per training step, rank 0: {}", traffic.per_step());
-  comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step, log.elapsed(),
-            run.checkpoint_dir.string(), o.metrics);
-  strategy.print_sample(end);
+  if (o_.final_full_val) log_.final_loss(end, strategy_.full_val_loss());
+  strategy_.at_end();
+  comm::say("communication per training step, rank 0: {}", traffic_.per_step());
+  comm::say("trained {} steps in {:.1f} s; checkpoint in {}, metrics in {}", end - first_step_, log_.elapsed(),
+            run_.checkpoint_dir.string(), o_.metrics);
+  strategy_.print_sample(end);
+}
+
+}  // namespace
+
+void training_loop(const RunStart& run, Strategy& strategy, comm::Communicator& world) {
+  Loop loop(run, strategy, world);
+  loop.say_start();
+  loop.train();
 }
 
 }  // namespace trainers

@@ -74,12 +74,14 @@ class Strategy {
   virtual ~Strategy() = default;
 
   // ---- before step 0
-  virtual void say_layout() const = 0;           // rank 0's lines: the program, the split, the model
+  virtual void say_layout() const = 0;           // rank 0's lines: the program, the split (then the loop's "model:")
   virtual std::string batch_layout() const = 0;  // "2 ranks × micro-batch 4 × 1 accumulation step(s)"
   virtual StepBatch step_batch() const = 0;      // replicas and sequences of one optimizer step
   // The communicators whose traffic the run reports, with their names ("dp", "tp", "world").
-  virtual std::vector<std::pair<std::string, const comm::Communicator*>> groups() const = 0;
-  virtual std::vector<std::string> trace_rows() const = 0;  // a label per world rank
+  virtual std::vector<std::pair<std::string, const comm::Communicator*>> groups(const comm::Communicator& world) const {
+    return {{"world", &world}};
+  }
+  virtual std::vector<std::string> trace_rows(int world_size) const;  // a label per rank: "rank 2"
 
   // ---- a step
   // Forward and backward of the step's micro-batches, each phase timed on `clock`.
