@@ -123,19 +123,11 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
     const bool owned = l >= part_.first_block && l < part_.end_block;
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     const std::size_t first = parameters_.size();
-    Block b;
-    b.ln_1_weight = parameter(p + "ln_1.weight", {C}, owned);
-    b.ln_1_bias = optional_bias(p + "ln_1.bias", C, owned);
-    b.c_attn_weight = parameter(p + "attn.c_attn.weight", {3 * C, C}, owned);
-    b.c_attn_bias = optional_bias(p + "attn.c_attn.bias", 3 * C, owned);
-    b.attn_proj_weight = parameter(p + "attn.c_proj.weight", {C, C}, owned);
-    b.attn_proj_bias = optional_bias(p + "attn.c_proj.bias", C, owned);
-    b.ln_2_weight = parameter(p + "ln_2.weight", {C}, owned);
-    b.ln_2_bias = optional_bias(p + "ln_2.bias", C, owned);
-    b.c_fc_weight = parameter(p + "mlp.c_fc.weight", {4 * C, C}, owned);
-    b.c_fc_bias = optional_bias(p + "mlp.c_fc.bias", 4 * C, owned);
-    b.mlp_proj_weight = parameter(p + "mlp.c_proj.weight", {C, 4 * C}, owned);
-    b.mlp_proj_bias = optional_bias(p + "mlp.c_proj.bias", C, owned);
+    BlockWeights b;
+    for (const BlockTensor& t : block_tensors()) {
+      const Shape shape = t.columns ? Shape{t.rows * C, t.columns * C} : Shape{t.rows * C};
+      b.*t.field = t.bias ? optional_bias(p + t.name, t.rows * C, owned) : parameter(p + t.name, shape, owned);
+    }
     if (!owned) continue;
     blocks_.push_back(b);
     block_groups_.push_back(indices_from(first));
@@ -231,7 +223,7 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
 Tensor GPT::run_blocks(Tensor x) {
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    Block& b = blocks_[l];
+    BlockWeights& b = blocks_[l];
     mark_grad_ready(block_groups_[l]);
     const int group = part_.first_block + static_cast<int>(l) + 1;
     begin_use(group);
@@ -312,20 +304,26 @@ int32_t sample_token(std::span<float> logits, int top_k, Rng& rng) {
 std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature, int top_k,
                                    Rng& rng) {
   require_whole("generate");
-  if (tokens.empty()) fail("generate: the prompt is empty");
-  if (!(temperature > 0.0f)) fail("generate: temperature must be positive, got {}", temperature);
-  autograd::NoGrad no_grad;
-  const bool was_training = training_;
-  training_ = false;
-  std::vector<float> logits(static_cast<std::size_t>(config_.vocab_size));
-  for (int step = 0; step < max_new_tokens; ++step) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
-    std::span<const int32_t> context(tokens.data() + tokens.size() - T, T);
-    next_token_logits(run_blocks(embed(context, 1, T)), T, temperature, logits);
-    tokens.push_back(sample_token(logits, top_k, rng));
-  }
-  training_ = was_training;
-  return tokens;
+  return generate_tokens(*this, std::move(tokens), max_new_tokens, temperature, top_k, rng);
+}
+
+const std::array<BlockTensor, 12>& block_tensors() {
+  using B = BlockWeights;
+  static const std::array<BlockTensor, 12> tensors{{
+      {"ln_1.weight", &B::ln_1_weight, 1, 0, false},
+      {"ln_1.bias", &B::ln_1_bias, 1, 0, true},
+      {"attn.c_attn.weight", &B::c_attn_weight, 3, 1, false},
+      {"attn.c_attn.bias", &B::c_attn_bias, 3, 0, true},
+      {"attn.c_proj.weight", &B::attn_proj_weight, 1, 1, false},
+      {"attn.c_proj.bias", &B::attn_proj_bias, 1, 0, true},
+      {"ln_2.weight", &B::ln_2_weight, 1, 0, false},
+      {"ln_2.bias", &B::ln_2_bias, 1, 0, true},
+      {"mlp.c_fc.weight", &B::c_fc_weight, 4, 1, false},
+      {"mlp.c_fc.bias", &B::c_fc_bias, 4, 0, true},
+      {"mlp.c_proj.weight", &B::mlp_proj_weight, 1, 4, false},
+      {"mlp.c_proj.bias", &B::mlp_proj_bias, 1, 0, true},
+  }};
+  return tensors;
 }
 
 }  // namespace nn

@@ -9,6 +9,8 @@
 // Parameters carry nanoGPT's state_dict names (transformer.h.0.attn.c_attn.weight, ...) and
 // nn.Linear's [out, in] layout, so checkpoints load into PyTorch unchanged.
 #pragma once
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -17,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/autograd.hpp"
+#include "nn/error.hpp"
 #include "nn/rng.hpp"
 #include "nn/tensor.hpp"
 
@@ -55,6 +59,29 @@ struct NamedTensor {
   std::string name;
   Tensor tensor;
 };
+
+// A transformer block's tensors: nn::GPT holds them whole, parallel::TensorParallelGPT its
+// slices. Biases stay undefined when GPTConfig::bias is false.
+struct BlockWeights {
+  Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
+  Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
+};
+// Each of them in nanoGPT's state_dict order: its name after "transformer.h.<l>.", its field,
+// and its shape in units of n_embd C — [rows·C, columns·C], or [rows·C] when columns is 0.
+struct BlockTensor {
+  const char* name;
+  Tensor BlockWeights::*field;
+  int rows, columns;
+  bool bias;
+};
+const std::array<BlockTensor, 12>& block_tensors();
+
+// The generation loop of any model with embed / run_blocks / next_token_logits and a
+// training switch (nn::GPT, parallel::TensorParallelGPT): append max_new_tokens tokens, each
+// sampled from the logits of the last block_size tokens.
+template <class Model>
+std::vector<int32_t> generate_tokens(Model& model, std::vector<int32_t> tokens, int max_new_tokens, float temperature,
+                                     int top_k, Rng& rng);
 
 class GPT {
  public:
@@ -124,10 +151,6 @@ class GPT {
   std::vector<std::vector<int>> parameter_groups() const;
 
  private:
-  struct Block {
-    Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
-    Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
-  };
   Tensor add_parameter(const std::string& name, Shape shape);
   Tensor final_norm(const Tensor& x);  // ln_f
   void require_whole(const char* what) const;
@@ -140,7 +163,7 @@ class GPT {
   GPTPart part_;
   std::vector<NamedTensor> parameters_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
-  std::vector<Block> blocks_;
+  std::vector<BlockWeights> blocks_;
   std::vector<int32_t> positions_;  // 0, 1, …, block_size−1
   bool training_ = true;
   Rng dropout_rng_;
@@ -153,5 +176,25 @@ class GPT {
 // Draws a token from softmax(logits) (already divided by the temperature), among the top_k
 // largest only when top_k > 0. `logits` is used as scratch.
 int32_t sample_token(std::span<float> logits, int top_k, Rng& rng);
+
+template <class Model>
+std::vector<int32_t> generate_tokens(Model& model, std::vector<int32_t> tokens, int max_new_tokens, float temperature,
+                                     int top_k, Rng& rng) {
+  if (tokens.empty()) fail("generate: the prompt is empty");
+  if (!(temperature > 0.0f)) fail("generate: temperature must be positive, got {}", temperature);
+  autograd::NoGrad no_grad;
+  const bool was_training = model.training();
+  model.set_training(false);
+  const GPTConfig& config = model.config();
+  std::vector<float> logits(static_cast<std::size_t>(config.vocab_size));
+  for (int step = 0; step < max_new_tokens; ++step) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config.block_size);
+    std::span<const int32_t> context(tokens.data() + tokens.size() - T, static_cast<std::size_t>(T));
+    model.next_token_logits(model.run_blocks(model.embed(context, 1, T)), T, temperature, logits);
+    tokens.push_back(sample_token(logits, top_k, rng));
+  }
+  model.set_training(was_training);
+  return tokens;
+}
 
 }  // namespace nn

@@ -19,6 +19,17 @@ namespace {
 int64_t rows_of(const nn::Shape& s) { return s[0]; }
 int64_t columns_of(const nn::Shape& s) { return s.size() > 1 ? s[1] : 1; }
 
+
+// Megatron's split of a block tensor: q, k, v by heads and mlp.c_fc by columns (their rows
+// here, out × in), both output projections by their input columns; the layernorms and the
+// output projections' biases whole on every rank.
+TpSplit block_split(std::string_view name) {
+  if (name.starts_with("attn.c_attn.")) return TpSplit::qkv_rows;
+  if (name.starts_with("mlp.c_fc.")) return TpSplit::rows;
+  if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") return TpSplit::columns;
+  return TpSplit::replicated;
+}
+
 }  // namespace
 
 TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp,
@@ -29,32 +40,21 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
       sequence_parallel_(sequence_parallel),
       dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL),
       own_rng_(seed ^ 0x9e3779b97f4a7c15ULL, 1'000'000'007ULL * static_cast<uint64_t>(tp.rank() + 1)) {
-  const int T = tp.size();
-  if (config.n_head % T != 0)
-    nn::fail("tensor parallelism: n_head {} is not divisible by the {} tensor-parallel ranks", config.n_head, T);
-  if (sequence_parallel && config.block_size % T != 0)
+  const int W = tp.size();
+  if (config.n_head % W != 0)
+    nn::fail("tensor parallelism: n_head {} is not divisible by the {} tensor-parallel ranks", config.n_head, W);
+  if (sequence_parallel && config.block_size % W != 0)
     nn::fail("sequence parallelism: block_size {} is not divisible by the {} tensor-parallel ranks", config.block_size,
-             T);
-  rows_per_rank_ = (config.vocab_size + T - 1) / T;
+             W);
+  rows_per_rank_ = (config.vocab_size + W - 1) / W;
   // The whole model's part, drawn as one process would draw it; this rank keeps its slices.
   const nn::GPT whole(config, seed, part_);
   if (part_.embedding || part_.head) wte_rows_ = keep(whole, "transformer.wte.weight", TpSplit::rows);
   if (part_.embedding) wpe_ = keep(whole, "transformer.wpe.weight", TpSplit::replicated);
   for (int l = part_.first_block; l < part_.end_block; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
-    Block b;
-    b.ln_1_weight = keep(whole, p + "ln_1.weight", TpSplit::replicated);
-    b.ln_1_bias = keep(whole, p + "ln_1.bias", TpSplit::replicated);
-    b.c_attn_weight = keep(whole, p + "attn.c_attn.weight", TpSplit::qkv_rows);
-    b.c_attn_bias = keep(whole, p + "attn.c_attn.bias", TpSplit::qkv_rows);
-    b.attn_proj_weight = keep(whole, p + "attn.c_proj.weight", TpSplit::columns);
-    b.attn_proj_bias = keep(whole, p + "attn.c_proj.bias", TpSplit::replicated);
-    b.ln_2_weight = keep(whole, p + "ln_2.weight", TpSplit::replicated);
-    b.ln_2_bias = keep(whole, p + "ln_2.bias", TpSplit::replicated);
-    b.c_fc_weight = keep(whole, p + "mlp.c_fc.weight", TpSplit::rows);
-    b.c_fc_bias = keep(whole, p + "mlp.c_fc.bias", TpSplit::rows);
-    b.mlp_proj_weight = keep(whole, p + "mlp.c_proj.weight", TpSplit::columns);
-    b.mlp_proj_bias = keep(whole, p + "mlp.c_proj.bias", TpSplit::replicated);
+    nn::BlockWeights b;
+    for (const nn::BlockTensor& t : nn::block_tensors()) b.*t.field = keep(whole, p + t.name, block_split(t.name));
     blocks_.push_back(b);
   }
   if (part_.head) {
@@ -85,46 +85,46 @@ nn::Tensor TensorParallelGPT::keep(const nn::GPT& whole, const std::string& name
 }
 
 std::vector<float> TensorParallelGPT::shard_of(const TpParameter& p, std::span<const float> whole) const {
-  const int T = tp_.size(), r = tp_.rank();
+  const int W = tp_.size(), r = tp_.rank();
   const int64_t rows = rows_of(p.full_shape), columns = columns_of(p.full_shape);
   switch (p.split) {
     case TpSplit::replicated:
       return {whole.begin(), whole.end()};
     case TpSplit::rows: {
-      // The vocabulary is padded with zero rows up to T·⌈V/T⌉ (the other row splits divide evenly).
-      const int64_t padded = (rows + T - 1) / T * T;
+      // The vocabulary is padded with zero rows up to W·⌈V/W⌉ (the other row splits divide evenly).
+      const int64_t padded = (rows + W - 1) / W * W;
       std::vector<float> full(whole.begin(), whole.end());
       full.resize(static_cast<std::size_t>(padded * columns), 0.0f);
-      return row_slice(full, padded, columns, r, T);
+      return row_slice(full, padded, columns, r, W);
     }
     case TpSplit::qkv_rows:
-      return row_slice(whole, rows, columns, r, T, 3);
+      return row_slice(whole, rows, columns, r, W, 3);
     case TpSplit::columns:
-      return column_slice(whole, rows, columns, r, T);
+      return column_slice(whole, rows, columns, r, W);
   }
   return {};
 }
 
 std::vector<float> TensorParallelGPT::gather(const TpParameter& p, std::span<const float> mine) {
   if (p.split == TpSplit::replicated) return {mine.begin(), mine.end()};
-  const int T = tp_.size();
-  std::vector<float> parts(mine.size() * static_cast<std::size_t>(T));
+  const int W = tp_.size();
+  std::vector<float> parts(mine.size() * static_cast<std::size_t>(W));
   tp_.allgather(mine, std::span(parts));  // rank r's part at r·|mine|
   const int64_t rows = rows_of(p.full_shape), columns = columns_of(p.full_shape);
   const auto part = static_cast<int64_t>(mine.size());
   std::vector<float> whole(static_cast<std::size_t>(rows * columns));
-  for (int r = 0; r < T; ++r) {
+  for (int r = 0; r < W; ++r) {
     const float* from = parts.data() + r * part;
     if (p.split == TpSplit::rows) {  // consecutive rows; the padding rows past `rows` are cut
       const int64_t first = r * part / columns, n = std::min(part / columns, rows - first);
       if (n > 0) std::copy_n(from, n * columns, whole.data() + first * columns);
     } else if (p.split == TpSplit::qkv_rows) {  // q, k and v each: consecutive rows
-      const int64_t piece = rows / 3, mine_rows = piece / T;
+      const int64_t piece = rows / 3, mine_rows = piece / W;
       for (int q = 0; q < 3; ++q)
         std::copy_n(from + q * mine_rows * columns, mine_rows * columns,
                     whole.data() + (q * piece + r * mine_rows) * columns);
     } else {  // columns
-      const int64_t mine_columns = columns / T;
+      const int64_t mine_columns = columns / W;
       for (int64_t row = 0; row < rows; ++row)
         std::copy_n(from + row * mine_columns, mine_columns, whole.data() + row * columns + r * mine_columns);
     }
@@ -173,7 +173,7 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
 nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
   const int local_heads = config_.n_head / tp_.size();
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
-  for (Block& b : blocks_) {
+  for (nn::BlockWeights& b : blocks_) {
     nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
     h = column_in(h, b.c_attn_weight, b.c_attn_bias);                                 // [B,T,3C/tp]
     h = nn::causal_self_attention(h, local_heads, attn_dropout, &own_rng_);           // [B,T,C/tp]
@@ -217,20 +217,7 @@ void TensorParallelGPT::next_token_logits(const nn::Tensor& x, int64_t T, float 
 
 std::vector<int32_t> TensorParallelGPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature,
                                                  int top_k, nn::Rng& rng) {
-  if (tokens.empty()) nn::fail("generate: the prompt is empty");
-  if (!(temperature > 0.0f)) nn::fail("generate: temperature must be positive, got {}", temperature);
-  nn::autograd::NoGrad no_grad;
-  const bool was_training = training_;
-  training_ = false;
-  std::vector<float> logits(static_cast<std::size_t>(config_.vocab_size));
-  for (int step = 0; step < max_new_tokens; ++step) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
-    std::span<const int32_t> context(tokens.data() + tokens.size() - T, T);
-    next_token_logits(run_blocks(embed(context, 1, T)), T, temperature, logits);
-    tokens.push_back(nn::sample_token(logits, top_k, rng));
-  }
-  training_ = was_training;
-  return tokens;
+  return nn::generate_tokens(*this, std::move(tokens), max_new_tokens, temperature, top_k, rng);
 }
 
 std::vector<nn::NamedTensor> TensorParallelGPT::named_parameters() const {

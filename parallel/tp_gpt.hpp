@@ -1,5 +1,5 @@
-// nanoGPT's GPT with tensor parallelism (Megatron-LM): each of the T ranks of the `tp` group
-// holds 1/T of every big weight and computes 1/T of every big matmul.
+// nanoGPT's GPT with tensor parallelism (Megatron-LM): each of the W ranks of the `tp` group
+// holds 1/W of every big weight and computes 1/W of every big matmul.
 //
 //   ids ─ vocab-parallel wte ─ g ─┐
 //   positions ─ wpe ──────────────┴─ + ─ n_layer × Block ─ ln_f ─ f ─ lm_head (wte rows) ─ vocab-parallel loss
@@ -7,15 +7,15 @@
 //   Block: x = x + g( attention_r( f(ln_1(x)) · c_attn_rᵀ ) · c_proj_rᵀ ) + c_proj.bias
 //          x = x + g( gelu( f(ln_2(x)) · c_fc_rᵀ ) · mlp.c_proj_rᵀ ) + mlp.c_proj.bias
 //
-// Split:   c_attn   column-parallel, q, k and v each cut by whole heads (n_head/T heads here,
+// Split:   c_attn   column-parallel, q, k and v each cut by whole heads (n_head/W heads here,
 //                   so attention itself runs locally); mlp.c_fc column-parallel;
 //          c_proj, mlp.c_proj  row-parallel; wte by vocabulary rows (V padded to a multiple
-//          of T with rows that are never looked up and never predicted).
+//          of W with rows that are never looked up and never predicted).
 // Whole on every rank: wpe, the layernorms, the row-parallel biases (their gradients come out
 // the same on every rank: f and g make every replicated activation's gradient whole).
 //
 // Initialisation: the whole model (or the stage's part of it) is drawn from the seed (nn::GPT)
-// and this rank keeps its slices, so any T starts from exactly the T = 1 model. Dropout on the
+// and this rank keeps its slices, so any W starts from exactly the W = 1 model. Dropout on the
 // residual stream uses the same random stream on every rank (identical masks); inside
 // attention (a tensor-parallel region: different heads per rank), and on a sequence-parallel
 // shard (different positions per rank), each rank draws its own — Megatron's rule.
@@ -60,10 +60,10 @@ class TensorParallelGPT final : public StageModel {
 
   // ids, targets [B,T] row-major, the same on every rank of the group → the mean loss (whole model).
   nn::Tensor loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T);
-  // ids [B,T] → this rank's logits [B,T,V/T] (columns [rank·V/T, …) of the padded vocabulary).
+  // ids [B,T] → this rank's logits [B,T,V/W] (columns [rank·V/W, …) of the padded vocabulary).
   nn::Tensor local_logits(std::span<const int32_t> ids, int64_t B, int64_t T);
   // nn::GPT::generate's answer: each step gathers the last position's logits over the group
-  // (V/T from each rank, padding cut), and every rank draws the same token from `rng`.
+  // (V/W from each rank, padding cut), and every rank draws the same token from `rng`.
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k,
                                 nn::Rng& rng);
 
@@ -107,10 +107,6 @@ class TensorParallelGPT final : public StageModel {
   void zero_grad();
 
  private:
-  struct Block {
-    nn::Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
-    nn::Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
-  };
   nn::Tensor keep(const nn::GPT& whole, const std::string& name, TpSplit split);
   bool sharded() const { return sequence_parallel_ && training_; }
   nn::Tensor maybe_dropout(const nn::Tensor& x);
@@ -127,7 +123,7 @@ class TensorParallelGPT final : public StageModel {
   int64_t rows_per_rank_ = 0;  // wte rows per rank: ⌈V/T⌉
   std::vector<TpParameter> parameters_;
   nn::Tensor wte_rows_, wpe_, ln_f_weight_, ln_f_bias_;
-  std::vector<Block> blocks_;
+  std::vector<nn::BlockWeights> blocks_;
   std::vector<int32_t> positions_;
   bool training_ = true;
   nn::Rng dropout_rng_;  // the same on every rank: residual-stream dropout

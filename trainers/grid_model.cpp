@@ -129,19 +129,20 @@ namespace {
 class LoadedGrid final : public LoadedModel {
  public:
   LoadedGrid(const GridShape& shape, const TrainOptions& o, const Start& start, comm::Communicator& world)
-      : g_(world, shape, start.config, 0) {
-    g_.load(o.init_from, nullptr, world);
+      : grid_model_(world, shape, start.config, 0) {
+    grid_model_.load(o.init_from, nullptr, world);
   }
   double full_loss(std::span<const int32_t> tokens) override {
-    EvalMode eval(g_.stage());
-    return full_split_loss(g_.batch_loss(), tokens, g_.stage().config().block_size, g_.grid.dp_group);
+    EvalMode eval(grid_model_.stage());
+    return full_split_loss(grid_model_.batch_loss(), tokens, grid_model_.stage().config().block_size,
+                           grid_model_.grid.dp_group);
   }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
-    return g_.grid.dp_rank == 0 ? g_.sample(vocabulary, o, stream) : "";  // the first replica samples
+    return grid_model_.grid.dp_rank == 0 ? grid_model_.sample(vocabulary, o, stream) : "";  // the first replica samples
   }
 
  private:
-  GridModel g_;
+  GridModel grid_model_;
 };
 
 }  // namespace
@@ -156,14 +157,14 @@ std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const Train
 
 GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed)
     : run_(run),
-      o_(run.o),
+      o_(run.options),
       world_(world),
-      g_(world, shape, run.start.config, seed),
-      optimizer_(g_.parameters(), run.o.adamw) {
+      grid_model_(world, shape, run.start.config, seed),
+      optimizer_(grid_model_.parameters(), run.options.adamw) {
   if (!run.load_from.empty())
-    g_.load(run.load_from, o_.resume ? &optimizer_ : nullptr, world);
+    grid_model_.load(run.load_from, o_.resume ? &optimizer_ : nullptr, world);
   else
-    g_.broadcast_over_replicas(&optimizer_);  // the same start on every replica
+    grid_model_.broadcast_over_replicas(&optimizer_);  // the same start on every replica
   verify_tied_copies();
 }
 
@@ -177,33 +178,33 @@ void GridStrategy::optimizer_step(float lr) {
 }
 
 parallel::HeldBytes GridStrategy::held() const {
-  parallel::HeldBytes h = parallel::held_by_tensors(g_.parameters());
+  parallel::HeldBytes h = parallel::held_by_tensors(grid_model_.parameters());
   h.optimizer = 2 * h.parameters;  // AdamW's two moments of every parameter this rank holds
   return h;
 }
 
 std::pair<float, float> GridStrategy::evaluate(int64_t step) {
-  EvalMode eval(g_.stage());
-  return estimate_train_val(g_.batch_loss(), run_.data, o_, T(), grid_.dp_rank, step, grid_.dp_group);
+  EvalMode eval(grid_model_.stage());
+  return estimate_train_val(grid_model_.batch_loss(), run_.data, o_, T(), grid_.dp_rank, step, grid_.dp_group);
 }
 
 double GridStrategy::full_val_loss() {
-  EvalMode eval(g_.stage());
-  return full_split_loss(g_.batch_loss(), run_.data.val, T(), grid_.dp_group);
+  EvalMode eval(grid_model_.stage());
+  return full_split_loss(grid_model_.batch_loss(), run_.data.val, T(), grid_.dp_group);
 }
 
 void GridStrategy::print_sample(int64_t step) {
   if (o_.sample_tokens == 0 || grid_.dp_rank != 0) return;  // the first replica samples; the others go on
-  say_sample(step, g_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step)), world_);
+  say_sample(step, grid_model_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step)), world_);
 }
 
 void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& train_state) {
-  g_.save(dir, optimizer_, train_state);
+  grid_model_.save(dir, optimizer_, train_state);
 }
 
 void GridStrategy::verify_tied_copies() {
   if (!comm::runtime().options().check) return;
-  for (const nn::NamedTensor& p : g_.parameters())
+  for (const nn::NamedTensor& p : grid_model_.parameters())
     if (p.name == "transformer.wte.weight") parallel::verify_tied_embedding(p.tensor, grid_.pp_group);
 }
 

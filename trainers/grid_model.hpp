@@ -107,8 +107,8 @@ class GridStrategy : public Strategy {
   const RunStart& run_;
   const TrainOptions& o_;
   comm::Communicator& world_;
-  GridModel g_;
-  parallel::Grid& grid_ = g_.grid;
+  GridModel grid_model_;
+  parallel::Grid& grid_ = grid_model_.grid;
   nn::AdamW optimizer_;
 };
 

@@ -35,7 +35,7 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
     : GridStrategy(run, world, shape, seed),
       s_(s),
       sampler_(run.data.train, T(), o_.batch_size, 1, sampling_of(o_.sampling), o_.seed, grid_.dp_rank, grid_.dp),
-      stage_(g_.stage(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
+      stage_(grid_model_.stage(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
   stage_.before_backward = [this](int m) { before_backward(m); };
 }
 

@@ -34,8 +34,6 @@ uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
   return nn::hash64(nn::hash64(seed ^ (static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL), a), b);
 }
 
-// Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
-// instead of the other ranks waiting forever for what rank 0 was about to send them.
 comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
                                   const TrainOptions& options) {
   comm::Communicator& world = runtime.start(comm_options);
@@ -48,6 +46,8 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
   return world;
 }
 
+// Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
+// instead of the other ranks waiting forever for what rank 0 was about to send them.
 void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work) {
   std::array<int32_t, 1> failed{0};
   std::string message;
@@ -293,7 +293,7 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
       run.layout_note = fmt::format("the layout comes from this command line: the checkpoint's was for {} on {} ranks",
                                     writer.get<std::string>(), ranks.dump());
   }
-  run.o = o;  // the run's settings are final from here
+  run.options = o;  // the run's settings are final from here
   run.data = load_data(o, world);
   if (!run.load_from.empty()) check_vocabulary(run.start.train_state, run.data.vocabulary, run.data.dir);
   run.start.config.vocab_size = run.data.vocabulary.size();
@@ -315,7 +315,7 @@ void check_layout(const RunStart& run, const std::function<void()>& check) {
 }
 
 void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
-  const TrainOptions& o = run.o;
+  const TrainOptions& o = run.options;
   const int local_ranks = comm::runtime().local_size();
   if (o.threads * local_ranks > nn::machine_cores())
     comm::say(
@@ -328,7 +328,7 @@ void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
   if (!o.init_from.empty()) comm::say("fine-tuning from {}: its weights, a fresh optimizer, from step 0", o.init_from);
   if (!o.resume) return;
   comm::say("resuming from {} at step {} of {}, with the checkpoint's settings", run.checkpoint_dir.string(),
-            run.first_step(), run.o.max_iters);
+            run.first_step(), run.options.max_iters);
   if (!run.changed.empty()) comm::say("note: flags change the run's settings: {}", fmt::join(run.changed, ", "));
   if (!run.layout_note.empty()) comm::say("note: {}", run.layout_note);
   const nlohmann::json& saved = run.start.train_state;
@@ -353,7 +353,7 @@ void say_run_notes(const RunStart& run, int world_size, const StepBatch& now) {
 
 nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_size, const StepBatch& batch,
                            const std::optional<float>& val_loss) {
-  const TrainOptions& o = run.o;
+  const TrainOptions& o = run.options;
   nlohmann::json state = {
       {"step", steps_done},
       {"program", fs::path(o.program).filename().string()},

@@ -108,7 +108,7 @@ std::string resume_command(const TrainOptions& o, int ranks);
 // crash rank in range, the checkpoint to load (with --resume, the checkpoint's settings unless
 // a flag overrides them), the data and its checks against the checkpoint and the prompt.
 struct RunStart {
-  TrainOptions o;                        // the options in force (with --resume: the checkpoint's settings filled in)
+  TrainOptions options;                  // the options in force (with --resume: the checkpoint's settings filled in)
   std::filesystem::path checkpoint_dir;  // <out-dir>/checkpoint
   std::filesystem::path load_from;       // --resume: checkpoint_dir; --init-from; or empty
   Start start;                           // start.config.vocab_size is the data's
@@ -117,10 +117,10 @@ struct RunStart {
   std::vector<std::string> restored_layout;  // layout flags given back by --resume, as typed ("--dp 2")
   std::string layout_note;                   // why a resume's layout came from the command line instead
   std::shared_ptr<OutDirLock> out_dir_lock;  // on rank 0: this run's hold on --out-dir, to its end
-  int64_t first_step() const { return o.resume ? start.train_state.at("step").get<int64_t>() : 0; }
+  int64_t first_step() const { return options.resume ? start.train_state.at("step").get<int64_t>() : 0; }
 };
 // On --resume it first completes `options` with the checkpoint's settings, and the layout
-// flags' variables with its layout (TrainOptions::layout_flags); run.o is the result.
+// flags' variables with its layout (TrainOptions::layout_flags); run.options is the result.
 RunStart begin_run(TrainOptions& options, comm::Communicator& world);
 
 // What one optimizer step consumes: the data-parallel width (replicas, each seeing its own

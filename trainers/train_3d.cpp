@@ -33,7 +33,7 @@ class ThreeDParallel final : public PipelineStrategy {
  public:
   // Every replica draws the same start from the run's seed (each rank keeps its slice of its stage).
   ThreeDParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
-      : PipelineStrategy(run, world, shape, stream_seed(run.o.seed, Stream::init, 0), s), shape_(shape) {}
+      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s), shape_(shape) {}
 
   void say_layout() const override {
     const nn::GPTConfig& c = run_.start.config;
@@ -44,16 +44,16 @@ class ThreeDParallel final : public PipelineStrategy {
     comm::say(
         "stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary padded "
         "to {}",
-        fmt::join(g_.layers, "/"), grid_.tp, c.n_head / grid_.tp, g_.split().padded_vocab());
+        fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp, grid_model_.split().padded_vocab());
   }
-  float finish_gradients(float max_norm) override { return g_.finish_gradients(max_norm); }
+  float finish_gradients(float max_norm) override { return grid_model_.finish_gradients(max_norm); }
 
  private:
   void before_forward(int64_t step, int m) override {
     // Residual-stream masks shared by the tp group; each rank's own inside tp regions.
     const auto micro = static_cast<uint64_t>(step * micro_batches() + m);
     const auto replica_stage = static_cast<uint64_t>(grid_.dp_rank * grid_.pp + grid_.pp_rank);
-    g_.split().set_dropout_seeds(
+    grid_model_.split().set_dropout_seeds(
         stream_seed(o_.seed, Stream::dropout, replica_stage, micro),
         stream_seed(o_.seed, Stream::dropout, 1'000'000 + static_cast<uint64_t>(world_.rank()), micro));
   }
@@ -91,9 +91,9 @@ int main(int argc, char** argv) {
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     // On --resume, shape and s hold the checkpoint's layout now.
-    check_schedule(run.o, s, "train_3d");
+    check_schedule(run.options, s, "train_3d");
     check_layout(run, [&] { check_grid(shape, run.start.config, world.size()); });
-    check_memory(run.start.config, run.o.batch_size, /*training=*/true, world);
+    check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
     return std::make_unique<ThreeDParallel>(run, world, shape, s);
   };
   return run_trainer(argc, argv, program);

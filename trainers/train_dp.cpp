@@ -35,7 +35,7 @@ using namespace trainers;
 class DataParallel final : public Strategy {
  public:
   DataParallel(const RunStart& run, comm::Communicator& world)
-      : o_(run.o),
+      : o_(run.options),
         data_(run.data),
         world_(world),
         // 1. The same start. Every rank builds a model, each from a different seed — so without
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   };
   program.layout_flags = {"--zero"};
   program.make_strategy = [](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
-    check_memory(run.start.config, run.o.batch_size, /*training=*/true, world, run.o.zero);
+    check_memory(run.start.config, run.options.batch_size, /*training=*/true, world, run.options.zero);
     return std::make_unique<DataParallel>(run, world);
   };
   return run_trainer(argc, argv, program);

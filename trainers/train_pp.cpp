@@ -51,11 +51,11 @@ class PipelineParallel final : public PipelineStrategy {
   // The same start: replica 0 builds every stage from the run's seed (each stage keeps the
   // whole model's numbers for its part); the others from other seeds, then rank 0's are broadcast.
   PipelineParallel(const RunStart& run, comm::Communicator& world, const PipelineLayout& p)
-      : PipelineStrategy(
-            run, world, shape_of(p, world.size()),
-            stream_seed(run.o.seed, Stream::init, 0) + static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
-            p.schedule),
-        model_(g_.whole_blocks()),
+      : PipelineStrategy(run, world, shape_of(p, world.size()),
+                         stream_seed(run.options.seed, Stream::init, 0) +
+                             static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
+                         p.schedule),
+        model_(grid_model_.whole_blocks()),
         averager_(
             make_gradient_averager(o_.ddp, model_, grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6))) {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
@@ -66,13 +66,14 @@ class PipelineParallel final : public PipelineStrategy {
     comm::say("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}", world_.size(),
               grid_.dp, grid_.pp, s_.schedule, s_.micro_batches, o_.batch_size / s_.micro_batches);
     comm::say("layout: {}", grid_.layout(world_.size()));
-    comm::say("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(g_.layers, "/"), grid_.pp - 1);
+    comm::say("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
+              grid_.pp - 1);
   }
 
   float finish_gradients(float max_norm) override {
     averager_->finish();                                         // 1. over the replicas
     parallel::sum_tied_embedding_grads(model_, grid_.pp_group);  // 2. the two copies
-    const float norm = g_.global_grad_norm();                    // 3. over the stages
+    const float norm = grid_model_.global_grad_norm();           // 3. over the stages
     if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(model_.parameters(), max_norm, norm);
     return norm;
   }
@@ -112,8 +113,8 @@ int main(int argc, char** argv) {
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     check_layout(run, [&] { check_replicas(p, world.size()); });  // on --resume, p holds the checkpoint's layout
-    check_schedule(run.o, p.schedule, "train_pp");
-    check_memory(run.start.config, run.o.batch_size, /*training=*/true, world);
+    check_schedule(run.options, p.schedule, "train_pp");
+    check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
     return std::make_unique<PipelineParallel>(run, world, p);
   };
   return run_trainer(argc, argv, program);

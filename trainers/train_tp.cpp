@@ -31,8 +31,8 @@ using namespace trainers;
 class TensorParallel final : public GridStrategy {
  public:
   TensorParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape)
-      : GridStrategy(run, world, shape, stream_seed(run.o.seed, Stream::init, 0)),
-        model_(g_.split()),
+      : GridStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0)),
+        model_(grid_model_.split()),
         // One sampler for the whole group: every rank draws the same batch.
         sampler_(run.data.train, T(), o_.batch_size, o_.grad_accum, sampling_of(o_.sampling), o_.seed, 0, 1) {}
 
@@ -79,7 +79,7 @@ class TensorParallel final : public GridStrategy {
     }
   }
   // 2-3. Replicated gradients summed, the global norm, clipping.
-  float finish_gradients(float max_norm) override { return g_.finish_gradients(max_norm); }
+  float finish_gradients(float max_norm) override { return grid_model_.finish_gradients(max_norm); }
   float step_loss() override { return loss_sum_; }
 
  private:
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     check_layout(run, [&] { check_grid(tp_shape(world), run.start.config, world.size()); });
-    check_memory(run.start.config, run.o.batch_size, /*training=*/true, world);
+    check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
     return std::make_unique<TensorParallel>(run, world, tp_shape(world));
   };
   return run_trainer(argc, argv, program);

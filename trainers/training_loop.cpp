@@ -86,7 +86,7 @@ class Loop {
  public:
   Loop(const RunStart& run, Strategy& strategy, comm::Communicator& world)
       : run_(run),
-        o_(run.o),
+        o_(run.options),
         strategy_(strategy),
         world_(world),
         batch_(strategy.step_batch()),
