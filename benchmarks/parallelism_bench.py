@@ -71,9 +71,7 @@ def strategies(n):
 
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-MEMORY_TP = re.compile(r"memory rank (\d+) \(allocator\): parameters ([\d.]+ \w+), gradients ([\d.]+ \w+), "
-                       r"optimizer ([\d.]+ \w+); activations peak ([\d.-]+ \w+)")
-MEMORY_DP = re.compile(r"memory rank (\d+) \(allocator\): parameters ([\d.]+ \w+), gradients ([\d.]+ \w+), "
+MEMORY = re.compile(r"memory rank (\d+) \(allocator\): parameters ([\d.]+ \w+), gradients ([\d.]+ \w+), "
                        r"optimizer ([\d.]+ \w+) = .*?; step peak [\d.]+ \w+, ([\d.-]+ \w+) above")
 TRAFFIC = re.compile(r"communication per training step, rank 0: (.*)$", re.M)
 CALLS = re.compile(r"(\d+) (\w+) \(([\d.]+) MB\)")
@@ -116,7 +114,7 @@ def run(name, program, extra, sizes, n, tmp):
         sys.exit(f"failed ({name}): {' '.join(command)}\n{done.stdout}{done.stderr}")
     last = [json.loads(line) for line in open(metrics) if '"train"' in line][-1]
     compute_ms = last["forward_ms"] + last["backward_ms"] + last["optimizer_ms"] + last["data_ms"]
-    memory = [m.groups() for m in (MEMORY_DP if program == "train_dp" else MEMORY_TP).finditer(done.stdout)]
+    memory = [m.groups() for m in MEMORY.finditer(done.stdout)]
     held = max(memory, key=lambda m: size_of(m[1]) + size_of(m[2]) + size_of(m[3]))
     activations = max(size_of(m[4]) for m in memory)
     # With a core per rank, compute would run alone on its core: × min(1, cores / ranks) (an

@@ -4,7 +4,7 @@
 //        bucketed), every rank steps the whole AdamW — the replicas stay identical
 //   1-3  ShardedUpdate: parallel::ZeroOptimizer — each rank keeps and steps only its shard
 //
-// The training loop is the same for all four:
+// train_dp's strategy calls it the same way for all four (the loop: training_loop.hpp):
 //
 //   start(checkpoint)                          same start on every rank
 //   for each micro-step: before_backward(last); forward; backward
