@@ -67,55 +67,119 @@ std::vector<std::size_t> size_sweep(std::size_t begin, std::size_t end, double f
   return sizes;
 }
 
-const std::vector<std::string>& operation_names() {
-  static const std::vector<std::string> names = {"allreduce", "reduce",  "broadcast",      "allgather",
-                                                 "gather",    "scatter", "reduce_scatter", "sendrecv"};
+namespace {
+
+using comm::Communicator, comm::OpKind;
+
+// How each collective is called, in its forms; every element type.
+void run_allreduce(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type, [&]<class T>() {
+    if (c.in_place)
+      comm.allreduce(b.recv_as<T>(), c.op);
+    else
+      comm.allreduce(std::span<const T>(b.send_as<T>()), b.recv_as<T>(), c.op);
+  });
+}
+void run_reduce(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type, [&]<class T>() {
+    if (c.in_place && comm.rank() == c.root)
+      comm.reduce(b.recv_as<T>(), c.op, c.root);
+    else
+      comm.reduce(std::span<const T>(b.send_as<T>()), b.recv_as<T>(), c.op, c.root);
+  });
+}
+void run_broadcast(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type, [&]<class T>() { comm.broadcast(b.recv_as<T>(), c.root); });
+}
+void run_allgather(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type, [&]<class T>() {
+    if (c.in_place)
+      comm.allgather(b.recv_as<T>());
+    else
+      comm.allgather(std::span<const T>(b.send_as<T>()), b.recv_as<T>());
+  });
+}
+void run_gather(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type,
+                    [&]<class T>() { comm.gather(std::span<const T>(b.send_as<T>()), b.recv_as<T>(), c.root); });
+}
+void run_scatter(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type,
+                    [&]<class T>() { comm.scatter(std::span<const T>(b.send_as<T>()), b.recv_as<T>(), c.root); });
+}
+void run_reduce_scatter(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type,
+                    [&]<class T>() { comm.reduce_scatter(std::span<const T>(b.send_as<T>()), b.recv_as<T>(), c.op); });
+}
+void run_sendrecv(Communicator& comm, const Case& c, const CallBuffers& b) {  // to the right, from the left
+  const int n = comm.size(), right = (comm.rank() + 1) % n, left = (comm.rank() + n - 1) % n;
+  with_element_type(
+      c.type, [&]<class T>() { comm.send_recv(std::span<const T>(b.send_as<T>()), right, b.recv_as<T>(), left); });
+}
+
+double ring_twice(double n) { return 2 * (n - 1) / n; }  // a reduce-scatter and an allgather
+double ring_once(double n) { return (n - 1) / n; }
+double one(double) { return 1; }
+
+Source reduced_at_same(std::size_t i, int, int, int, std::size_t) { return {0, i, true}; }
+Source roots(std::size_t i, int, int, int root, std::size_t) { return {root, i}; }
+Source left_neighbours(std::size_t i, int rank, int ranks, int, std::size_t) { return {(rank + ranks - 1) % ranks, i}; }
+Source block_of_each(std::size_t i, int, int, int, std::size_t per) { return {static_cast<int>(i / per), i % per}; }
+Source roots_block(std::size_t i, int rank, int, int root, std::size_t per) {
+  return {root, per * static_cast<std::size_t>(rank) + i};
+}
+Source reduced_block(std::size_t i, int rank, int, int, std::size_t per) {
+  return {0, per * static_cast<std::size_t>(rank) + i, true};
+}
+
+}  // namespace
+
+const std::vector<Collective>& collectives() {
+  using B = Blocks;
+  using In = InPlaceInput;
+  // name, kind, send, recv, out of place, in-place input, bus factor, expected source, call
+  static const std::vector<Collective> all = {
+      {"allreduce", OpKind::allreduce, B::one, B::one, true, In::recv, ring_twice, reduced_at_same, run_allreduce},
+      {"reduce", OpKind::reduce, B::one, B::one_on_root, true, In::recv_on_root, one, reduced_at_same, run_reduce},
+      {"broadcast", OpKind::broadcast, B::one, B::one, false, In::recv_on_root, one, roots, run_broadcast},
+      {"allgather", OpKind::allgather, B::one, B::all, true, In::own_block, ring_once, block_of_each, run_allgather},
+      {"gather", OpKind::gather, B::one, B::all_on_root, true, In::none, ring_once, block_of_each, run_gather},
+      {"scatter", OpKind::scatter, B::all_on_root, B::one, true, In::none, ring_once, roots_block, run_scatter},
+      {"reduce_scatter", OpKind::reduce_scatter, B::all, B::one, true, In::none, ring_once, reduced_block,
+       run_reduce_scatter},
+      {"sendrecv", OpKind::sendrecv, B::one, B::one, true, In::none, one, left_neighbours, run_sendrecv},
+  };
+  return all;
+}
+
+std::vector<std::string> collective_names() {
+  std::vector<std::string> names;
+  for (const Collective& c : collectives()) names.emplace_back(c.name);
   return names;
 }
 
-bool uses_reduce_op(std::string_view op) { return op == "allreduce" || op == "reduce" || op == "reduce_scatter"; }
-bool has_in_place_form(std::string_view op) {
-  return op == "allreduce" || op == "reduce" || op == "allgather" || op == "broadcast";
-}
-bool has_out_of_place_form(std::string_view op) { return op != "broadcast"; }
-bool uses_root(std::string_view op) { return op == "reduce" || op == "broadcast" || op == "gather" || op == "scatter"; }
-
-double bus_factor(std::string_view op, int ranks) {
-  const double n = ranks;
-  if (op == "allreduce") return 2 * (n - 1) / n;  // a reduce-scatter and an allgather
-  if (op == "allgather" || op == "reduce_scatter" || op == "gather" || op == "scatter") return (n - 1) / n;
-  if (op == "broadcast" || op == "reduce" || op == "sendrecv") return 1;
-  comm::fail("unknown operation '{}'", op);
+const Collective& collective(std::string_view name) {
+  for (const Collective& c : collectives())
+    if (c.name == name) return c;
+  comm::fail("unknown operation '{}'", name);
 }
 
-Shape shape_of(std::string_view op, std::size_t bytes, comm::DataType type, int ranks, int rank, int root) {
-  const std::size_t n = static_cast<std::size_t>(ranks);
-  const std::size_t elements = bytes / comm::size_of(type);
+double Collective::bus_factor(int ranks) const { return bus(static_cast<double>(ranks)); }
+
+Shape Collective::shape(std::size_t bytes, comm::DataType type, int ranks, int rank, int root) const {
+  const std::size_t n = static_cast<std::size_t>(ranks), elements = bytes / comm::size_of(type);
+  const bool whole = send == Blocks::all || send == Blocks::all_on_root || recv == Blocks::all ||
+                     recv == Blocks::all_on_root;  // the size names the whole n-block buffer
   Shape s;
-  if (op == "allreduce" || op == "broadcast" || op == "sendrecv" || op == "reduce") {
-    s.per_rank = elements;
-    s.send = elements;
-    s.recv = (op == "reduce" && rank != root) ? 0 : elements;
-    s.reported = elements;
-    return s;
-  }
-  s.per_rank = elements / n;  // the whole buffer is n blocks
-  s.reported = s.per_rank * n;
-  if (op == "allgather") {
-    s.send = s.per_rank;
-    s.recv = s.reported;
-  } else if (op == "gather") {
-    s.send = s.per_rank;
-    s.recv = rank == root ? s.reported : 0;
-  } else if (op == "scatter") {
-    s.send = rank == root ? s.reported : 0;
-    s.recv = s.per_rank;
-  } else if (op == "reduce_scatter") {
-    s.send = s.reported;
-    s.recv = s.per_rank;
-  } else {
-    comm::fail("unknown operation '{}'", op);
-  }
+  s.per_rank = whole ? elements / n : elements;
+  s.reported = whole ? s.per_rank * n : elements;
+  const auto count = [&](Blocks b) -> std::size_t {
+    const bool here = rank == root || b == Blocks::one || b == Blocks::all;
+    const bool all_blocks = b == Blocks::all || b == Blocks::all_on_root;
+    return here ? (all_blocks ? s.per_rank * n : s.per_rank) : 0;
+  };
+  s.send = count(send);
+  s.recv = count(recv);
   return s;
 }
 
@@ -135,23 +199,10 @@ T reduced(const Case& c, int ranks, std::size_t i) {
 
 template <class T>
 std::size_t count_wrong(const Case& c, int rank, int ranks, std::size_t per_rank, std::span<const T> out) {
-  const std::string& op = c.operation;
   std::size_t wrong = 0;
-  auto expect = [&](std::size_t index, T value) { wrong += out[index] != value; };
-  const int left = (rank + ranks - 1) % ranks;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (op == "allreduce" || op == "reduce")
-      expect(i, reduced<T>(c, ranks, i));
-    else if (op == "broadcast")
-      expect(i, input<T>(c.root, i, c.op));
-    else if (op == "sendrecv")
-      expect(i, input<T>(left, i, c.op));
-    else if (op == "allgather" || op == "gather")
-      expect(i, input<T>(static_cast<int>(i / per_rank), i % per_rank, c.op));
-    else if (op == "scatter")
-      expect(i, input<T>(c.root, per_rank * static_cast<std::size_t>(rank) + i, c.op));
-    else if (op == "reduce_scatter")
-      expect(i, reduced<T>(c, ranks, per_rank * static_cast<std::size_t>(rank) + i));
+    const Source from = c.collective->source(i, rank, ranks, c.root, per_rank);
+    wrong += out[i] != (from.reduced ? reduced<T>(c, ranks, from.index) : input<T>(from.rank, from.index, c.op));
   }
   return wrong;
 }

@@ -47,39 +47,6 @@ struct Result {
   std::size_t wrong = 0;
 };
 
-// Runs one collective of `c` on the given buffers (sizes from bench::Shape).
-template <class T>
-void run_once(Communicator& comm, const bench::Case& c, std::span<T> send, std::span<T> recv) {
-  const std::string& op = c.operation;
-  const int n = comm.size();
-  if (op == "allreduce") {
-    if (c.in_place)
-      comm.allreduce(recv, c.op);
-    else
-      comm.allreduce(std::span<const T>(send), recv, c.op);
-  } else if (op == "reduce") {
-    if (c.in_place && comm.rank() == c.root)
-      comm.reduce(recv, c.op, c.root);
-    else
-      comm.reduce(std::span<const T>(send), recv, c.op, c.root);
-  } else if (op == "broadcast") {
-    comm.broadcast(recv, c.root);
-  } else if (op == "allgather") {
-    if (c.in_place)
-      comm.allgather(recv);
-    else
-      comm.allgather(std::span<const T>(send), recv);
-  } else if (op == "gather") {
-    comm.gather(std::span<const T>(send), recv, c.root);
-  } else if (op == "scatter") {
-    comm.scatter(std::span<const T>(send), recv, c.root);
-  } else if (op == "reduce_scatter") {
-    comm.reduce_scatter(std::span<const T>(send), recv, c.op);
-  } else if (op == "sendrecv") {
-    comm.send_recv(std::span<const T>(send), (comm.rank() + 1) % n, recv, (comm.rank() + n - 1) % n);
-  }
-}
-
 // Buffers as the collective expects them, holding this rank's inputs.
 template <class T>
 void prepare(Communicator& comm, const bench::Case& c, const bench::Shape& s, std::vector<T>& send,
@@ -87,16 +54,13 @@ void prepare(Communicator& comm, const bench::Case& c, const bench::Shape& s, st
   send.assign(s.send, T{});
   bench::fill_inputs<T>(c, comm.rank(), std::span(send));
   recv.assign(s.recv, T{});
-  const bool in_place_input =
-      c.in_place && (c.operation == "allreduce" || (c.operation == "reduce" && comm.rank() == c.root));
-  if (in_place_input || (c.operation == "broadcast" && comm.rank() == c.root)) {
-    std::vector<T> inputs(s.recv);
-    bench::fill_inputs<T>(c, comm.rank(), std::span(inputs));
-    recv = inputs;
-  }
-  if (c.in_place && c.operation == "allgather")
-    std::copy(send.begin(), send.end(),
-              recv.begin() + static_cast<std::ptrdiff_t>(bench::own_block_offset(s.per_rank, comm.rank())));
+  if (!c.in_place) return;
+  using In = bench::InPlaceInput;
+  const In input = c.collective->in_place_input;
+  if (input == In::recv || (input == In::recv_on_root && comm.rank() == c.root))
+    bench::fill_inputs<T>(c, comm.rank(), std::span(recv));
+  if (input == In::own_block)  // this rank's block where the gathered buffer keeps it
+    std::copy(send.begin(), send.end(), recv.begin() + static_cast<std::ptrdiff_t>(s.per_rank * comm.rank()));
 }
 
 // The buffers the collective runs on: the host vectors, or (--device cuda) device copies of them.
@@ -122,6 +86,7 @@ class Buffers {
   std::span<T> recv() {
     return recv_device_ ? std::span<T>(static_cast<T*>(recv_device_->data()), recv_.size()) : recv_;
   }
+  bench::CallBuffers call() { return {send().data(), send_.size(), recv().data(), recv_.size()}; }
 
  private:
   std::vector<T>&send_, &recv_;
@@ -131,7 +96,7 @@ class Buffers {
 template <class T>
 Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes,
                const Settings& settings) {
-  const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, comm.size(), comm.rank(), c.root);
+  const bench::Shape s = c.collective->shape(bytes, c.type, comm.size(), comm.rank(), c.root);
   std::vector<T> send, recv;
   prepare(comm, c, s, send, recv);
   Buffers<T> buffers(send, recv, settings.device == "cuda");
@@ -139,16 +104,16 @@ Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, st
   // Correctness first: one run on known inputs, every element checked (on the host, after the
   // device's result is copied back).
   buffers.load();
-  run_once(comm, c, buffers.send(), buffers.recv());
+  c.collective->run(comm, c, buffers.call());
   buffers.fetch_result();
   std::int64_t wrong = static_cast<std::int64_t>(bench::count_wrong<T>(c, comm.rank(), comm.size(), s.per_rank, recv));
   prepare(comm, c, s, send, recv);
   buffers.load();
 
-  for (int i = 0; i < settings.warmup; ++i) run_once(comm, c, buffers.send(), buffers.recv());
+  for (int i = 0; i < settings.warmup; ++i) c.collective->run(comm, c, buffers.call());
   clock.barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < settings.iterations; ++i) run_once(comm, c, buffers.send(), buffers.recv());
+  for (int i = 0; i < settings.iterations; ++i) c.collective->run(comm, c, buffers.call());
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
                     std::max(1, settings.iterations);
 
@@ -165,32 +130,22 @@ Result measure(Communicator& comm, Communicator& clock, const bench::Case& c, st
   r.max_us = hi;
   const double reported_bytes = static_cast<double>(s.reported * comm::size_of(c.type));
   r.algbw = r.mean_us > 0 ? reported_bytes / (r.mean_us * 1e-6) / 1e9 : 0;
-  r.busbw = r.algbw * bench::bus_factor(c.operation, comm.size());
+  r.busbw = r.algbw * c.collective->bus_factor(comm.size());
   r.wrong = static_cast<std::size_t>(wrong);
   return r;
 }
 
 Result measure_any(Communicator& comm, Communicator& clock, const bench::Case& c, std::size_t bytes,
                    const Settings& s) {
-  switch (c.type) {
-    case comm::DataType::f32:
-      return measure<float>(comm, clock, c, bytes, s);
-    case comm::DataType::f64:
-      return measure<double>(comm, clock, c, bytes, s);
-    case comm::DataType::i32:
-      return measure<std::int32_t>(comm, clock, c, bytes, s);
-    case comm::DataType::i64:
-      return measure<std::int64_t>(comm, clock, c, bytes, s);
-    case comm::DataType::bf16:
-      return measure<comm::bfloat16>(comm, clock, c, bytes, s);
-  }
-  return {};
+  Result r;
+  bench::with_element_type(c.type, [&]<class T>() { r = measure<T>(comm, clock, c, bytes, s); });
+  return r;
 }
 
 // Refuses, on every rank alike, a largest size whose buffers (send, receive, and the inputs
 // kept for checking) do not fit in this rank's share of the machine's memory.
 void check_memory(Communicator& world, const bench::Case& c, std::size_t bytes) {
-  const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), world.rank(), c.root);
+  const bench::Shape s = c.collective->shape(bytes, c.type, world.size(), world.rank(), c.root);
   std::array<double, 2> need_and_budget{static_cast<double>((s.send + 2 * s.recv) * comm::size_of(c.type)),
                                         -comm::available_memory_bytes() / comm::runtime().local_size()};
   world.allreduce(std::span<double>(need_and_budget), comm::ReduceOp::max);  // the largest need, the smallest budget
@@ -204,16 +159,16 @@ void check_memory(Communicator& world, const bench::Case& c, std::size_t bytes) 
 
 // The forms to measure (in place?), as nccl-tests' two column groups: both where the collective
 // has both, unless --in-place or --out-of-place asks for one; a form it lacks is a usage error.
-std::vector<bool> forms_to_run(const std::string& operation, const Settings& settings) {
-  if (settings.in_place && !bench::has_in_place_form(operation))
+std::vector<bool> forms_to_run(const bench::Collective& collective, const Settings& settings) {
+  if (settings.in_place && !collective.has_in_place_form())
     throw comm::UsageError(fmt::format(
-        "--in-place: {} has no in-place form (allreduce, reduce, allgather and broadcast have)", operation));
-  if (settings.out_of_place && !bench::has_out_of_place_form(operation))
-    throw comm::UsageError(fmt::format("--out-of-place: {} has only the in-place form", operation));
+        "--in-place: {} has no in-place form (allreduce, reduce, allgather and broadcast have)", collective.name));
+  if (settings.out_of_place && !collective.out_of_place)
+    throw comm::UsageError(fmt::format("--out-of-place: {} has only the in-place form", collective.name));
   const bool either = !settings.in_place && !settings.out_of_place;
   std::vector<bool> forms;
-  if ((either || settings.out_of_place) && bench::has_out_of_place_form(operation)) forms.push_back(false);
-  if ((either || settings.in_place) && bench::has_in_place_form(operation)) forms.push_back(true);
+  if ((either || settings.out_of_place) && collective.out_of_place) forms.push_back(false);
+  if ((either || settings.in_place) && collective.has_in_place_form()) forms.push_back(true);
   return forms;
 }
 
@@ -247,107 +202,141 @@ std::vector<std::string> table_header(const std::vector<std::string>& backends, 
   return {commented(backend_line), commented(form_line), commented(columns)};
 }
 
-void run(comm::Runtime& runtime, const Settings& settings) {
-  Communicator& world = runtime.world();
+// What the command line asks for, checked the same way on every rank.
+struct Plan {
   bench::Case c;
-  c.operation = settings.operation;
-  c.type = comm::parse_datatype(settings.type);
-  c.op = comm::parse_reduce_op(settings.op);
-  c.root = settings.root;
-  if (c.root < 0 || c.root >= world.size())
-    throw comm::UsageError(fmt::format("--root {} is not a rank of this {}-rank job", c.root, world.size()));
   std::vector<std::size_t> sizes;
+  std::vector<bool> forms;            // in place?
+  std::vector<std::string> backends;  // the first is the one the others are compared with
+  std::string redop;                  // the table's redop column ("none" without one)
+  int root = -1;                      // the table's root column (-1 without one)
+};
+
+Plan plan_of(const Settings& settings, int ranks) {
+  Plan p;
+  p.c.collective = &bench::collective(settings.operation);
+  p.c.type = comm::parse_datatype(settings.type);
+  p.c.op = comm::parse_reduce_op(settings.op);
+  p.c.root = settings.root;
+  if (p.c.root < 0 || p.c.root >= ranks)
+    throw comm::UsageError(fmt::format("--root {} is not a rank of this {}-rank job", p.c.root, ranks));
   try {
-    sizes = bench::size_sweep(bench::parse_size(settings.begin), bench::parse_size(settings.end), settings.factor);
+    p.sizes = bench::size_sweep(bench::parse_size(settings.begin), bench::parse_size(settings.end), settings.factor);
   } catch (const comm::Error& e) {
     throw comm::UsageError(e.what());
   }
-
-  const std::vector<bool> forms = forms_to_run(c.operation, settings);
-  // Timing, checking and the memory check are host work: over mpi, whatever is measured.
-  Communicator clock = world.with_backend("mpi");
-  check_memory(clock, c, sizes.back());  // the backends take turns on buffers of the same size
-
-  std::vector<std::string> backends = settings.compare;
-  if (backends.empty()) backends.push_back(settings.comm.backend);
-  if (settings.device == "cuda") comm::select_device(runtime.local_rank(), "--device cuda");
-  for (const auto& name : backends)
+  p.forms = forms_to_run(*p.c.collective, settings);
+  p.backends = settings.compare.empty() ? std::vector<std::string>{settings.comm.backend} : settings.compare;
+  for (const auto& name : p.backends)
     if (name == "nccl" && settings.device != "cuda")
       throw comm::UsageError("--backend nccl works on device memory: add --device cuda");
-  std::vector<Communicator> comms;
-  for (const auto& name : backends) comms.push_back(world.with_backend(name));
+  p.redop = p.c.collective->uses_reduce_op() ? settings.op : "none";
+  p.root = p.c.collective->uses_root() ? p.c.root : -1;
+  return p;
+}
 
-  const bool has_op = bench::uses_reduce_op(c.operation);
-  const bool has_root = bench::uses_root(c.operation);
+void say_header(const Plan& p, const Settings& settings, int ranks) {
   comm::say("# comm_bench: {} on {} ranks, {} memory, type {}, redop {}, root {}, {}, {} iterations after {} warm-up",
-            c.operation, world.size(), settings.device == "cuda" ? "device (cuda)" : "host", settings.type,
-            has_op ? settings.op : "none", has_root ? c.root : -1,
-            forms.size() == 2 ? "out of place and in place"
-            : forms[0]        ? "in place"
-                              : "out of place",
+            p.c.collective->name, ranks, settings.device == "cuda" ? "device (cuda)" : "host", settings.type, p.redop,
+            p.root,
+            p.forms.size() == 2 ? "out of place and in place"
+            : p.forms[0]        ? "in place"
+                                : "out of place",
             settings.iterations, settings.warmup);
   comm::say(
       "# time: mean over ranks of the time per iteration (min and max over ranks: --csv); algbw = size / time; "
       "busbw = algbw × {:.3g}",
-      bench::bus_factor(c.operation, world.size()));
-  for (const std::string& line : table_header(backends, forms)) comm::say("{}", line);
+      p.c.collective->bus_factor(ranks));
+  for (const std::string& line : table_header(p.backends, p.forms)) comm::say("{}", line);
+}
 
-  std::ofstream csv;
-  if (!settings.csv.empty() && world.rank() == 0) {
-    csv.open(settings.csv);
-    if (!csv) throw comm::UsageError(fmt::format("cannot write '{}'", settings.csv));
-    csv << "operation,backend,ranks,size_bytes,count,type,redop,root,in_place,time_us,time_us_min,time_us_max,"
-           "algbw_GBps,busbw_GBps,wrong\n";
+// --csv: one line per size, backend and form (rank 0 writes).
+class CsvFile {
+ public:
+  CsvFile(const std::string& path, int rank) {
+    if (path.empty() || rank != 0) return;
+    out_.open(path);
+    if (!out_) throw comm::UsageError(fmt::format("cannot write '{}'", path));
+    out_ << "operation,backend,ranks,size_bytes,count,type,redop,root,in_place,time_us,time_us_min,time_us_max,"
+            "algbw_GBps,busbw_GBps,wrong\n";
+  }
+  void add(const Plan& p, const std::string& backend, int ranks, const bench::Shape& s, const Settings& settings,
+           bool in_place, const Result& r) {
+    if (!out_) return;
+    out_ << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{}\n", p.c.collective->name,
+                        backend, ranks, s.reported * comm::size_of(p.c.type), s.reported, settings.type, p.redop,
+                        p.root, in_place ? 1 : 0, r.mean_us, r.min_us, r.max_us, r.algbw, r.busbw, r.wrong);
   }
 
+ private:
+  std::ofstream out_;
+};
+
+// One row of the table: every backend and form at one size, then each backend's speed
+// relative to the first. results: [backend][form].
+std::string row_text(const Plan& p, const bench::Shape& s, const Settings& settings,
+                     const std::vector<Result>& results) {
+  std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", s.reported * comm::size_of(p.c.type), s.reported,
+                                settings.type, p.redop, p.root);
+  const std::size_t forms = p.forms.size();
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const Result& r = results[k];
+    row += fmt::format(" {} {:>10.2f} {:>8.2f} {:>8.2f} {:>6}", k % forms == 0 ? '|' : ':', r.mean_us, r.algbw, r.busbw,
+                       r.wrong);
+  }
+  for (std::size_t k = 1; k < p.backends.size(); ++k) {
+    row += " |";
+    for (std::size_t f = 0; f < forms; ++f) {
+      const Result &first = results[f], &other = results[k * forms + f];
+      row += fmt::format(" {:>5.2f}x", other.mean_us > 0 ? first.mean_us / other.mean_us : 0.0);
+    }
+  }
+  return row;
+}
+
+void run(comm::Runtime& runtime, const Settings& settings) {
+  Communicator& world = runtime.world();
+  Plan p = plan_of(settings, world.size());
+  // Timing, checking and the memory check are host work: over mpi, whatever is measured.
+  Communicator clock = world.with_backend("mpi");
+  check_memory(clock, p.c, p.sizes.back());  // the backends take turns on buffers of the same size
+  if (settings.device == "cuda") comm::select_device(runtime.local_rank(), "--device cuda");
+  std::vector<Communicator> comms;
+  for (const auto& name : p.backends) comms.push_back(world.with_backend(name));
+  say_header(p, settings, world.size());
+  CsvFile csv(settings.csv, world.rank());
+
   std::size_t total_wrong = 0;
-  std::vector<double> busbw_sum(backends.size(), 0.0);  // over sizes and forms
+  std::vector<double> busbw_sum(comms.size(), 0.0);  // over sizes and forms
   int measured = 0;
   std::vector<std::size_t> skipped;
-  for (std::size_t bytes : sizes) {
-    const bench::Shape s = bench::shape_of(c.operation, bytes, c.type, world.size(), 0, c.root);
+  for (std::size_t bytes : p.sizes) {
+    const bench::Shape s = p.c.collective->shape(bytes, p.c.type, world.size(), 0, p.c.root);
     if (s.per_rank == 0 && bytes > 0) {  // e.g. 8 B of reduce_scatter on 3 ranks: nothing would move
       skipped.push_back(bytes);
       continue;
     }
     ++measured;
-    const std::size_t reported_bytes = s.reported * comm::size_of(c.type);
-    std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", reported_bytes, s.reported, settings.type,
-                                  has_op ? settings.op : "none", has_root ? c.root : -1);
-    std::vector<Result> results;                      // [backend][form]
+    std::vector<Result> results;
     for (std::size_t k = 0; k < comms.size(); ++k) {  // interleaved: every backend at this size, then the next size
-      for (std::size_t f = 0; f < forms.size(); ++f) {
-        c.in_place = forms[f];
-        Result r = measure_any(comms[k], clock, c, bytes, settings);
-        total_wrong += r.wrong;
-        busbw_sum[k] += r.busbw;
-        results.push_back(r);
-        row += fmt::format(" {} {:>10.2f} {:>8.2f} {:>8.2f} {:>6}", f == 0 ? '|' : ':', r.mean_us, r.algbw, r.busbw,
-                           r.wrong);
-        if (csv)
-          csv << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{}\n", c.operation,
-                             backends[k], world.size(), reported_bytes, s.reported, settings.type,
-                             has_op ? settings.op : "none", has_root ? c.root : -1, c.in_place ? 1 : 0, r.mean_us,
-                             r.min_us, r.max_us, r.algbw, r.busbw, r.wrong);
+      for (bool in_place : p.forms) {
+        p.c.in_place = in_place;
+        results.push_back(measure_any(comms[k], clock, p.c, bytes, settings));
+        total_wrong += results.back().wrong;
+        busbw_sum[k] += results.back().busbw;
+        csv.add(p, p.backends[k], world.size(), s, settings, in_place, results.back());
       }
     }
-    for (std::size_t k = 1; k < comms.size(); ++k) {
-      row += " |";
-      for (std::size_t f = 0; f < forms.size(); ++f) {
-        const Result &first = results[f], &other = results[k * forms.size() + f];
-        row += fmt::format(" {:>5.2f}x", other.mean_us > 0 ? first.mean_us / other.mean_us : 0.0);
-      }
-    }
-    comm::say("{}", row);
+    comm::say("{}", row_text(p, s, settings, results));
   }
   if (!skipped.empty())
     comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
               settings.type, world.size());
   comm::say("# wrong elements in all: {}", total_wrong);
-  const double rows = static_cast<double>(measured) * static_cast<double>(forms.size());
-  for (std::size_t k = 0; k < backends.size(); ++k)  // nccl-tests' closing line: busbw averaged over sizes and forms
+  const double rows = static_cast<double>(measured) * static_cast<double>(p.forms.size());
+  for (std::size_t k = 0; k < comms.size(); ++k)  // nccl-tests' closing line: busbw averaged over sizes and forms
     comm::say("# Avg bus bandwidth    : {:.4f} GB/s{}", rows > 0 ? busbw_sum[k] / rows : 0.0,
-              backends.size() > 1 ? fmt::format(" ({})", backends[k]) : std::string());
+              comms.size() > 1 ? fmt::format(" ({})", p.backends[k]) : std::string());
   if (total_wrong > 0)
     throw comm::Error(fmt::format("{} wrong elements: a backend computed a wrong result", total_wrong));
 }
@@ -362,7 +351,7 @@ int main(int argc, char** argv) {
     Settings s;
     comm::add_options(app, s.comm);
     app.add_option("--op", s.operation, "collective")
-        ->check(CLI::IsMember(bench::operation_names()))
+        ->check(CLI::IsMember(bench::collective_names()))
         ->capture_default_str();
     app.add_option("-b,--minbytes", s.begin, "first message size (8, 1K, 256M, ...)")->capture_default_str();
     app.add_option("-e,--maxbytes", s.end, "last message size")->capture_default_str();

@@ -94,6 +94,11 @@ void Communicator::require_root(OpKind kind, int root) const {
                                   kind == OpKind::send || kind == OpKind::recv ? "peer" : "root", root, size_));
 }
 
+void Communicator::require_blocks(OpKind kind, const char* what, std::size_t elements, std::size_t count) const {
+  if (elements != count * static_cast<std::size_t>(size_))
+    usage_error(kind, fmt::format("{} has {} elements, expected {} ranks × {}", what, elements, size_, count));
+}
+
 OpCall Communicator::begin(OpKind kind, std::size_t count, DataType type, int op, int root) {
   OpCall call;
   call.kind = kind;
@@ -213,9 +218,7 @@ void Communicator::run_broadcast(void* data, std::size_t count, DataType type, i
 
 void Communicator::run_allgather(const void* send, void* recv, std::size_t count, std::size_t recv_size,
                                  DataType type) {
-  if (recv_size != count * static_cast<std::size_t>(size_))
-    usage_error(OpKind::allgather,
-                fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  require_blocks(OpKind::allgather, "recv", recv_size, count);
   const std::size_t bytes = count * size_of(type), all = bytes * static_cast<std::size_t>(size_);
   Staging staged = staging(OpKind::allgather);
   void* out = staged.output(recv, all, overlaps(send, bytes, recv, all), "recv");
@@ -229,9 +232,7 @@ void Communicator::run_allgather(const void* send, void* recv, std::size_t count
 void Communicator::run_gather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type,
                               int root) {
   require_root(OpKind::gather, root);
-  if (rank_ == root && recv_size != count * static_cast<std::size_t>(size_))
-    usage_error(OpKind::gather,
-                fmt::format("the root's recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  if (rank_ == root) require_blocks(OpKind::gather, "the root's recv", recv_size, count);
   const std::size_t bytes = count * size_of(type);
   Staging staged = staging(OpKind::gather);
   void* out = rank_ == root ? staged.output(recv, bytes * static_cast<std::size_t>(size_), false, "recv") : recv;
@@ -245,9 +246,7 @@ void Communicator::run_gather(const void* send, void* recv, std::size_t count, s
 void Communicator::run_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                                int root) {
   require_root(OpKind::scatter, root);
-  if (rank_ == root && send_size != count * static_cast<std::size_t>(size_))
-    usage_error(OpKind::scatter,
-                fmt::format("the root's send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  if (rank_ == root) require_blocks(OpKind::scatter, "the root's send", send_size, count);
   const std::size_t bytes = count * size_of(type);
   Staging staged = staging(OpKind::scatter);
   void* out = staged.output(recv, bytes, false, "recv");
@@ -260,9 +259,7 @@ void Communicator::run_scatter(const void* send, std::size_t send_size, void* re
 
 void Communicator::run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count,
                                       DataType type, ReduceOp op) {
-  if (send_size != count * static_cast<std::size_t>(size_))
-    usage_error(OpKind::reduce_scatter,
-                fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  require_blocks(OpKind::reduce_scatter, "send", send_size, count);
   const std::size_t bytes = count * size_of(type);
   Staging staged = staging(OpKind::reduce_scatter);
   void* out = staged.output(recv, bytes, false, "recv");
@@ -302,9 +299,7 @@ Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType t
 
 Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count,
                                             DataType type, ReduceOp op) {
-  if (send_size != count * static_cast<std::size_t>(size_))
-    usage_error(OpKind::reduce_scatter,
-                fmt::format("send has {} elements, expected {} ranks × {}", send_size, size_, count));
+  require_blocks(OpKind::reduce_scatter, "send", send_size, count);
   const std::size_t bytes = count * size_of(type);
   Staging staged = staging(OpKind::reduce_scatter);
   void* work_space = staged.output(send, bytes * static_cast<std::size_t>(size_), true, "send");
@@ -315,9 +310,7 @@ Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, v
 
 Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size,
                                        DataType type) {
-  if (recv_size != count * static_cast<std::size_t>(size_))
-    usage_error(OpKind::allgather,
-                fmt::format("recv has {} elements, expected {} ranks × {}", recv_size, size_, count));
+  require_blocks(OpKind::allgather, "recv", recv_size, count);
   const std::size_t bytes = count * size_of(type), all = bytes * static_cast<std::size_t>(size_);
   Staging staged = staging(OpKind::allgather);
   void* out = staged.output(recv, all, overlaps(send, bytes, recv, all), "recv");

@@ -190,6 +190,8 @@ class Communicator {
   [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
   void count_traffic(OpKind kind, std::size_t count, DataType type);
   void require_root(OpKind kind, int root) const;
+  // A buffer of one block per rank: `what` ("recv", "the root's send") holds size × count elements.
+  void require_blocks(OpKind kind, const char* what, std::size_t elements, std::size_t count) const;
   MPI_Comm lane(OpKind kind) const;
 
   static constexpr int kLanes = 12;  // one per collective kind, point-to-point, async, check

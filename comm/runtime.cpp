@@ -9,6 +9,7 @@
 
 #include "comm/backend.hpp"
 #include "comm/cli_checks.hpp"
+#include "comm/termination.hpp"
 
 namespace comm {
 namespace {
@@ -95,7 +96,7 @@ Communicator& Runtime::start(const Options& options) {
   exchange_ = std::make_unique<StatusExchange>(MPI_COMM_WORLD, *board_);
   watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);
   set_watchdog(watchdog_.get());
-  install_termination_report();
+  install_termination_report(board_.get(), exchange_.get());
   MPI_Comm world;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
   world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend));

@@ -8,7 +8,7 @@
 //
 // Check mode (optional) exchanges a short description of the call before any data moves
 // and ends the job, naming the ranks, when they disagree on collective, count, type, op
-// or root.
+// or root. Ctrl-C and the launcher's SIGTERM: comm/termination.hpp.
 #pragma once
 
 #include <mpi.h>
@@ -41,6 +41,8 @@ struct OpCall {
   int op = -1;    // ReduceOp or -1
   int root = -1;  // root (collectives) or peer (send/recv), or -1
 };
+
+struct Awaited;  // a rank the call waits for, and where it is (watchdog.cpp)
 
 class Watchdog {
  public:
@@ -81,6 +83,9 @@ class Watchdog {
   std::string report(std::int64_t now, const char* what_happened, double ask_budget_s);
   // "rank 2", "rank 2 (world rank 5)", and " on nanodist-b" when the job spans nodes.
   std::string who(int comm_rank, int world_rank) const;
+  // The ranks the call in progress waits for, and where each of them is (report's lines).
+  std::vector<Awaited> awaited_ranks(double ask_budget_s);
+  Awaited where_is(int comm_rank, int world_rank, const RankView& view, bool point_to_point, double ask_budget_s) const;
   // SIGTERM came while this rank waited: the report, or the interrupt note (see the .cpp).
   [[noreturn]] void end_terminated(std::int64_t now);
   // Waits, answering other nodes' questions meanwhile.
@@ -113,19 +118,5 @@ class OpScope {
 
 // "allreduce #3 on 'world' (count 4 int32, op sum)"
 std::string describe(const OpView& call);
-
-// Installs the SIGINT/SIGTERM handler. When the launcher tears the job down because another
-// rank crashed or was killed, a rank waiting in a collective reports before it goes; when
-// the user interrupted the job (Ctrl-C), rank 0 prints the interrupt note and all ranks exit
-// with 128 + the signal.
-void install_termination_report();
-
-// Before the status board goes away (shutdown): a signal after this ends the process quietly.
-void uninstall_termination_report();
-
-// The one line rank 0 prints if the job is interrupted now, e.g. "interrupted at step 120;
-// the last checkpoint (step 100) is in out/train_dp/checkpoint; resume with …". Cheap: call
-// it whenever the answer changes.
-void set_interrupt_note(std::string_view note);
 
 }  // namespace comm

@@ -2,6 +2,7 @@
 // shapes, and that #wrong counts a planted error.
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <vector>
 
 #include "bench_harness.hpp"
@@ -34,32 +35,32 @@ TEST_CASE("the size sweep goes from begin to end by the factor") {
 }
 
 TEST_CASE("bus bandwidth factors are nccl-tests'") {
-  CHECK(bench::bus_factor("allreduce", 4) == Approx(1.5));  // 2(n-1)/n
-  CHECK(bench::bus_factor("allreduce", 2) == Approx(1.0));
-  CHECK(bench::bus_factor("reduce_scatter", 4) == Approx(0.75));  // (n-1)/n
-  CHECK(bench::bus_factor("allgather", 8) == Approx(0.875));
-  CHECK(bench::bus_factor("gather", 2) == Approx(0.5));
-  CHECK(bench::bus_factor("scatter", 4) == Approx(0.75));
-  CHECK(bench::bus_factor("broadcast", 4) == Approx(1.0));
-  CHECK(bench::bus_factor("reduce", 4) == Approx(1.0));
-  CHECK(bench::bus_factor("sendrecv", 4) == Approx(1.0));
-  CHECK_THROWS_AS(bench::bus_factor("alltoall", 4), comm::Error);
+  CHECK(bench::collective("allreduce").bus_factor(4) == Approx(1.5));  // 2(n-1)/n
+  CHECK(bench::collective("allreduce").bus_factor(2) == Approx(1.0));
+  CHECK(bench::collective("reduce_scatter").bus_factor(4) == Approx(0.75));  // (n-1)/n
+  CHECK(bench::collective("allgather").bus_factor(8) == Approx(0.875));
+  CHECK(bench::collective("gather").bus_factor(2) == Approx(0.5));
+  CHECK(bench::collective("scatter").bus_factor(4) == Approx(0.75));
+  CHECK(bench::collective("broadcast").bus_factor(4) == Approx(1.0));
+  CHECK(bench::collective("reduce").bus_factor(4) == Approx(1.0));
+  CHECK(bench::collective("sendrecv").bus_factor(4) == Approx(1.0));
+  CHECK_THROWS_AS(bench::collective("alltoall"), comm::Error);
 }
 
 TEST_CASE("buffer shapes: per-rank sizes for allreduce, whole n-block sizes for allgather") {
-  auto s = bench::shape_of("allreduce", 1024, DataType::f32, 4, 1, 0);
+  auto s = bench::collective("allreduce").shape(1024, DataType::f32, 4, 1, 0);
   CHECK(s.send == 256);
   CHECK(s.recv == 256);
   CHECK(s.reported == 256);
-  s = bench::shape_of("allgather", 1000, DataType::f32, 3, 1, 0);  // 250 elements → 83 per rank
+  s = bench::collective("allgather").shape(1000, DataType::f32, 3, 1, 0);  // 250 elements → 83 per rank
   CHECK(s.per_rank == 83);
   CHECK(s.reported == 249);
   CHECK(s.send == 83);
   CHECK(s.recv == 249);
-  s = bench::shape_of("scatter", 1024, DataType::f64, 4, 2, 0);  // a non-root sends nothing
+  s = bench::collective("scatter").shape(1024, DataType::f64, 4, 2, 0);  // a non-root sends nothing
   CHECK(s.send == 0);
   CHECK(s.recv == 32);
-  s = bench::shape_of("reduce", 1024, DataType::i64, 4, 3, 0);  // a non-root receives nothing
+  s = bench::collective("reduce").shape(1024, DataType::i64, 4, 3, 0);  // a non-root receives nothing
   CHECK(s.recv == 0);
 }
 
@@ -68,16 +69,17 @@ namespace {
 template <class T>
 std::vector<T> textbook(const bench::Case& c, int rank, int ranks, std::size_t per_rank) {
   std::vector<T> out;
-  if (c.operation == "allreduce") {
+  const std::string op = c.collective->name;
+  if (op == "allreduce") {
     for (std::size_t i = 0; i < per_rank; ++i) {
       T sum = 0;
       for (int q = 0; q < ranks; ++q) sum += bench::input<T>(q, i, c.op);
       out.push_back(sum);
     }
-  } else if (c.operation == "allgather") {
+  } else if (op == "allgather") {
     for (int q = 0; q < ranks; ++q)
       for (std::size_t i = 0; i < per_rank; ++i) out.push_back(bench::input<T>(q, i, c.op));
-  } else if (c.operation == "reduce_scatter") {
+  } else if (op == "reduce_scatter") {
     for (std::size_t i = 0; i < per_rank; ++i) {
       T sum = 0;
       for (int q = 0; q < ranks; ++q) sum += bench::input<T>(q, per_rank * static_cast<std::size_t>(rank) + i, c.op);
@@ -92,7 +94,7 @@ TEST_CASE("#wrong is zero for the right answer and counts each planted error") {
   for (const char* op : {"allreduce", "allgather", "reduce_scatter"}) {
     INFO(op);
     bench::Case c;
-    c.operation = op;
+    c.collective = &bench::collective(op);
     auto out = textbook<float>(c, 2, 4, 37);
     CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 0);
     out[5] += 1.0f;
@@ -101,11 +103,35 @@ TEST_CASE("#wrong is zero for the right answer and counts each planted error") {
     CHECK(bench::count_wrong<float>(c, 2, 4, 37, out) == 2);
   }
   bench::Case broadcast;
-  broadcast.operation = "broadcast";
+  broadcast.collective = &bench::collective("broadcast");
   broadcast.root = 1;
   std::vector<std::int64_t> data(10);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = bench::input<std::int64_t>(1, i, broadcast.op);
   CHECK(bench::count_wrong<std::int64_t>(broadcast, 0, 3, 10, data) == 0);
   data[9] = 12345;
   CHECK(bench::count_wrong<std::int64_t>(broadcast, 0, 3, 10, data) == 1);
+}
+
+TEST_CASE("each collective's record: its forms, and its arguments as comm/types.hpp says") {
+  CHECK(bench::collective_names() == std::vector<std::string>{"allreduce", "reduce", "broadcast", "allgather", "gather",
+                                                              "scatter", "reduce_scatter", "sendrecv"});
+  for (const char* name : {"allreduce", "reduce", "allgather", "broadcast"}) {
+    INFO(name);
+    CHECK(bench::collective(name).has_in_place_form());
+  }
+  for (const char* name : {"gather", "scatter", "reduce_scatter", "sendrecv"}) {
+    INFO(name);
+    CHECK_FALSE(bench::collective(name).has_in_place_form());
+  }
+  CHECK_FALSE(bench::collective("broadcast").out_of_place);  // comm's broadcast is in place only
+  CHECK(bench::collective("reduce_scatter").uses_reduce_op());
+  CHECK_FALSE(bench::collective("reduce_scatter").uses_root());
+  CHECK(bench::collective("gather").uses_root());
+  CHECK_FALSE(bench::collective("sendrecv").uses_reduce_op());
+  // The root alone holds the gathered buffer; everyone sends one block.
+  const bench::Shape root = bench::collective("gather").shape(1200, DataType::f32, 3, 0, 0);
+  const bench::Shape other = bench::collective("gather").shape(1200, DataType::f32, 3, 1, 0);
+  CHECK(root.recv == 300);
+  CHECK(other.recv == 0);
+  CHECK(other.send == 100);
 }

@@ -62,7 +62,6 @@ class PipelineParallel final : public PipelineStrategy {
   }
 
   void say_layout() const override {
-    const nn::GPTConfig& c = model_.config();
     comm::say("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}", world_.size(),
               grid_.dp, grid_.pp, s_.schedule, s_.micro_batches, o_.batch_size / s_.micro_batches);
     comm::say("layout: {}", grid_.layout(world_.size()));

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/termination.hpp"
 #include "comm/runtime.hpp"
 #include "comm/watchdog.hpp"
 

@@ -160,8 +160,11 @@ float Loop::step(int64_t step, float lr) {
   const bool first = step == first_step_;
   const double start = Trace::now_s();
   traffic_.step_began();
-  const comm::TrafficByKind traffic_at_start = world_.traffic();
-  if (first) memory_.step_begins();
+  comm::TrafficByKind traffic_at_start{};
+  if (first) {
+    memory_.step_begins();
+    traffic_at_start = world_.traffic();
+  }
 
   strategy_.forward_backward(step, clock_);
   float norm = 0;
@@ -170,7 +173,8 @@ float Loop::step(int64_t step, float lr) {
     norm = strategy_.finish_gradients(o_.grad_clip);
   }
   log_.check_finite(step + 1, "gradient norm", norm);  // the same on every rank
-  const parallel::HeldBytes held = strategy_.held();   // just before the update (ZeRO-2 frees gradients)
+  parallel::HeldBytes held;
+  if (first) held = strategy_.held();  // just before the update (ZeRO-2 frees gradients)
   {
     Timed update(clock_, Phase::optimizer);
     strategy_.optimizer_step(lr);
