@@ -227,9 +227,6 @@ Plan plan_of(const Settings& settings, int ranks) {
   }
   p.forms = forms_to_run(*p.c.collective, settings);
   p.backends = settings.compare.empty() ? std::vector<std::string>{settings.comm.backend} : settings.compare;
-  for (const auto& name : p.backends)
-    if (name == "nccl" && settings.device != "cuda")
-      throw comm::UsageError("--backend nccl works on device memory: add --device cuda");
   p.redop = p.c.collective->uses_reduce_op() ? settings.op : "none";
   p.root = p.c.collective->uses_root() ? p.c.root : -1;
   return p;
@@ -301,6 +298,9 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   Communicator clock = world.with_backend("mpi");
   check_memory(clock, p.c, p.sizes.back());  // the backends take turns on buffers of the same size
   if (settings.device == "cuda") comm::select_device(runtime.local_rank(), "--device cuda");
+  for (const auto& name : p.backends)
+    if (name == "nccl" && settings.device != "cuda")
+      throw comm::UsageError("--backend nccl works on device memory: add --device cuda");
   std::vector<Communicator> comms;
   for (const auto& name : p.backends) comms.push_back(world.with_backend(name));
   say_header(p, settings, world.size());

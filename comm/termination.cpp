@@ -72,10 +72,9 @@ void say_outside_signal(int signal, pid_t sender) {
   [[maybe_unused]] auto written = write(STDERR_FILENO, line, n);
 }
 
-// Did the job fail (a rank on this node dead, or a watchdog fired), or is this a plain
-// Ctrl-C? Only async-signal-safe calls: atomics, kill(), open()/read().
 }  // namespace
 
+// Only async-signal-safe calls: atomics, kill(), open()/read().
 bool job_failed(StatusBoard* board) {
   if (!board) return false;
   if (board->header().aborting_rank.load() >= 0) return true;

@@ -16,7 +16,7 @@ import sys
 
 from pyplot import pyplot
 
-COLOURS = {"forward": "#4c9f50", "backward": "#3b75af", "wait": "#d9d9d9", "comm": "#b5a642",
+COLOURS = {"data": "#c9a0dc", "forward": "#4c9f50", "backward": "#3b75af", "wait": "#d9d9d9", "comm": "#b5a642",
            "optimizer": "#e6b422", "eval": "#ffffff"}
 
 
@@ -60,8 +60,8 @@ def main() -> int:
     ax.set_yticklabels([names.get(r, f"rank {r}") for r in reversed(ranks)])
     ax.set_xlabel("time (ms)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    ax.legend(handles, ["forward", "backward", "waiting (bubble)", "gradient sync", "optimizer", "evaluation"],
-              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, fontsize=8)
+    ax.legend(handles, ["data", "forward", "backward", "waiting (bubble)", "gradient sync", "optimizer",
+                        "evaluation"], loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=7, fontsize=8)
     ax.set_title(args.title or args.trace)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)

@@ -53,7 +53,9 @@ class GridModel {
   std::vector<int> layers;  // blocks per stage
 
   parallel::StageModel& stage() { return *stage_; }  // what the pipeline code sees
-  nn::GPT& whole_blocks() { return *whole_; }        // train_pp's piece
+  // The piece itself: whole blocks (split_matmuls false: train_pp) or split ones (the others);
+  // only the one this grid was built with exists.
+  nn::GPT& whole_blocks() { return *whole_; }  // train_pp's piece
   const nn::GPT& whole_blocks() const { return *whole_; }
   parallel::TensorParallelGPT& split() { return *split_; }  // train_tp's and train_3d's piece
   const parallel::TensorParallelGPT& split() const { return *split_; }
@@ -74,7 +76,7 @@ class GridModel {
   // This stage's Σ g², the tied embedding counted once (on the first stage), summed over the
   // pipeline: the global norm, every element of the whole model counted once.
   float global_grad_norm();
-  // After backward, for the split model: the sequence-parallel replicated gradients summed
+  // After backward, for the split model (train_pp finishes its own: overlapped averaging): the sequence-parallel replicated gradients summed
   // over tp, the tied embedding over first and last stage, everything averaged over the dp
   // replicas; then the global norm, clipping to max_norm. Returns the norm.
   float finish_gradients(float max_norm);

@@ -40,7 +40,7 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
 }
 
 std::string PipelineStrategy::batch_layout() const {
-  return fmt::format("{} replica(s) × {} micro-batches × {}", grid_.dp, s_.micro_batches,
+  return fmt::format("{} {} × {} micro-batches × {}", grid_.dp, replicas_are_, s_.micro_batches,
                      o_.batch_size / s_.micro_batches);
 }
 

@@ -42,6 +42,7 @@ class PipelineStrategy : public GridStrategy {
   virtual void before_forward(int64_t step, int m) = 0;
   virtual void before_backward(int /*m*/) {}
   int micro_batches() const { return s_.micro_batches; }
+  const char* replicas_are_ = "replica(s)";  // the batch line's word for the dp replicas
 
   const ScheduleOptions s_;
   BatchSampler sampler_;

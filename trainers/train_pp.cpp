@@ -37,7 +37,7 @@ struct PipelineLayout {
 };
 
 // Each stage holds nn::GPT's blocks whole: the grid with tp = 1.
-GridShape shape_of(const PipelineLayout& p, int world_size) {
+GridShape grid_shape(const PipelineLayout& p, int world_size) {
   return {.dp = p.dp, .pp = world_size / p.dp, .tp = 1, .stage_layers = p.stage_layers, .split_matmuls = false};
 }
 
@@ -51,7 +51,7 @@ class PipelineParallel final : public PipelineStrategy {
   // The same start: replica 0 builds every stage from the run's seed (each stage keeps the
   // whole model's numbers for its part); the others from other seeds, then rank 0's are broadcast.
   PipelineParallel(const RunStart& run, comm::Communicator& world, const PipelineLayout& p)
-      : PipelineStrategy(run, world, shape_of(p, world.size()),
+      : PipelineStrategy(run, world, grid_shape(p, world.size()),
                          stream_seed(run.options.seed, Stream::init, 0) +
                              static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
                          p.schedule),
@@ -59,6 +59,10 @@ class PipelineParallel final : public PipelineStrategy {
         averager_(
             make_gradient_averager(o_.ddp, model_, grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6))) {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
+    replicas_are_ = "pipeline(s)";
+  }
+  std::vector<std::pair<std::string, const comm::Communicator*>> groups(const comm::Communicator&) const override {
+    return {{"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};  // no tp group: each stage's blocks are whole
   }
 
   void say_layout() const override {
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
   program.layout_flags = {"--dp", "--stage-layers", "--schedule", "--micro-batches"};
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { check_replicas(p, world.size()); };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
-    return load_grid_model(shape_of(p, world.size()), o, start, world);
+    return load_grid_model(grid_shape(p, world.size()), o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     check_layout(run, [&] { check_replicas(p, world.size()); });  // on --resume, p holds the checkpoint's layout
