@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "bench_harness.hpp"

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "bench_harness.hpp"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 namespace comm::cli {
@@ -49,6 +50,8 @@ CLI::Validator real(double min, double max, bool above) {
       },
       want.substr(std::string(kMarker).size()));
 }
+
+CLI::Validator positive_real(double max) { return real(0.0, max, true); }
 
 std::string readable(const CLI::ParseError& error) {
   std::string text = error.what();

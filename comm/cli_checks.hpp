@@ -13,7 +13,7 @@
 #include <limits>
 #include <string>
 
-#include <CLI/CLI.hpp>
+#include "comm/cli_forward.hpp"
 
 namespace comm::cli {
 
@@ -22,7 +22,8 @@ CLI::Validator whole(std::int64_t min, std::int64_t max = std::numeric_limits<in
 
 // A finite number; `above` excludes the lower bound itself ("> 0"), otherwise "≥ min".
 CLI::Validator real(double min, double max = std::numeric_limits<double>::max(), bool above = false);
-inline CLI::Validator positive_real(double max = std::numeric_limits<double>::max()) { return real(0.0, max, true); }
+// A finite number > 0 (real with above = true).
+CLI::Validator positive_real(double max = std::numeric_limits<double>::max());
 
 // "--flag: must be …" (CLI11's shape) → "--flag must be …".
 std::string readable(const CLI::ParseError& error);

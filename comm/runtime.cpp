@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
 
 #include "comm/backend.hpp"

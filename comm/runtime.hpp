@@ -1,5 +1,7 @@
 // The MPI process around a program: start-up, options, printing, errors, shutdown.
 //
+//   #include <CLI/CLI.hpp>      // this header only names CLI::App (comm/cli_forward.hpp)
+//
 //   int main(int argc, char** argv) {
 //       comm::Runtime runtime(argc, argv);
 //       return runtime.run([&] {
@@ -21,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include <CLI/CLI.hpp>
+#include "comm/cli_forward.hpp"
 #include <fmt/format.h>
 
 #include "comm/communicator.hpp"

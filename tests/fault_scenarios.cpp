@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "comm/runtime.hpp"
 
 int main(int argc, char** argv) {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include <CLI/CLI.hpp>
+#include "comm/cli_forward.hpp"
 
 #include "parallel/pp_stage.hpp"
 #include "trainers/batches.hpp"

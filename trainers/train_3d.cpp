@@ -18,6 +18,7 @@
 // checkpoint is one whole nanoGPT-named model.safetensors (trainers/grid_model.hpp).
 #include <memory>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -18,6 +18,7 @@
 #include <array>
 #include <memory>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "comm/cli_checks.hpp"

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "comm/cli_forward.hpp"
 #include <nlohmann/json.hpp>
 
 #include "nn/adamw.hpp"

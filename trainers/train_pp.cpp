@@ -16,6 +16,7 @@
 // checkpoint is one whole nanoGPT-named model.safetensors, so train_dp and PyTorch load it.
 #include <memory>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -16,6 +16,7 @@
 // checkpoint is one whole nanoGPT-named model.safetensors (trainers/grid_model.hpp).
 #include <memory>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "nn/autograd.hpp"

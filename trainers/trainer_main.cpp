@@ -1,5 +1,6 @@
 #include "trainers/trainer_main.hpp"
 
+#include <CLI/CLI.hpp>
 #include "comm/runtime.hpp"
 
 namespace trainers {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "comm/cli_forward.hpp"
 
 #include "comm/communicator.hpp"
 #include "trainers/inference_modes.hpp"

@@ -4,6 +4,8 @@
 //   mpiexec -n 3 hello_nanodist --backend ring
 #include <vector>
 
+#include <CLI/CLI.hpp>  // the command line; comm/runtime.hpp only names CLI::App
+
 #include "comm/runtime.hpp"
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
