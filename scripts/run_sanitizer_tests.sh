@@ -6,7 +6,7 @@
 # took, and the slowest tests (their log: build-debug/ctest.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
+bash scripts/install_deps.sh --slurm
 start=$SECONDS
 cmake --preset debug
 cmake --build --preset debug

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# hostfiles/train_dp.pbs without PBS (Debian has no PBS packages): run as PBS runs it — its
+# environment ($PBS_NODEFILE naming this machine twice, $PBS_O_WORKDIR, $PBS_JOBID) and a
+# `qsub` that records what it is asked to submit. The walltime stop comes early
+# (STOP_AFTER=8s): rank 0 says where it stopped, the script submits itself again with its
+# settings, and running that submission resumes from the checkpoint and ends at the last step.
+#   tests/pbs_script.sh SOURCE_DIR BUILD_DIR DATA_DIR
+set -euo pipefail
+source_dir=$1 build_dir=$2 data_dir=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAILED: $*" >&2; cat "$work"/run*.out >&2 2> /dev/null || true; exit 1; }
+
+mkdir -p "$work/bin"
+cat > "$work/bin/qsub" << EOF
+#!/bin/sh
+printf '%s\n' "\$@" > "$work/qsub.args"
+echo 2.pbs-test
+EOF
+chmod +x "$work/bin/qsub"
+printf 'localhost\nlocalhost\n' > "$work/nodefile"
+run_job() {  # $1: job id; the rest: the job's environment (qsub -v)
+  local id=$1
+  shift
+  (cd "$HOME" && env PATH="$work/bin:$PATH" PBS_NODEFILE="$work/nodefile" PBS_O_WORKDIR="$source_dir" \
+    PBS_JOBID="$id" "$@" bash "$source_dir/hostfiles/train_dp.pbs") > "$work/run$id.out" 2>&1
+}
+
+# The first job: stopped before its "walltime", submits itself again.
+run_job 1 STOP_AFTER=8s CKPT_INTERVAL=20 OUT_DIR="$work/out" DATA_DIR="$data_dir" BUILD_DIR="$build_dir" \
+  TRAIN_DP_ARGS="--max-iters 100000 --n-layer 1 --n-embd 32 --log-interval 20 --eval-interval 0 --sample-tokens 40" ||
+  fail "the first job exited with $?"
+note=$(grep "interrupted at step" "$work/run1.out") || fail "rank 0 did not say where it stopped"
+echo "$note"
+stopped_at=$(sed -n 's/.*the last checkpoint (step \([0-9]*\)).*/\1/p' <<< "$note")
+[ -n "$stopped_at" ] && [ "$stopped_at" -ge 20 ] || fail "no checkpoint step in: $note"
+grep -q "submitting it again to resume" "$work/run1.out" || fail "the job did not submit itself again"
+[ -f "$work/qsub.args" ] || fail "qsub was not called"
+[ "$(sed -n 1p "$work/qsub.args")" = -v ] || fail "qsub got no -v: $(cat "$work/qsub.args")"
+variables=$(sed -n 2p "$work/qsub.args")
+grep -q "TRAIN_DP_ARGS=--max-iters 100000 --n-layer 1 --n-embd 32 --log-interval 20" <<< "$variables" || fail "qsub -v lost TRAIN_DP_ARGS: $variables"
+grep -q "OUT_DIR=$work/out" <<< "$variables" || fail "qsub -v lost OUT_DIR: $variables"
+[ "$(sed -n 3p "$work/qsub.args")" = "$source_dir/hostfiles/train_dp.pbs" ] || fail "qsub submits $(sed -n 3p "$work/qsub.args")"
+
+# The second job, as qsub would start it (its -v variables; a shorter run so that it ends).
+IFS=, read -r -a submitted <<< "$variables"
+run_job 2 "${submitted[@]}" TRAIN_DP_ARGS="--max-iters $((stopped_at + 20)) --sample-tokens 40" ||
+  fail "the resubmitted job exited with $?"
+grep -q "pbs: job 2 resumes $work/out/checkpoint" "$work/run2.out" || fail "the resubmitted job did not resume"
+grep -q "resuming from $work/out/checkpoint at step $stopped_at of $((stopped_at + 20))" "$work/run2.out" ||
+  fail "train_dp did not resume at step $stopped_at"
+grep -q "val_loss_full=" "$work/run2.out" || fail "no final val loss"
+echo "train_dp.pbs: stopped at step $stopped_at's checkpoint, submitted itself again, resumed, ended at step $((stopped_at + 20))"
