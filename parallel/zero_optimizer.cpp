@@ -9,11 +9,14 @@
 
 #include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
+#include "parallel/gradient_wire.hpp"
 
 namespace parallel {
 
-ZeroOptimizer::ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group)
+ZeroOptimizer::ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group,
+                             comm::DataType wire)
     : stage_(stage),
+      wire_(wire),
       model_(model),
       config_(config),
       group_(group),
@@ -108,7 +111,7 @@ void ZeroOptimizer::on_gradients_ready(std::span<const int> parameter_indices) {
 // tensors' gradients are given back at once — only the shard stays.
 void ZeroOptimizer::start_reduce_scatter(int g) {
   GroupState& s = state(g);
-  if (s.send.defined()) finish_reduce_scatter(g);  // the previous micro-step's (maybe done, not yet added in)
+  if (s.reduce_in_flight) finish_reduce_scatter(g);  // the previous micro-step's (maybe done, not yet added in)
   const auto& layout = shards_.groups()[static_cast<std::size_t>(g)];
   s.send = nn::Tensor::empty({shards_.padded(g)});
   std::fill(s.send.data() + layout.size, s.send.data() + shards_.padded(g), 0.0f);
@@ -117,25 +120,40 @@ void ZeroOptimizer::start_reduce_scatter(int g) {
     std::copy_n(t.grad(), piece.numel, s.send.data() + piece.begin);
     if (stage_ >= 2) t.free_grad();
   }
-  s.received = nn::Tensor::empty({layout.shard});
-  s.reducing = group_.reduce_scatter_async(s.send.values(), s.received.values(), comm::ReduceOp::avg);
+  if (wire_ == comm::DataType::bf16) {  // --grad-comm bf16: half the bytes on the wire
+    s.send_bf16.resize(static_cast<std::size_t>(shards_.padded(g)));
+    to_bf16(s.send.values(), s.send_bf16);
+    s.send = {};
+    s.received_bf16.resize(static_cast<std::size_t>(layout.shard));
+    s.reducing = group_.reduce_scatter_async(std::span(s.send_bf16), std::span(s.received_bf16), comm::ReduceOp::avg);
+  } else {
+    s.received = nn::Tensor::empty({layout.shard});
+    s.reducing = group_.reduce_scatter_async(s.send.values(), s.received.values(), comm::ReduceOp::avg);
+  }
   s.reduce_started = true;
+  s.reduce_in_flight = true;
 }
 
 void ZeroOptimizer::finish_reduce_scatter(int g) {
   GroupState& s = state(g);
   s.reducing.wait();
-  float* into = s.grad_shard.data();
-  const float* from = s.received.data();
-  for (int64_t i = 0; i < s.grad_shard.numel(); ++i) into[i] += from[i];  // micro-steps add up (stage 2-3)
+  float* into = s.grad_shard.data();  // micro-steps add up (stage 2-3)
+  if (wire_ == comm::DataType::bf16) {
+    for (int64_t i = 0; i < s.grad_shard.numel(); ++i)
+      into[i] += static_cast<float>(s.received_bf16[static_cast<std::size_t>(i)]);
+  } else {
+    const float* from = s.received.data();
+    for (int64_t i = 0; i < s.grad_shard.numel(); ++i) into[i] += from[i];
+  }
   s.send = {};
   s.received = {};
+  s.reduce_in_flight = false;
 }
 
 void ZeroOptimizer::finish_gradients() {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (communicating_ && !groups_[g].reduce_started) start_reduce_scatter(static_cast<int>(g));  // never reached
-    if (groups_[g].send.defined()) finish_reduce_scatter(static_cast<int>(g));
+    if (groups_[g].reduce_in_flight) finish_reduce_scatter(static_cast<int>(g));
   }
   communicating_ = false;
 }
@@ -319,7 +337,8 @@ std::string ZeroOptimizer::describe() const {
                         "and backward (next one prefetched), gradients reduce-scattered as backward finishes it"};
   return fmt::format("ZeRO stage {} over {} ranks, {} groups of 1/{} each: {}; AdamW on the shard{}", stage_,
                      shards_.ranks(), groups_.size(), shards_.ranks(), what[stage_],
-                     stage_ < 3 ? ", parameters all-gathered" : "");
+                     stage_ < 3 ? ", parameters all-gathered" : "") +
+         (wire_ == comm::DataType::bf16 ? ", gradients sent as bf16" : "");
 }
 
 double zero_formula_bytes(int stage, double parameters, int ranks) {
@@ -336,10 +355,18 @@ double zero_formula_bytes(int stage, double parameters, int ranks) {
   }
 }
 
-double zero_traffic_elements(int stage, double parameters, int micro_steps) {
-  if (stage == 3) return 3 * parameters * micro_steps;
-  if (stage == 2) return (micro_steps + 1) * parameters;
-  return 2 * parameters;
+ZeroTraffic zero_traffic(int stage, double parameters, int micro_steps) {
+  const double P = parameters, K = micro_steps;
+  switch (stage) {
+    case 0:
+      return {2 * P, 0};
+    case 1:
+      return {P, P};
+    case 2:
+      return {K * P, P};
+    default:
+      return {K * P, 2 * K * P};
+  }
 }
 
 }  // namespace parallel

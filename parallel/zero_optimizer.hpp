@@ -44,7 +44,9 @@ HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters);
 class ZeroOptimizer {
  public:
   // stage 1, 2 or 3; `model` is the whole model, the same on every rank of `group`.
-  ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group);
+  // wire bf16 (--grad-comm bf16): the reduce-scatter sends the gradients as bf16, half the bytes.
+  ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group,
+                comm::DataType wire = comm::DataType::f32);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -75,12 +77,14 @@ class ZeroOptimizer {
 
  private:
   struct GroupState {
-    nn::Tensor grad_shard, exp_avg, exp_avg_sq;  // [shard]
-    nn::Tensor param_shard;                      // [shard], stage 3: the only copy between uses
-    nn::Tensor send, received;                   // a reduce-scatter in flight: [N·shard] work space, [shard]
+    nn::Tensor grad_shard, exp_avg, exp_avg_sq;            // [shard]
+    nn::Tensor param_shard;                                // [shard], stage 3: the only copy between uses
+    nn::Tensor send, received;                             // a reduce-scatter in flight: [N·shard] work space, [shard]
+    std::vector<comm::bfloat16> send_bf16, received_bf16;  // the same on a bf16 wire (send emptied)
     comm::Work reducing;
-    bool reduce_started = false;  // in this micro-step
-    nn::Tensor gathered;          // an all-gather in flight: [N·shard]
+    bool reduce_started = false;    // in this micro-step
+    bool reduce_in_flight = false;  // started, not yet added into grad_shard
+    nn::Tensor gathered;            // an all-gather in flight: [N·shard]
     comm::Work gathering;
     int users = 0;  // stage 3: uses in progress; the parameters are resident while > 0
   };
@@ -100,6 +104,7 @@ class ZeroOptimizer {
   void after_use(int g, bool backward);
 
   int stage_;
+  comm::DataType wire_;
   nn::GPT& model_;
   nn::AdamWConfig config_;
   comm::Communicator& group_;
@@ -118,7 +123,16 @@ class ZeroOptimizer {
 double zero_formula_bytes(int stage, double parameters, int ranks);
 // Elements each rank sends and receives per step, as the paper counts them (a reduce-scatter
 // or all-gather of Ψ moves about Ψ): 2Ψ for stages 0-2 — stage 2 reduce-scatters every
-// micro-step, so (K + 1)Ψ — and 3Ψ per micro-step for stage 3.
-double zero_traffic_elements(int stage, double parameters, int micro_steps);
+// micro-step, so (K + 1)Ψ — and 3Ψ per micro-step for stage 3. Split by what travels:
+// gradients (in --grad-comm's type) and parameters (fp32).
+//   stage 0: 2Ψ gradients (the allreduce)   1: Ψ gradients + Ψ parameters
+//   stage 2: KΨ gradients + Ψ parameters    3: KΨ gradients + 2KΨ parameters (forward and backward)
+struct ZeroTraffic {
+  double gradient_elements = 0, parameter_elements = 0;
+  double bytes(int gradient_element_bytes) const {
+    return gradient_elements * gradient_element_bytes + parameter_elements * 4;
+  }
+};
+ZeroTraffic zero_traffic(int stage, double parameters, int micro_steps);
 
 }  // namespace parallel

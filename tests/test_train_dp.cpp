@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <thread>
 
 #include "nn/atomic_file.hpp"
@@ -209,6 +210,7 @@ TEST_CASE("bad input: one line naming the problem and a non-zero exit") {
   SECTION("nonsense flag values") {
     clean_failure(train_dp(2, common + " --batch-size 0"), "--batch-size");
     clean_failure(train_dp(2, common + " --ddp fancy"), "--ddp");
+    clean_failure(train_dp(2, common + " --grad-comm fp16"), "--grad-comm");
     clean_failure(train_dp(2, common + " --max-iters many"), "--max-iters");
     clean_failure(train_dp(2, common + " --n-embd 30 --n-head 4"), "n_embd");
     clean_failure(train_dp(2, common + " --eval-only"), "--eval-only needs --init-from");
@@ -589,4 +591,56 @@ TEST_CASE("one run per --out-dir: a second is refused naming the first, and kill
   auto third = train_dp(2, tiny(shakespeareish()) + " --max-iters 2 --out-dir " + folder);
   CHECK(third.status == 0);
   CHECK_THAT(third.output, Catch::Contains("step 2/2"));
+}
+
+// bf16 keeps 8 significant bits: each rank's gradient is rounded (relative error ≤ 2⁻⁹) and
+// every partial sum of the ring again, so the averaged gradient is off by ≈ (N + 1)·2⁻⁹ of its
+// size. AdamW divides by √v, so a parameter moves ≈ lr per step either way; only elements whose
+// gradient is near 0 (where rounding can flip the sign of the average) can move up to 2·lr
+// differently. Hence: the mean difference far below one step, the largest ≤ 2 steps per step.
+TEST_CASE("gradients as bf16 on the wire (--grad-comm bf16): half the bytes, and a run that ends near the fp32 one") {
+  const std::string common = tiny(shakespeareish()) + fmt::format(" --batch-size 4 --max-iters {}", kSteps);
+  const double one_step = 1e-3;  // --learning-rate: what AdamW moves a parameter per step
+  REQUIRE(train_dp(3, common + " --out-dir " + out("fp32_n3")).status == 0);
+  const std::vector<std::pair<std::string, std::string>> layouts = {{"naive", "--ddp naive"},
+                                                                    {"bucketed", "--ddp bucketed --bucket-mb 0.01"},
+                                                                    {"zero1", "--zero 1"},
+                                                                    {"zero2", "--zero 2"},
+                                                                    {"zero3", "--zero 3"}};
+  for (const auto& [name, flags] : layouts) {
+    auto r = train_dp(
+        3, common + fmt::format(" {} --grad-comm bf16 --backend ring --out-dir {}", flags, out("bf16_" + name)));
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("gradients sent as bf16"));
+    const double mean = mean_difference(checkpoint("bf16_" + name), checkpoint("fp32_n3"));
+    const float worst = max_difference(checkpoint("bf16_" + name), checkpoint("fp32_n3"));
+    INFO(name << ": parameters differ from the fp32 run by " << mean << " on average, " << worst << " at most");
+    CHECK(mean > 1e-8);  // teeth: the gradients really went as bf16
+    CHECK(mean < 0.05 * one_step);
+    CHECK(worst <= 2 * kSteps * one_step);
+  }
+  SECTION("the bound has teeth: another seed (other data) ends farther away than bf16 rounding") {
+    REQUIRE(train_dp(3, common + " --seed 7 --out-dir " + out("fp32_seed7")).status == 0);
+    CHECK(mean_difference(checkpoint("fp32_seed7"), checkpoint("fp32_n3")) >= 0.05 * one_step);
+  }
+  SECTION("the step's traffic halves: counted and by the formula, replicated and ZeRO-2") {
+    for (std::string zero : {"0", "2"}) {
+      const std::string one_step_run = fmt::format(
+          "--text {} --data-dir {} --max-iters 1 --eval-interval 0 --no-full-val --sample-tokens 0 --zero {}",
+          shakespeareish().string(), (work_dir() / "data").string(), zero);
+      auto fp32 = train_dp(2, one_step_run + " --out-dir " + out("traffic_fp32_" + zero));
+      auto bf16 = train_dp(2, one_step_run + " --grad-comm bf16 --out-dir " + out("traffic_bf16_" + zero));
+      REQUIRE((fp32.status == 0 && bf16.status == 0));
+      const std::regex sent(R"(each rank sends ≈ ([0-9.]+) MB \(formula ([0-9.]+) MB)");
+      std::smatch a, b;
+      REQUIRE(std::regex_search(fp32.output, a, sent));
+      REQUIRE(std::regex_search(bf16.output, b, sent));
+      INFO("--zero " << zero << ": fp32 sends " << a[1] << " MB (formula " << a[2] << "), bf16 " << b[1]
+                     << " MB (formula " << b[2] << ")");
+      CHECK(std::stod(b[1]) == Approx(std::stod(b[2])).epsilon(0.07));  // counted = formula
+      // Replicated: every byte is a gradient, so exactly half; ZeRO-2 all-gathers fp32
+      // parameters too: Ψ·2 + Ψ·4 bytes of 2Ψ·4, three quarters.
+      CHECK(std::stod(b[1]) == Approx(std::stod(a[1]) * (zero == "0" ? 0.5 : 0.75)).epsilon(0.07));
+    }
+  }
 }

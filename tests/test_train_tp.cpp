@@ -3,6 +3,7 @@
 // global batch ends; the communication per step is the formula's; checkpoints are one whole
 // nanoGPT model (no padding rows) that train_dp evaluates to the same val_loss_full and that
 // resumes exactly, and under another layout; a killed tp rank is named; bad input is one line.
+#include <map>
 #include <regex>
 
 #include "trainer_test_util.hpp"
@@ -208,4 +209,27 @@ TEST_CASE("bad tensor-parallel input: one line, exit status 2") {
   usage_failure(train_tp(3, run + " --n-head 3 --n-embd 48 --sequence-parallel"),
                 "--sequence-parallel: --block-size 16 is not divisible by --tp 3");
   usage_failure(train_3d(2, run + " --pp 2 --micro-batches 3"), "--micro-batches 3 does not divide --batch-size 4");
+}
+
+TEST_CASE("gradients as bf16 on the wire (--grad-comm bf16) halve what the dp group sends in train_pp and train_3d") {
+  // The default model (Ψ = 0.41M: 1.6 MB of fp32 gradients), one step, 2 replicas × 2 ranks.
+  const std::string one_step =
+      fmt::format("--text {} --data-dir {} --max-iters 1 --eval-interval 0 --no-full-val --sample-tokens 0 --dp 2",
+                  shakespeareish().string(), (work_dir() / "data").string());
+  const std::regex dp_group(R"(dp group: [0-9]+ allreduce \(([0-9.]+) MB\))");
+  for (const auto& [program, layout] : {std::pair{TRAIN_PP, ""}, std::pair{TRAIN_3D, " --tp 2"}}) {
+    std::map<std::string, double> megabytes;
+    for (std::string wire : {"fp32", "bf16"}) {
+      auto r = run_trainer(
+          program, 4, one_step + layout + " --grad-comm " + wire + " --out-dir " + out(std::string("dp_wire_") + wire));
+      REQUIRE(r.status == 0);
+      std::smatch m;
+      REQUIRE(std::regex_search(r.output, m, dp_group));
+      megabytes[wire] = std::stod(m[1]);
+    }
+    INFO(program << ": the dp group sends " << megabytes["fp32"] << " MB in fp32, " << megabytes["bf16"]
+                 << " MB in bf16");
+    CHECK(megabytes["fp32"] > 1.0);
+    CHECK(megabytes["bf16"] == Approx(megabytes["fp32"] / 2).epsilon(0.07));
+  }
 }

@@ -86,6 +86,20 @@ inline std::vector<std::vector<float>> parameters_of(const fs::path& dir) {
   return values;
 }
 
+// The mean of |a − b| over every parameter element of two checkpoints.
+inline double mean_difference(const fs::path& a, const fs::path& b) {
+  auto pa = parameters_of(a), pb = parameters_of(b);
+  REQUIRE(pa.size() == pb.size());
+  double sum = 0;
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    REQUIRE(pa[i].size() == pb[i].size());
+    for (std::size_t j = 0; j < pa[i].size(); ++j) sum += std::abs(pa[i][j] - pb[i][j]);
+    count += pa[i].size();
+  }
+  return sum / static_cast<double>(count);
+}
+
 inline float max_difference(const fs::path& a, const fs::path& b) {
   auto pa = parameters_of(a), pb = parameters_of(b);
   REQUIRE(pa.size() == pb.size());

@@ -6,6 +6,7 @@
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
+#include "parallel/gradient_wire.hpp"
 #include "trainers/gradient_averaging.hpp"
 #include "trainers/run_setup.hpp"
 
@@ -29,7 +30,8 @@ class ReplicatedUpdate : public DataParallelUpdate {
       : model_(model),
         world_(world),
         optimizer_(model.parameters(), o.adamw),
-        averager_(make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6))) {}
+        averager_(make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6),
+                                         parallel::gradient_wire(o.grad_comm))) {}
 
   void start(const fs::path& checkpoint, bool with_optimizer) override {
     load_on_rank0(checkpoint, model_, with_optimizer ? &optimizer_ : nullptr, world_);
@@ -64,7 +66,10 @@ class ReplicatedUpdate : public DataParallelUpdate {
 class ShardedUpdate : public DataParallelUpdate {
  public:
   ShardedUpdate(const TrainOptions& o, nn::GPT& model, comm::Communicator& world)
-      : model_(model), world_(world), adamw_(o.adamw), zero_(o.zero, model, o.adamw, world) {}
+      : model_(model),
+        world_(world),
+        adamw_(o.adamw),
+        zero_(o.zero, model, o.adamw, world, parallel::gradient_wire(o.grad_comm)) {}
 
   void start(const fs::path& checkpoint, bool with_optimizer) override {
     // The whole AdamW state exists for a moment on rank 0 only, to be scattered in shards.
@@ -114,12 +119,14 @@ std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ra
 
 void say_zero_traffic(const TrainOptions& o, const nn::GPT& model, const comm::TrafficByKind& sent, int ranks) {
   const auto P = static_cast<double>(model.num_params(false));
-  const double formula_bytes = parallel::zero_traffic_elements(o.zero, P, o.grad_accum) * 4 * (ranks - 1) / ranks;
+  const int gradient_bytes = parallel::gradient_wire(o.grad_comm) == comm::DataType::bf16 ? 2 : 4;
+  const double formula_bytes =
+      parallel::zero_traffic(o.zero, P, o.grad_accum).bytes(gradient_bytes) * (ranks - 1) / ranks;
   comm::say(
       "communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {} ranks, {} micro-step(s), "
-      "Ψ = {:.2f}M)",
+      "Ψ = {:.2f}M, gradients {})",
       comm::describe(sent), comm::bytes_sent_per_rank(sent, ranks) / 1e6, formula_bytes / 1e6, ranks, o.grad_accum,
-      P / 1e6);
+      P / 1e6, o.grad_comm);
 }
 
 }  // namespace trainers

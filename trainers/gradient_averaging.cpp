@@ -5,30 +5,48 @@
 
 #include <fmt/format.h>
 
+#include "parallel/gradient_wire.hpp"
+
 namespace trainers {
 namespace {
+
+const char* wire_note(comm::DataType wire) { return wire == comm::DataType::bf16 ? ", gradients sent as bf16" : ""; }
 
 // "Not used in practice, but the starting point": N blocking allreduces after backward.
 class NaiveAllreduce : public GradientAverager {
  public:
-  NaiveAllreduce(nn::GPT& model, comm::Communicator& world) : model_(model), world_(world) {}
+  NaiveAllreduce(nn::GPT& model, comm::Communicator& world, comm::DataType wire)
+      : model_(model), world_(world), wire_(wire) {}
   void before_backward(bool) override {}
   void finish() override {
-    for (auto& p : model_.parameters()) world_.allreduce(p.tensor.grad_values(), comm::ReduceOp::avg);
+    for (auto& p : model_.parameters()) {
+      std::span<float> g = p.tensor.grad_values();
+      if (wire_ == comm::DataType::f32) {
+        world_.allreduce(g, comm::ReduceOp::avg);
+        continue;
+      }
+      bf16_.resize(g.size());
+      parallel::to_bf16(g, bf16_);
+      world_.allreduce(std::span(bf16_), comm::ReduceOp::avg);
+      parallel::from_bf16(bf16_, g);
+    }
   }
   std::string describe() const override {
-    return fmt::format("naive: {} blocking allreduces per step, after backward", model_.parameters().size());
+    return fmt::format("naive: {} blocking allreduces per step, after backward{}", model_.parameters().size(),
+                       wire_note(wire_));
   }
 
  private:
   nn::GPT& model_;
   comm::Communicator& world_;
+  comm::DataType wire_;
+  std::vector<comm::bfloat16> bf16_;  // one tensor's gradients on the wire (--grad-comm bf16)
 };
 
 class BucketedAllreduce : public GradientAverager {
  public:
-  BucketedAllreduce(nn::GPT& model, comm::Communicator& world, std::size_t bucket_bytes)
-      : model_(model), world_(world) {
+  BucketedAllreduce(nn::GPT& model, comm::Communicator& world, std::size_t bucket_bytes, comm::DataType wire)
+      : model_(model), world_(world), wire_(wire) {
     // Buckets in reverse parameter order: the order in which backward finalises gradients.
     auto& params = model.parameters();
     bucket_of_.assign(params.size(), 0);
@@ -40,8 +58,12 @@ class BucketedAllreduce : public GradientAverager {
       buckets_.back().bytes += bytes;
       bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(buckets_.size()) - 1;
     }
-    for (Bucket& b : buckets_)  // from the tensor pool, so the memory report counts them
-      b.flat = nn::Tensor::empty({static_cast<int64_t>(b.bytes / 4)});
+    for (Bucket& b : buckets_) {  // fp32: from the tensor pool, so the memory report counts them
+      if (wire_ == comm::DataType::bf16)
+        b.bf16.resize(b.bytes / 4);
+      else
+        b.flat = nn::Tensor::empty({static_cast<int64_t>(b.bytes / 4)});
+    }
     model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
   }
   ~BucketedAllreduce() override { model_.set_grad_ready_hook({}); }
@@ -63,18 +85,20 @@ class BucketedAllreduce : public GradientAverager {
   }
 
   std::string describe() const override {
-    return fmt::format("bucketed: {} buckets of ≤ {:.2f} MB, allreduce overlapped with backward", buckets_.size(),
+    return fmt::format("bucketed: {} buckets of ≤ {:.2f} MB, allreduce overlapped with backward{}", buckets_.size(),
                        static_cast<double>(std::max_element(buckets_.begin(), buckets_.end(),
                                                             [](auto& a, auto& b) { return a.bytes < b.bytes; })
                                                ->bytes) /
-                           1e6);
+                           1e6,
+                       wire_note(wire_));
   }
 
  private:
   struct Bucket {
     std::vector<int> params;  // indices into model.parameters()
     std::size_t bytes = 0;
-    nn::Tensor flat;  // the bucket's gradients, back to back
+    nn::Tensor flat;                   // the bucket's gradients, back to back (fp32 on the wire)
+    std::vector<comm::bfloat16> bf16;  // the same, rounded to bf16 (--grad-comm bf16)
     std::size_t waiting_for = 0;
     bool started = false;
     comm::Work work;
@@ -95,26 +119,35 @@ class BucketedAllreduce : public GradientAverager {
 
   void start(std::size_t index) {
     Bucket& b = buckets_[index];
-    float* out = b.flat.data();
+    std::size_t at = 0;
     for (int p : b.params) {
       auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
-      out = std::copy(g.begin(), g.end(), out);
+      if (wire_ == comm::DataType::bf16)
+        parallel::to_bf16(g, std::span(b.bf16).subspan(at, g.size()));
+      else
+        std::copy(g.begin(), g.end(), b.flat.data() + at);
+      at += g.size();
     }
-    b.work = world_.allreduce_async(b.flat.values(), comm::ReduceOp::avg);
+    b.work = wire_ == comm::DataType::bf16 ? world_.allreduce_async(std::span(b.bf16), comm::ReduceOp::avg)
+                                           : world_.allreduce_async(b.flat.values(), comm::ReduceOp::avg);
     b.started = true;
   }
 
   void copy_from_flat(Bucket& b) {
-    const float* in = b.flat.data();
+    std::size_t at = 0;
     for (int p : b.params) {
       auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
-      std::copy_n(in, g.size(), g.begin());
-      in += g.size();
+      if (wire_ == comm::DataType::bf16)
+        parallel::from_bf16(std::span(b.bf16).subspan(at, g.size()), g);
+      else
+        std::copy_n(b.flat.data() + at, g.size(), g.begin());
+      at += g.size();
     }
   }
 
   nn::GPT& model_;
   comm::Communicator& world_;
+  comm::DataType wire_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   bool communicating_ = false;
@@ -123,15 +156,23 @@ class BucketedAllreduce : public GradientAverager {
 }  // namespace
 
 std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
-                                                         comm::Communicator& world, std::size_t bucket_bytes) {
-  if (kind == "naive") return std::make_unique<NaiveAllreduce>(model, world);
-  return std::make_unique<BucketedAllreduce>(model, world, bucket_bytes);
+                                                         comm::Communicator& world, std::size_t bucket_bytes,
+                                                         comm::DataType wire) {
+  if (kind == "naive") return std::make_unique<NaiveAllreduce>(model, world, wire);
+  return std::make_unique<BucketedAllreduce>(model, world, bucket_bytes, wire);
 }
 
-void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group) {
+void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group, comm::DataType wire) {
   std::vector<float> flat;
   for (const auto& p : parameters) flat.insert(flat.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
-  group.allreduce(std::span(flat), comm::ReduceOp::avg);
+  if (wire == comm::DataType::bf16) {
+    std::vector<comm::bfloat16> bf16(flat.size());
+    parallel::to_bf16(flat, bf16);
+    group.allreduce(std::span(bf16), comm::ReduceOp::avg);
+    parallel::from_bf16(bf16, flat);
+  } else {
+    group.allreduce(std::span(flat), comm::ReduceOp::avg);
+  }
   auto at = flat.begin();
   for (auto& p : parameters) {
     std::copy_n(at, p.tensor.numel(), p.tensor.grad());

@@ -13,7 +13,8 @@
 //     comm:             [bucket 0 ……]  [bucket 1 ……]  [bucket 2 ……]  [bucket 3] ← finish() waits
 //
 // With gradient accumulation only the last micro-step communicates (before_backward(false)
-// leaves the others local), as DDP's no_sync().
+// leaves the others local), as DDP's no_sync(). `wire` bf16 (--grad-comm bf16) sends the
+// gradients as bf16, half the bytes (parallel/gradient_wire.hpp).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/types.hpp"
 #include "nn/gpt.hpp"
 
 namespace trainers {
@@ -38,10 +40,13 @@ class GradientAverager {
 
 // kind: "naive" or "bucketed". The bucketed one installs itself as `model`'s grad-ready hook.
 std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
-                                                         comm::Communicator& world, std::size_t bucket_bytes);
+                                                         comm::Communicator& world, std::size_t bucket_bytes,
+                                                         comm::DataType wire = comm::DataType::f32);
 
 // The simplest averaging, for any list of parameter tensors (train_3d's slices): every
-// gradient packed into one buffer, one blocking allreduce (avg) over `group`, unpacked.
-void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group);
+// gradient packed into one buffer (in the `wire` type), one blocking allreduce (avg) over
+// `group`, unpacked.
+void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group,
+                       comm::DataType wire = comm::DataType::f32);
 
 }  // namespace trainers

@@ -112,11 +112,11 @@ float GridModel::global_grad_norm() {
   return static_cast<float>(std::sqrt(squares));
 }
 
-float GridModel::finish_gradients(float max_norm) {
+float GridModel::finish_gradients(float max_norm, comm::DataType wire) {
   split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
   if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);
   std::vector<nn::NamedTensor> pieces = parameters();
-  if (grid.dp > 1) average_gradients(pieces, grid.dp_group);
+  if (grid.dp > 1) average_gradients(pieces, grid.dp_group, wire);
   const float norm = global_grad_norm();
   if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(pieces, max_norm, norm);
   return norm;

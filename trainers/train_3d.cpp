@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "comm/cli_checks.hpp"
+#include "parallel/gradient_wire.hpp"
 #include "trainers/pipeline_strategy.hpp"
 #include "trainers/trainer_main.hpp"
 
@@ -47,7 +48,9 @@ class ThreeDParallel final : public PipelineStrategy {
         "to {}",
         fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp, grid_model_.split().padded_vocab());
   }
-  float finish_gradients(float max_norm) override { return grid_model_.finish_gradients(max_norm); }
+  float finish_gradients(float max_norm) override {
+    return grid_model_.finish_gradients(max_norm, parallel::gradient_wire(o_.grad_comm));
+  }
 
  private:
   void before_forward(int64_t step, int m) override {

@@ -88,6 +88,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-mb", o.bucket_mb, "bucket size for --ddp bucketed, MB")
       ->check(positive_real(1e6))
       ->capture_default_str();
+  app.add_option("--grad-comm", o.grad_comm,
+                 "gradients on the wire: fp32, or bf16 (half the bytes; averaged back into fp32 gradients)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
       ->check(whole(0, 1024));
 }
@@ -240,6 +244,8 @@ const std::vector<RunSetting>& run_settings() {
           "ddp", "--ddp", [](TrainOptions & o) -> auto& { return o.ddp; }),
       setting(
           "bucket_mb", "--bucket-mb", [](TrainOptions & o) -> auto& { return o.bucket_mb; }),
+      setting(
+          "grad_comm", "--grad-comm", [](TrainOptions & o) -> auto& { return o.grad_comm; }),
       setting(
           "seed", "--seed", [](TrainOptions & o) -> auto& { return o.seed; }),
   };

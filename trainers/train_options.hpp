@@ -45,6 +45,7 @@ struct TrainOptions {
   std::string sampling = "random";  // random | partition
   std::string ddp = "bucketed";     // naive | bucketed
   double bucket_mb = 1.0;
+  std::string grad_comm = "fp32";  // fp32 | bf16: the gradients' element type in the allreduce / reduce-scatter
   int zero = 0;     // ZeRO stage (train_dp --zero): 0 replicated, 1 optimizer, 2 + gradients, 3 + parameters sharded
   int threads = 0;  // 0: cores / ranks on this node
   // evaluation, logging, samples

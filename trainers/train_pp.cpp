@@ -23,6 +23,7 @@
 #include "comm/cli_checks.hpp"
 #include "nn/grad_clip.hpp"
 #include "parallel/tied_embedding.hpp"
+#include "parallel/gradient_wire.hpp"
 #include "trainers/gradient_averaging.hpp"
 #include "trainers/pipeline_strategy.hpp"
 #include "trainers/trainer_main.hpp"
@@ -57,8 +58,8 @@ class PipelineParallel final : public PipelineStrategy {
                              static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
                          p.schedule),
         model_(grid_model_.whole_blocks()),
-        averager_(
-            make_gradient_averager(o_.ddp, model_, grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6))) {
+        averager_(make_gradient_averager(o_.ddp, model_, grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
+                                         parallel::gradient_wire(o_.grad_comm))) {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }

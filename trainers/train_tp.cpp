@@ -21,6 +21,7 @@
 
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
+#include "parallel/gradient_wire.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/grid_model.hpp"
 #include "trainers/trainer_main.hpp"
@@ -80,7 +81,9 @@ class TensorParallel final : public GridStrategy {
     }
   }
   // 2-3. Replicated gradients summed, the global norm, clipping.
-  float finish_gradients(float max_norm) override { return grid_model_.finish_gradients(max_norm); }
+  float finish_gradients(float max_norm) override {
+    return grid_model_.finish_gradients(max_norm, parallel::gradient_wire(o_.grad_comm));
+  }
   float step_loss() override { return loss_sum_; }
 
  private:
