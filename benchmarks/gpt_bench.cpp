@@ -13,11 +13,14 @@
 
 #include "comm/cli_checks.hpp"
 #include "nn/adamw.hpp"
+#include "nn/autocast.hpp"
+#include "nn/bf16.hpp"
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/gpt.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/ops.hpp"
 #include "nn/threads.hpp"
 
 namespace {
@@ -30,6 +33,24 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The machine's matrix-multiply peak in a precision, measured as a large GEMM reaches it:
+// C[n,n] = A·Bᵀ with n = 2048 (the shape of a linear layer), the median of 5 after a warm-up.
+double gemm_peak_gflops(nn::Precision precision) {
+  const int64_t n = 2048;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<uint16_t> a16(n * n, nn::to_bf16(0.5f)), b16(n * n, nn::to_bf16(0.25f));
+  std::vector<double> seconds;
+  for (int i = 0; i < 6; ++i) {
+    const auto t = Clock::now();
+    if (precision == nn::Precision::bf16)
+      nn::gemm_bf16(false, true, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
+    else
+      nn::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (i > 0) seconds.push_back(seconds_since(t));
+  }
+  return 2.0 * n * n * n / median(seconds) / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,10 +59,22 @@ int main(int argc, char** argv) {
   nn::GPTConfig c;
   int batch = 12, steps = 0, warmup = 2, threads = nn::machine_cores();
   bool json = false;
+  std::string precision = "fp32";
   app.add_option("--preset", preset, "a (nanoGPT CPU recipe) or b (baby GPT)")->check(CLI::IsMember({"a", "b"}));
   app.add_option("--steps", steps, "timed steps (default: 20 for a, 3 for b)")->check(comm::cli::whole(1));
   app.add_option("--warmup", warmup, "untimed steps first")->check(comm::cli::whole(0));
   app.add_option("--threads", threads, "compute threads")->check(comm::cli::whole(1));
+  app.add_option("--precision", precision, "fp32, or bf16: the linear layers' products in bf16 (nn/autocast.hpp)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string attention = "fused";
+  int vocab = 65;
+  app.add_option("--attention", attention, "fused, or naive (eager PyTorch's separate ops)")
+      ->check(CLI::IsMember({"fused", "naive"}));
+  app.add_option("--vocab", vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
+      ->check(comm::cli::whole(1, 1 << 20));
+  bool peak = false;
+  app.add_flag("--peak", peak,
+               "also measure the precision's GEMM peak (a 2048³ product) and the step's fraction of it");
   app.add_flag("--json", json, "one JSON line instead of the table");
   if (const int status = comm::cli::parse_or_exit_status(app, argc, argv); status >= 0) return status;
 
@@ -52,6 +85,9 @@ int main(int argc, char** argv) {
     }
     if (steps == 0) steps = preset == "a" ? 20 : 3;
     nn::set_compute_threads(threads);
+    nn::set_matmul_precision(nn::parse_precision(precision));
+    nn::set_attention_kernel(attention == "naive" ? nn::AttentionKernel::naive : nn::AttentionKernel::fused);
+    c.vocab_size = vocab;
     const int64_t B = batch, T = c.block_size;
     nn::GPT model(c, 1337);
     nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
@@ -63,6 +99,7 @@ int main(int argc, char** argv) {
       for (auto& v : ids) v = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
       for (auto& v : targets) v = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
       auto t0 = Clock::now();
+      nn::WeightCastCache weights_cast_once;  // this step's bf16 weights (--precision bf16)
       nn::Tensor loss = model.loss(ids, targets, B, T);
       double f = seconds_since(t0);
       auto t1 = Clock::now();
@@ -81,24 +118,30 @@ int main(int argc, char** argv) {
     }
     const double step = median(total), tokens = static_cast<double>(B * T);
     const double flops = model.flops_per_token(T) * tokens / step;
+    const double peak_gflops = peak ? gemm_peak_gflops(nn::matmul_precision()) : 0.0;
     if (json) {
       fmt::print(
-          "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
+          "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
+          "\"threads\": {}, \"ms_per_step\": {:.2f}, "
           "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
-          "\"optimizer_ms\": {:.2f}}}\n",
-          preset, threads, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, tokens / step,
-          median(forward) * 1e3, median(backward) * 1e3, median(update) * 1e3);
+          "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}}}\n",
+          preset, precision, attention, c.vocab_size, threads, step * 1e3,
+          *std::min_element(total.begin(), total.end()) * 1e3, tokens / step, median(forward) * 1e3,
+          median(backward) * 1e3, median(update) * 1e3, flops / 1e9, peak_gflops);
     } else {
       fmt::print(
           "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-          "{} threads; GEMM: {}\n",
-          preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, threads,
-          nn::gemm_library());
+          "{} threads; {} matrix multiplies on {}; {} attention\n",
+          preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, threads, precision,
+          nn::gemm_library(nn::parse_precision(precision)), attention);
       fmt::print(
           "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
           "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
           steps, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, median(forward) * 1e3,
           median(backward) * 1e3, median(update) * 1e3, tokens / step, flops / 1e9);
+      if (peak)
+        fmt::print("{} GEMM peak (2048³ on {}): {:.0f} GFLOP/s; the step reaches {:.0f}% of it\n", precision,
+                   nn::gemm_library(nn::matmul_precision()), peak_gflops, 100 * flops / 1e9 / peak_gflops);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch side of gpt_bench: nanoGPT's model (scripts/nanogpt_reference.py) on
-Debian's python3-torch, eager, float32, all cores; forward + backward + clip + AdamW step on
+Debian's python3-torch, eager, float32 (or --precision bf16: torch.autocast on the CPU in
+bfloat16, PyTorch's CPU mixed precision, through oneDNN), all cores; forward + backward + clip + AdamW step on
 random tokens; prints one JSON line like `gpt_bench --json`."""
 import argparse
 import json
@@ -22,6 +23,7 @@ parser.add_argument("--preset", choices=PRESETS, default="a")
 parser.add_argument("--steps", type=int, default=0)
 parser.add_argument("--warmup", type=int, default=2)
 parser.add_argument("--threads", type=int, default=os.cpu_count())
+parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
 args = parser.parse_args()
 
 torch.set_num_threads(args.threads)
@@ -35,7 +37,8 @@ for step in range(args.warmup + steps):
     x = torch.randint(0, config.vocab_size, (batch, config.block_size))
     y = torch.randint(0, config.vocab_size, (batch, config.block_size))
     t0 = time.perf_counter()
-    _, loss = model(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        _, loss = model(x, y)
     t1 = time.perf_counter()
     loss.backward()
     t2 = time.perf_counter()
@@ -47,7 +50,8 @@ for step in range(args.warmup + steps):
         for k, v in zip(phases, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)):
             phases[k].append(v)
 ms = {k: statistics.median(v) * 1e3 for k, v in phases.items()}
-print(json.dumps({"impl": "pytorch " + torch.__version__, "preset": args.preset, "threads": args.threads,
+print(json.dumps({"impl": "pytorch " + torch.__version__, "preset": args.preset, "precision": args.precision,
+                  "threads": args.threads,
                   "ms_per_step": round(ms["total"], 2), "tokens_per_s": round(batch * config.block_size / ms["total"] * 1e3),
                   "forward_ms": round(ms["forward"], 2), "backward_ms": round(ms["backward"], 2),
                   "optimizer_ms": round(ms["optimizer"], 2)}))

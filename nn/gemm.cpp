@@ -10,8 +10,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "nn/bf16.hpp"
+#include "nn/buffer_pool.hpp"
 #include "nn/eigen_gemm_kernel.hpp"
 #include "nn/error.hpp"
+#include "nn/onednn_gemm.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -90,16 +93,55 @@ void eigen_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   }
 }
 
-// ---- the choice, made once -------------------------------------------------------------
+// ---- bf16 without bf16 units: emulated -------------------------------------------------
 //
-// Measured (docs/nn.md): OpenBLAS with its AVX-512 kernels is the fastest here (preset b
-// 1.4× Eigen), but held to AVX2 kernels (OPENBLAS_CORETYPE=Haswell, which these machines
-// set) it is the slowest (1.2× slower than Eigen). Eigen's speed does not depend on the
-// variable. So: OpenBLAS when it picked AVX-512 kernels, Eigen otherwise. NANODIST_GEMM=
-// eigen|openblas overrides the choice.
+// A bf16 × bf16 product is exact in fp32 (8 + 8 significant bits fit in 24), so widening the
+// bf16 inputs to fp32 and running the fp32 GEMM computes what a bf16 unit computes — the
+// same products, summed in fp32 — only in another order and without the speed. Where the
+// CPU or the build has no bf16 GEMM, --precision bf16 runs this way (and says so).
 
 using GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                               int64_t, float, float*, int64_t);
+using Bf16GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                                  const uint16_t*, int64_t, float, float*, int64_t);
+
+struct Choice {
+  GemmFunction fp32;
+  std::string fp32_description;
+  Bf16GemmFunction bf16 = nullptr;  // null: emulated on fp32
+  std::string bf16_description;
+};
+const Choice& chosen();
+
+// A matrix of `rows` rows of `cols` values `ld` apart, widened into a pool buffer laid out
+// the same way.
+struct Widened {
+  Widened(const uint16_t* bits, int64_t rows, int64_t cols, int64_t ld)
+      : count(rows == 0 || cols == 0 ? 0 : static_cast<std::size_t>((rows - 1) * ld + cols)),
+        values(BufferPool::acquire(count)) {
+    from_bf16(bits, values, static_cast<int64_t>(count));
+  }
+  ~Widened() { BufferPool::release(values, count); }
+  std::size_t count;
+  float* values;
+};
+
+void emulated_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                        int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const Widened a(A, trans_a ? K : M, trans_a ? M : K, lda), b(B, trans_b ? N : K, trans_b ? K : N, ldb);
+  chosen().fp32(trans_a, trans_b, M, N, K, alpha, a.values, lda, b.values, ldb, beta, C, ldc);
+}
+
+// ---- the choice, made once per precision -----------------------------------------------
+//
+// Measured (docs/nn.md): OpenBLAS with its AVX-512 kernels is the fastest fp32 engine of the
+// three here, but held to AVX2 kernels (OPENBLAS_CORETYPE=Haswell, which these machines set)
+// it is the slowest (1.2× slower than Eigen). oneDNN's fp32 matmul with its AVX-512 kernels
+// beats both (main job 13.8 ms/step against Eigen's 17.3; preset b 2.97 s against OpenBLAS's
+// 3.15 s with AVX-512 kernels), so it comes first where the build has it and the CPU has
+// AVX-512. For bf16: oneDNN's AVX-512 BF16 kernels when the CPU has them, else emulation.
+// NANODIST_GEMM=eigen|openblas|onednn overrides the choice (eigen and openblas run bf16
+// emulated).
 
 bool has_avx512_kernels(std::string core) {
   std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -108,20 +150,41 @@ bool has_avx512_kernels(std::string core) {
   return false;
 }
 
-struct Choice {
-  GemmFunction function;
-  std::string description;
-};
+Choice with_bf16(GemmFunction fp32, std::string fp32_description, const std::string& fp32_name) {
+  Choice c{fp32, std::move(fp32_description)};
+  if (onednn_available() && onednn_has_bf16_units()) {
+    c.bf16 = onednn_gemm_bf16;
+    c.bf16_description = "oneDNN (AVX-512 BF16 kernels)";
+  } else {
+    c.bf16_description = fmt::format("emulated on {} ({})", fp32_name,
+                                     onednn_available() ? "this CPU has no AVX-512 BF16" : "this build has no oneDNN");
+  }
+  return c;
+}
 
 Choice choose() {
   const std::string core = openblas_get_corename() ? openblas_get_corename() : "unknown";
   const char* forced = std::getenv("NANODIST_GEMM");
   const std::string want = forced ? forced : "auto";
-  if (want == "openblas") return {openblas_gemm, fmt::format("OpenBLAS ({} kernels, NANODIST_GEMM=openblas)", core)};
-  if (want == "eigen") return {eigen_gemm, "Eigen (NANODIST_GEMM=eigen)"};
-  if (want != "auto") fail("NANODIST_GEMM={}: expected eigen, openblas or auto", want);
-  if (has_avx512_kernels(core)) return {openblas_gemm, fmt::format("OpenBLAS ({} kernels)", core)};
-  return {eigen_gemm, fmt::format("Eigen (OpenBLAS would use {} kernels, slower here)", core)};
+  if (want == "openblas") {
+    Choice c{openblas_gemm, fmt::format("OpenBLAS ({} kernels, NANODIST_GEMM=openblas)", core)};
+    c.bf16_description = "emulated on OpenBLAS (NANODIST_GEMM=openblas)";
+    return c;
+  }
+  if (want == "eigen") {
+    Choice c{eigen_gemm, "Eigen (NANODIST_GEMM=eigen)"};
+    c.bf16_description = "emulated on Eigen (NANODIST_GEMM=eigen)";
+    return c;
+  }
+  if (want == "onednn") {
+    if (!onednn_available()) fail("NANODIST_GEMM=onednn: this build has no oneDNN (install libdnnl-dev, build again)");
+    return with_bf16(onednn_gemm_f32, "oneDNN (NANODIST_GEMM=onednn)", "oneDNN");
+  }
+  if (want != "auto") fail("NANODIST_GEMM={}: expected eigen, openblas, onednn or auto", want);
+  if (onednn_available() && onednn_has_avx512())
+    return with_bf16(onednn_gemm_f32, "oneDNN (AVX-512 kernels)", "oneDNN");
+  if (has_avx512_kernels(core)) return with_bf16(openblas_gemm, fmt::format("OpenBLAS ({} kernels)", core), "OpenBLAS");
+  return with_bf16(eigen_gemm, fmt::format("Eigen (OpenBLAS would use {} kernels, slower here)", core), "Eigen");
 }
 
 const Choice& chosen() {
@@ -136,9 +199,23 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   check_span(A, trans_a ? K : M, trans_a ? M : K, lda);
   check_span(B, trans_b ? N : K, trans_b ? K : N, ldb);
   check_span(C, M, N, ldc);
-  chosen().function(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  chosen().fp32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-const char* gemm_library() { return chosen().description.c_str(); }
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_span(C, M, N, ldc);
+  const Choice& c = chosen();
+  if (c.bf16)
+    c.bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    emulated_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool gemm_has_native_bf16() { return chosen().bf16 != nullptr; }
+
+const char* gemm_library(Precision precision) {
+  return precision == Precision::bf16 ? chosen().bf16_description.c_str() : chosen().fp32_description.c_str();
+}
 
 }  // namespace nn

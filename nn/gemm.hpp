@@ -4,7 +4,11 @@
 // Runs on OpenBLAS's cblas_sgemm when OpenBLAS picked AVX-512 kernels for this CPU, else on
 // Eigen's GEMM (vectorised for this CPU, threaded with OpenMP): chosen at run time, because
 // which is faster depends on the kernels OpenBLAS picks (docs/nn.md has the measurements).
-// NANODIST_GEMM=eigen|openblas forces one.
+// NANODIST_GEMM=eigen|openblas|onednn forces one.
+//
+// gemm_bf16 is the product of --precision bf16 (nn/autocast.hpp): A and B in bf16, C in fp32,
+// on oneDNN's AVX-512 BF16 kernels where the CPU has them, else emulated exactly (the bf16
+// inputs widened to fp32 for the fp32 engine: a bf16 product is exact in fp32).
 #pragma once
 #include <cstdint>
 
@@ -13,6 +17,15 @@ namespace nn {
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-const char* gemm_library();  // "OpenBLAS (SkylakeX kernels)", "Eigen (OpenBLAS would use Haswell kernels, …)"
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+enum class Precision { fp32, bf16 };
+
+// Whether bf16 products run on bf16 hardware here (oneDNN on AVX-512 BF16), not emulated.
+bool gemm_has_native_bf16();
+
+// Which engine runs a precision: "OpenBLAS (SkylakeX kernels)", "oneDNN (AVX-512 BF16 kernels)", …
+const char* gemm_library(Precision precision = Precision::fp32);
 
 }  // namespace nn

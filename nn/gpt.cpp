@@ -228,8 +228,8 @@ Tensor GPT::run_blocks(Tensor x) {
     const int group = part_.first_block + static_cast<int>(l) + 1;
     begin_use(group);
     Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
-    h = linear(h, b.c_attn_weight, b.c_attn_bias);                              // [B,T,3C]
-    h = causal_self_attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
+    h = linear(h, b.c_attn_weight, b.c_attn_bias);                  // [B,T,3C]
+    h = attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
     h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias));
     x = add(x, h);
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);

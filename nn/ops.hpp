@@ -35,6 +35,21 @@ Tensor softmax(const Tensor& x);
 // `training` and p > 0 (masks drawn from rng).
 Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
 
+// attention_naive.cpp — the same attention as eager PyTorch computes it, one op per step
+// (--attention naive), and those steps: q, k or v (which = 0, 1, 2) of qkv as [B,H,T,hs]; its
+// inverse [B,H,T,hs] → [B,T,C]; a product per leading index ([…,M,K]·[…,K,N], or […,N,K]ᵀ);
+// the causal mask of […,T,T] scores.
+Tensor causal_self_attention_naive(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
+Tensor split_heads(const Tensor& qkv, int which, int n_head);
+Tensor merge_heads(const Tensor& y);
+Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b);
+Tensor causal_mask(const Tensor& x);
+// Which of the two the models call (process-wide, default fused).
+enum class AttentionKernel { fused, naive };
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
+Tensor attention(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
+
 // embedding.cpp — rows of weight [V,C] picked by ids → [ids.size(), C] viewed as out_shape + [C].
 Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape);
 

@@ -5,9 +5,9 @@
 //         half the traffic), the allreduce or reduce-scatter averages them in bf16, and the
 //         result is written back into fp32 gradients — master weights, AdamW and clipping stay fp32.
 //
-// Rounding to bf16 keeps 8 significant bits (a relative error ≤ 2⁻⁹ per element), and the
+// Rounding to bf16 keeps 8 significant bits (a relative error ≤ 2⁻⁸ per element), and the
 // ring adds N partial sums, each rounded again: the average carries a relative error of about
-// (N + 1)·2⁻⁹ of the gradients' magnitude. SGD-like training tolerates it (the main job reaches
+// (N + 1)·2⁻⁸ of the gradients' magnitude. SGD-like training tolerates it (the main job reaches
 // the same loss); what it saves is bandwidth, which matters when the network is the bottleneck.
 #pragma once
 #include <span>

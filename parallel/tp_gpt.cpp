@@ -19,7 +19,6 @@ namespace {
 int64_t rows_of(const nn::Shape& s) { return s[0]; }
 int64_t columns_of(const nn::Shape& s) { return s.size() > 1 ? s[1] : 1; }
 
-
 // Megatron's split of a block tensor: q, k, v by heads and mlp.c_fc by columns (their rows
 // here, out × in), both output projections by their input columns; the layernorms and the
 // output projections' biases whole on every rank.
@@ -176,7 +175,7 @@ nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
   for (nn::BlockWeights& b : blocks_) {
     nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
     h = column_in(h, b.c_attn_weight, b.c_attn_bias);                                 // [B,T,3C/tp]
-    h = nn::causal_self_attention(h, local_heads, attn_dropout, &own_rng_);           // [B,T,C/tp]
+    h = nn::attention(h, local_heads, attn_dropout, &own_rng_);                       // [B,T,C/tp]
     x = nn::add(x, maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias)));  // [B,T,C] (or [B,T/tp,C])
     h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
     h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libeigen3-dev libopenblas-openmp-dev
-          catch2 libfmt-dev libcli11-dev nlohmann-json3-dev iproute2 util-linux)
+          catch2 libfmt-dev libcli11-dev nlohmann-json3-dev libdnnl-dev iproute2 util-linux)
 
 # --plots: also what the plotting scripts need; --pytorch: Debian's PyTorch, for the
 # side-by-side benchmark (benchmarks/gpt_bench_vs_pytorch.py) and to regenerate the test

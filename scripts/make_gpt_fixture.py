@@ -9,6 +9,8 @@ tests/fixtures/gpt_parity_{bias,nobias}.safetensors, each holding
   adamw.<name>      the parameters after two clipped AdamW steps (float32, PyTorch's AdamW)
                     taken with the float32 rounding of grad.<name> as the gradient
   clip_norms        the global gradient norm before clipping at each of those steps
+  bf16.loss         the loss under torch.autocast("cpu", dtype=torch.bfloat16) (float32
+                    weights, PyTorch's CPU mixed precision), and bf16.grad.<name> its gradients
   __metadata__      the config, num_params, and the optimizer settings
 
 Needs Debian's python3-torch:  sudo apt-get install python3-torch
@@ -68,9 +70,18 @@ def make(path, config, B, T, seed):
     grads = {n: p.grad.detach().clone() for n, p in reference.named_parameters()}
     grads["lm_head.weight"] = grads["transformer.wte.weight"]
 
-    # Two clipped AdamW steps in float32 with the float32-rounded gradients.
-    model = model.float()
+    # The same batch under PyTorch's CPU autocast in bfloat16, from the float32 weights.
+    model = model.float()  # the same module as `reference`: drop the float64 run's gradients
     model.load_state_dict(weights)
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, bf16_loss = model(ids, targets)
+    bf16_loss.backward()
+    bf16_grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters()}
+    bf16_grads["lm_head.weight"] = bf16_grads["transformer.wte.weight"]
+    model.zero_grad(set_to_none=True)
+
+    # Two clipped AdamW steps in float32 with the float32-rounded gradients.
     optimizer = model.configure_optimizer(WEIGHT_DECAY, LEARNING_RATES[0], BETAS)
     named = dict(model.named_parameters())
     norms = []
@@ -90,6 +101,8 @@ def make(path, config, B, T, seed):
     tensors.update({f"adamw.{n}": named[n].detach().clone() if n in named else named["transformer.wte.weight"]
                     for n in names})
     tensors["clip_norms"] = torch.tensor(norms, dtype=torch.float64)
+    tensors["bf16.loss"] = bf16_loss.detach().double().reshape(1)
+    tensors.update({f"bf16.grad.{n}": bf16_grads[n] for n in names})
     metadata = {k: json.dumps(v) for k, v in vars(config).items()}
     metadata.update({"num_params": str(model.get_num_params()), "num_params_all": str(model.get_num_params(False)),
                      "state_dict_keys": json.dumps(names), "learning_rates": json.dumps(LEARNING_RATES),

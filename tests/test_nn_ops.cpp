@@ -2,7 +2,11 @@
 // vector width), its forward value against a plain formula, and autograd's rules.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <vector>
 
+#include "nn/autocast.hpp"
+#include "nn/bf16.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 #include "nn/threads.hpp"
@@ -302,4 +306,182 @@ TEST_CASE("autograd: several forward passes alive at once, each on its own tape,
   CHECK(tape_a.size() == 0);
   for (int64_t i = 0; i < w.numel(); ++i)
     CHECK(w.grad()[i] == Approx(reference[static_cast<std::size_t>(i)]).margin(1e-6));
+}
+
+// ---- --precision bf16 (nn/autocast.hpp) ---------------------------------------------------
+//
+// The bound, derived. Rounding to bf16 keeps 8 significant bits: bf(a) = a(1 + δ), |δ| ≤ u =
+// 2⁻⁸. A product of two rounded inputs is exact in fp32 (8 + 8 bits fit in 24), so each term
+// of a dot product of length K is off by |a·b|·(2u + u²) at most, and the sum by at most
+// (2u + u²)·Σ|a·b| — plus fp32's own summation error, ≤ K·2⁻²⁴·Σ|a·b| (in any order, for
+// either side). The bound grows with K only through Σ|a·b|; with random signs the error
+// itself grows like √K, so relative to a typical output (also ∝ √K) it stays near u.
+// Tighter, and what proves the rounding is bf16's: against a sum of the *rounded* inputs
+// (computed in double), only the fp32 summation error remains.
+namespace {
+
+constexpr double kBf16Unit = 1.0 / 256;        // u = 2⁻⁸ (8 significant bits)
+constexpr double kFp32Unit = 1.0 / (1 << 24);  // 2⁻²⁴
+double bf(float x) { return nn::from_bf16(nn::to_bf16(x)); }
+
+// The test's precision for its scope; fp32 again after it (the default every other test expects).
+struct Bf16Scope {
+  Bf16Scope() { nn::set_matmul_precision(nn::Precision::bf16); }
+  ~Bf16Scope() { nn::set_matmul_precision(nn::Precision::fp32); }
+};
+
+// out[m,n] = Σ_k a[m,k]·b[n,k] (both row-major, "transposed" b as linear's weight), in double,
+// on the inputs as they are or rounded to bf16; `magnitude` gets Σ_k |a·b|.
+void dot_products(const float* a, const float* b, int64_t M, int64_t N, int64_t K, bool rounded,
+                  std::vector<double>& out, std::vector<double>& magnitude, int64_t a_step = 0, int64_t b_step = 0) {
+  // a_step/b_step: strides along k (0 means contiguous rows: k advances by 1, rows by K).
+  out.assign(M * N, 0.0);
+  magnitude.assign(M * N, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const float x = a_step ? a[k * a_step + m] : a[m * K + k], y = b_step ? b[k * b_step + n] : b[n * K + k];
+        const double term = rounded ? bf(x) * bf(y) : static_cast<double>(x) * y;
+        out[m * N + n] += term;
+        magnitude[m * N + n] += std::abs(term);
+      }
+}
+
+// Every element of `got` within `fp32_sum_error` (× Σ|a·b|·K) of the rounded-input sums, and
+// within the bf16 bound of the unrounded ones; the largest gap to the latter is returned.
+double check_bf16_products(const float* got, const std::vector<double>& rounded, const std::vector<double>& exact,
+                           const std::vector<double>& magnitude, int64_t K, const char* what) {
+  double largest_gap = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    const double fp32_sums = 2 * K * kFp32Unit * magnitude[i] + 1e-30;
+    const double bf16_bound = (2 * kBf16Unit + kBf16Unit * kBf16Unit) * magnitude[i] + fp32_sums;
+    INFO(what << " element " << i << ": " << got[i] << " vs rounded-input sum " << rounded[i] << ", exact "
+              << exact[i]);
+    REQUIRE(std::abs(got[i] - rounded[i]) <= fp32_sums);
+    REQUIRE(std::abs(got[i] - exact[i]) <= bf16_bound);
+    largest_gap = std::max(largest_gap, std::abs(got[i] - exact[i]) / (K * kFp32Unit * magnitude[i] + 1e-30));
+  }
+  return largest_gap;  // in units of the fp32-only error: > 1 means bf16 rounding was there
+}
+
+}  // namespace
+
+TEST_CASE("bf16 linear: products of bf16-rounded inputs summed in fp32, forward and backward, within the bound") {
+  for (auto [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{37, 300, 45}, {5, 1536, 7}}) {
+    Tensor x = random_tensor({rows, in}, 1), w = random_tensor({out, in}, 2, 0.1f), b = random_tensor({out}, 3);
+    Tensor dy = random_tensor({rows, out}, 4, 1.0f, false);
+    {
+      Bf16Scope bf16;
+      Tensor y = nn::linear(x, w, b);
+      Tensor loss = nn::sum(nn::mul(y, dy));
+      nn::autograd::backward(loss);
+      std::vector<double> rounded, exact, magnitude;
+      // forward: y[r,o] = Σ_i x[r,i]·w[o,i] + b[o]
+      dot_products(x.data(), w.data(), rows, out, in, true, rounded, magnitude);
+      dot_products(x.data(), w.data(), rows, out, in, false, exact, magnitude);
+      std::vector<float> y_less_bias(y.data(), y.data() + y.numel());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) y_less_bias[r * out + o] -= b.data()[o];
+      CHECK(check_bf16_products(y_less_bias.data(), rounded, exact, magnitude, in, "y") > 1);
+      // dx[r,i] = Σ_o dy[r,o]·w[o,i]
+      dot_products(dy.data(), w.data(), rows, in, out, true, rounded, magnitude, 0, in);
+      dot_products(dy.data(), w.data(), rows, in, out, false, exact, magnitude, 0, in);
+      CHECK(check_bf16_products(x.grad(), rounded, exact, magnitude, out, "dx") > 1);
+      // dw[o,i] = Σ_r dy[r,o]·x[r,i]
+      dot_products(dy.data(), x.data(), out, in, rows, true, rounded, magnitude, out, in);
+      dot_products(dy.data(), x.data(), out, in, rows, false, exact, magnitude, out, in);
+      CHECK(check_bf16_products(w.grad(), rounded, exact, magnitude, rows, "dw") >= 0);
+      // db stays fp32: Σ_r dy[r,o]
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = 0;
+        for (int64_t r = 0; r < rows; ++r) sum += dy.data()[r * out + o];
+        CHECK(b.grad()[o] == Approx(sum).margin(1e-5));
+      }
+    }
+    nn::autograd::clear_tape();
+  }
+}
+
+TEST_CASE("bf16 matmul: forward and both gradients are products of bf16-rounded inputs") {
+  const int64_t M = 23, K = 301, N = 19;
+  Tensor a = random_tensor({M, K}, 5), bt = random_tensor({N, K}, 6, 0.5f, false);
+  Tensor b = Tensor::empty({K, N}, true);  // b = btᵀ, so the reference can read rows of bt
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) b.data()[k * N + n] = bt.data()[n * K + k];
+  Tensor dc = random_tensor({M, N}, 7, 1.0f, false);
+  Bf16Scope bf16;
+  Tensor c = nn::matmul(a, b);
+  Tensor loss = nn::sum(nn::mul(c, dc));
+  nn::autograd::backward(loss);
+  std::vector<double> rounded, exact, magnitude;
+  dot_products(a.data(), bt.data(), M, N, K, true, rounded, magnitude);
+  dot_products(a.data(), bt.data(), M, N, K, false, exact, magnitude);
+  CHECK(check_bf16_products(c.data(), rounded, exact, magnitude, K, "c") > 1);
+  dot_products(dc.data(), bt.data(), M, K, N, true, rounded, magnitude, 0, K);  // da = dc·bᵀ
+  dot_products(dc.data(), bt.data(), M, K, N, false, exact, magnitude, 0, K);
+  CHECK(check_bf16_products(a.grad(), rounded, exact, magnitude, N, "da") > 1);
+  nn::autograd::clear_tape();
+}
+
+TEST_CASE("bf16: a weight is cast once per WeightCastCache scope, and again after it changes") {
+  Tensor x = random_tensor({4, 64}, 1, 1.0f, false), w = random_tensor({8, 64}, 2);
+  Bf16Scope bf16;
+  nn::autograd::NoGrad no_grad;
+  std::vector<float> first;
+  {
+    nn::WeightCastCache step;
+    const std::size_t before = nn::WeightCastCache::casts_made();
+    Tensor y = nn::linear(x, w);
+    first.assign(y.values().begin(), y.values().end());
+    nn::linear(x, w);
+    CHECK(nn::WeightCastCache::casts_made() == before + 1);  // two uses, one cast
+  }
+  for (float& v : w.values()) v *= 2;  // the optimizer step, between scopes
+  nn::WeightCastCache step;
+  Tensor y = nn::linear(x, w);
+  for (std::size_t i = 0; i < first.size(); ++i) CHECK(y.data()[i] == 2 * first[i]);  // ×2 is exact in bf16
+}
+
+TEST_CASE("precision names: fp32 and bf16, anything else one line") {
+  CHECK(nn::parse_precision("bf16") == nn::Precision::bf16);
+  CHECK(nn::parse_precision("fp32") == nn::Precision::fp32);
+  CHECK_THROWS_WITH(nn::parse_precision("fp16"), Catch::Contains("precision fp16: expected fp32 or bf16"));
+}
+
+TEST_CASE("naive attention's steps: split and merge heads, batched products, causal mask — gradients") {
+  check_gradients([](auto& in) { return nn::split_heads(in[0], 1, 2); }, {random_tensor({2, 3, 12}, 1)});
+  check_gradients([](auto& in) { return nn::merge_heads(in[0]); }, {random_tensor({2, 3, 5, 2}, 2)});
+  check_gradients([](auto& in) { return nn::batched_matmul(in[0], in[1], false); },
+                  {random_tensor({2, 3, 5, 4}, 3), random_tensor({2, 3, 4, 7}, 4)});
+  check_gradients([](auto& in) { return nn::batched_matmul(in[0], in[1], true); },
+                  {random_tensor({3, 5, 4}, 5), random_tensor({3, 6, 4}, 6)});
+  check_gradients([](auto& in) { return nn::softmax(nn::causal_mask(in[0])); }, {random_tensor({2, 5, 5}, 7)});
+  Tensor masked = nn::causal_mask(random_tensor({1, 3, 3}, 8, 1.0f, false));
+  CHECK(masked.data()[1] < -1e29f);  // row 0 sees only position 0
+  CHECK(masked.data()[3 + 1] > -1e29f);
+  nn::autograd::clear_tape();
+}
+
+TEST_CASE("naive attention (--attention naive) equals the fused kernel: output and gradient, with dropout too") {
+  for (float p : {0.0f, 0.3f}) {
+    Tensor qkv_a = random_tensor({2, 9, 36}, 11), qkv_b = qkv_a.clone();
+    qkv_b.set_requires_grad(true);
+    nn::Rng rng_a(5), rng_b(5);
+    Tensor weights = random_tensor({2, 9, 12}, 12, 1.0f, false);  // L = Σ y ⊙ weights; one forward-backward at a time
+    Tensor fused = nn::causal_self_attention(qkv_a, 3, p, &rng_a);
+    Tensor fused_loss = nn::sum(nn::mul(fused, weights));
+    nn::autograd::backward(fused_loss);
+    Tensor naive = nn::causal_self_attention_naive(qkv_b, 3, p, &rng_b);
+    Tensor naive_loss = nn::sum(nn::mul(naive, weights));
+    nn::autograd::backward(naive_loss);
+    INFO("dropout " << p);
+    for (int64_t i = 0; i < fused.numel(); ++i) REQUIRE(naive.data()[i] == Approx(fused.data()[i]).margin(1e-5));
+    for (int64_t i = 0; i < qkv_a.numel(); ++i) {
+      INFO("qkv gradient element " << i);
+      REQUIRE(qkv_b.grad()[i] == Approx(qkv_a.grad()[i]).margin(1e-5));
+    }
+  }
+  nn::set_attention_kernel(nn::AttentionKernel::naive);
+  CHECK(nn::attention_kernel() == nn::AttentionKernel::naive);
+  nn::set_attention_kernel(nn::AttentionKernel::fused);
 }

@@ -5,6 +5,8 @@
 // resumes exactly, and under another layout; a killed tp rank is named; bad input is one line.
 #include <map>
 #include <regex>
+#include <tuple>
+#include <vector>
 
 #include "trainer_test_util.hpp"
 
@@ -231,5 +233,26 @@ TEST_CASE("gradients as bf16 on the wire (--grad-comm bf16) halve what the dp gr
                  << " MB in bf16");
     CHECK(megabytes["fp32"] > 1.0);
     CHECK(megabytes["bf16"] == Approx(megabytes["fp32"] / 2).epsilon(0.07));
+  }
+}
+
+// --precision bf16 in the other trainers: a tp shard multiplies its slice of the same
+// bf16-rounded inputs, a pipeline stage its layers; what changes is only the order of fp32
+// sums, which can flip a bf16 rounding downstream. So each layout ends within bf16
+// rounding's bound (check_within_bf16_rounding) of one process in bf16.
+TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp and train_3d end near one process") {
+  const double one_step = 1e-3;
+  const std::string bf16 = common() + " --precision bf16 --batch-size 4";
+  REQUIRE(train_dp(1, bf16 + " --out-dir " + out("bf16_ref")).status == 0);
+  CHECK(mean_difference(checkpoint("bf16_ref"), reference(4)) > 1e-8);  // teeth: bf16 differs from fp32
+  const std::vector<std::tuple<const char*, int, std::string, std::string>> layouts = {
+      {TRAIN_TP, 2, "bf16_tp2_sp", " --sequence-parallel"},
+      {TRAIN_PP, 2, "bf16_pp2", " --micro-batches 2"},
+      {TRAIN_3D, 4, "bf16_3d_122", " --tp 2 --pp 2 --micro-batches 2"}};
+  for (const auto& [program, ranks, name, flags] : layouts) {
+    auto r = run_trainer(program, ranks, bf16 + flags + " --out-dir " + out(name));
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("bf16 matrix multiplies on"));
+    check_within_bf16_rounding(checkpoint(name), checkpoint("bf16_ref"), kSteps, one_step);
   }
 }

@@ -111,6 +111,22 @@ inline float max_difference(const fs::path& a, const fs::path& b) {
   return worst;
 }
 
+// Two runs that differ only by bf16 rounding (--grad-comm bf16, --precision bf16, or the
+// order of fp32 sums flipping a bf16 rounding): bf16 keeps 8 significant bits, so a gradient
+// is off by a few 2⁻⁸ of its size. AdamW divides by √v, so a parameter moves ≈ lr per step
+// either way; only elements whose gradient is near 0 (where rounding can flip its sign) can
+// move up to 2·lr differently. Hence: the mean difference far below one step (< 0.05·lr),
+// the largest ≤ 2·lr per step. Returns the mean.
+inline double check_within_bf16_rounding(const fs::path& a, const fs::path& b, int steps, double lr) {
+  const double mean = mean_difference(a, b);
+  const float worst = max_difference(a, b);
+  INFO(a.parent_path().filename().string() << " and " << b.parent_path().filename().string() << " differ by " << mean
+                                           << " on average, " << worst << " at most");
+  CHECK(mean < 0.05 * lr);
+  CHECK(worst <= 2 * steps * lr);
+  return mean;
+}
+
 inline bool same_bytes(const fs::path& a, const fs::path& b) {
   return nn::read_whole_file(a) == nn::read_whole_file(b);
 }

@@ -17,7 +17,9 @@
 #include "nn/atomic_file.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/error.hpp"
+#include "nn/autocast.hpp"
 #include "nn/gemm.hpp"
+#include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "nn/memory_estimate.hpp"
 #include "parallel/zero_optimizer.hpp"
@@ -32,6 +34,11 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // the seed and the step.
 uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
   return nn::hash64(nn::hash64(seed ^ (static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL), a), b);
+}
+
+static nn::Precision resolved_precision(const std::string& flag) {
+  if (flag == "auto") return nn::gemm_has_native_bf16() ? nn::Precision::bf16 : nn::Precision::fp32;
+  return nn::parse_precision(flag);
 }
 
 comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
@@ -293,7 +300,9 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
       run.layout_note = fmt::format("the layout comes from this command line: the checkpoint's was for {} on {} ranks",
                                     writer.get<std::string>(), ranks.dump());
   }
-  run.options = o;  // the run's settings are final from here
+  run.options = o;  // the run's settings are final from here (--resume may have set --precision)
+  nn::set_matmul_precision(resolved_precision(o.precision));
+  nn::set_attention_kernel(o.attention == "naive" ? nn::AttentionKernel::naive : nn::AttentionKernel::fused);
   run.data = load_data(o, world);
   if (!run.load_from.empty()) check_vocabulary(run.start.train_state, run.data.vocabulary, run.data.dir);
   run.start.config.vocab_size = run.data.vocabulary.size();

@@ -92,6 +92,15 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                  "gradients on the wire: fp32, or bf16 (half the bytes; averaged back into fp32 gradients)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "matrix multiplies: fp32, bf16 (linear layers on bf16 inputs, fp32 sums; weights, AdamW fp32), "
+                 "or auto (bf16 where the CPU has bf16 units)")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
+      ->capture_default_str();
+  app.add_option("--attention", o.attention,
+                 "fused (one kernel per head) or naive (eager PyTorch's separate ops: the reference, slower)")
+      ->check(CLI::IsMember({"fused", "naive"}))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
       ->check(whole(0, 1024));
 }
@@ -246,6 +255,8 @@ const std::vector<RunSetting>& run_settings() {
           "bucket_mb", "--bucket-mb", [](TrainOptions & o) -> auto& { return o.bucket_mb; }),
       setting(
           "grad_comm", "--grad-comm", [](TrainOptions & o) -> auto& { return o.grad_comm; }),
+      setting(
+          "precision", "--precision", [](TrainOptions & o) -> auto& { return o.precision; }),
       setting(
           "seed", "--seed", [](TrainOptions & o) -> auto& { return o.seed; }),
   };

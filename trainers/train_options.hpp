@@ -48,6 +48,10 @@ struct TrainOptions {
   std::string grad_comm = "fp32";  // fp32 | bf16: the gradients' element type in the allreduce / reduce-scatter
   int zero = 0;     // ZeRO stage (train_dp --zero): 0 replicated, 1 optimizer, 2 + gradients, 3 + parameters sharded
   int threads = 0;  // 0: cores / ranks on this node
+  // fp32 | bf16: the linear layers' products (nn/autocast.hpp) | auto: bf16 where the CPU has
+  // bf16 units (not emulated), else fp32 — the main job's setting (scripts/run_main_job.sh)
+  std::string precision = "fp32";
+  std::string attention = "fused";  // fused | naive: eager PyTorch's op-per-step attention (nn/ops/attention_naive.cpp)
   // evaluation, logging, samples
   int eval_interval = 250;
   int eval_iters = 10;

@@ -6,8 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "nn/autocast.hpp"
 #include "nn/gemm.hpp"
 #include "nn/memory_estimate.hpp"
+#include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "trainers/step_memory.hpp"
 #include "trainers/step_traffic.hpp"
@@ -126,8 +128,10 @@ class Loop {
 void Loop::say_start() const {
   const nn::GPTConfig& c = run_.start.config;
   strategy_.say_layout();
-  comm::say("compute: {} ranks × {} thread(s), GEMM {}, backend {}", world_.size(), nn::compute_threads(),
-            nn::gemm_library(), world_.backend_name());
+  const nn::Precision precision = nn::matmul_precision();
+  comm::say("compute: {} ranks × {} thread(s), {} matrix multiplies on {}, {} attention, backend {}", world_.size(),
+            nn::compute_threads(), nn::precision_name(precision), nn::gemm_library(precision),
+            nn::attention_kernel() == nn::AttentionKernel::naive ? "naive" : "fused", world_.backend_name());
   const double parameters = nn::parameter_count(c) - c.block_size * c.n_embd;  // nanoGPT's count: no wpe
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", c.n_layer, c.n_head,
             c.n_embd, c.block_size, c.vocab_size, parameters / 1e6);
@@ -166,7 +170,10 @@ float Loop::step(int64_t step, float lr) {
     traffic_at_start = world_.traffic();
   }
 
-  strategy_.forward_backward(step, clock_);
+  {
+    nn::WeightCastCache weights_cast_once;  // --precision bf16: each weight cast once for all micro-batches
+    strategy_.forward_backward(step, clock_);
+  }
   float norm = 0;
   {
     Timed sync(clock_, Phase::comm);

@@ -1,0 +1,79 @@
+#include "nn/autocast.hpp"
+
+#include <vector>
+
+#include "nn/bf16.hpp"
+#include "nn/buffer_pool.hpp"
+#include "nn/error.hpp"
+
+namespace nn {
+
+Precision parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  fail("precision {}: expected fp32 or bf16", name);
+}
+
+const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
+
+namespace {
+Precision g_precision = Precision::fp32;
+
+// The weights cast in this step: the parameter (its handle keeps its storage alive, so no
+// other tensor can take its address while the entry lives), where its values were, the cast.
+struct CachedCast {
+  Tensor weight;
+  const float* values;
+  Bf16Values cast;
+};
+struct CastCacheState {
+  int scopes = 0;
+  std::vector<CachedCast> entries;  // a few dozen parameters: a linear search is enough
+  std::size_t casts = 0;
+};
+CastCacheState g_cache;
+}  // namespace
+
+void set_matmul_precision(Precision precision) { g_precision = precision; }
+Precision matmul_precision() { return g_precision; }
+
+// ceil(n / 2) floats hold n bf16 values.
+Bf16Buffer::Bf16Buffer(int64_t n)
+    : block_(BufferPool::acquire(static_cast<std::size_t>(n + 1) / 2)), floats_(static_cast<std::size_t>(n + 1) / 2) {}
+Bf16Buffer::~Bf16Buffer() { BufferPool::release(block_, floats_); }
+
+Bf16Values cast_to_bf16(const float* values, int64_t n) {
+  auto cast = std::make_shared<Bf16Buffer>(n);
+  to_bf16(values, cast->data(), n);
+  return cast;
+}
+
+Bf16Values cast_weight_to_bf16(const Tensor& weight) {
+  if (g_cache.scopes == 0) return cast_to_bf16(weight.data(), weight.numel());
+  // ZeRO-3 frees a parameter's values between uses and gathers them again into new memory:
+  // the same storage at another address holds the same values within a step, but a new
+  // address is checked anyway — a cast is only reused for exactly the memory it was made from.
+  for (const CachedCast& entry : g_cache.entries)
+    if (entry.weight.same_storage(weight) && entry.values == weight.data()) return entry.cast;
+  ++g_cache.casts;
+  g_cache.entries.push_back({weight, weight.data(), cast_to_bf16(weight.data(), weight.numel())});
+  return g_cache.entries.back().cast;
+}
+
+WeightCastCache::WeightCastCache() { ++g_cache.scopes; }
+WeightCastCache::~WeightCastCache() {
+  if (--g_cache.scopes == 0) g_cache.entries.clear();
+}
+std::size_t WeightCastCache::casts_made() { return g_cache.casts; }
+
+void to_bf16(const float* from, uint16_t* to, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) to[i] = to_bf16(from[i]);
+}
+
+void from_bf16(const uint16_t* from, float* to, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) to[i] = from_bf16(from[i]);
+}
+
+}  // namespace nn

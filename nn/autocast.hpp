@@ -1,0 +1,59 @@
+// --precision: the element type the model's matrix multiplies run in, as torch.autocast.
+//
+//   fp32  everything in fp32
+//   bf16  the linear layers take bf16 inputs (activations, weights, and in backward the
+//         incoming gradient) and return fp32: products are exact in fp32 and sums accumulate
+//         in fp32. Master weights, gradients, AdamW's state, layernorm, softmax, GELU, the
+//         loss and the residual stream stay fp32; so does attention (nn/ops/attention.cpp
+//         says why).
+//
+// A weight is cast to bf16 once per optimizer step, not once per micro-batch: while a
+// WeightCastCache lives (the training loop makes one per step, as autocast's cache lives
+// for its context), casts of the same parameter are kept and reused.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "nn/gemm.hpp"  // Precision
+#include "nn/tensor.hpp"
+
+namespace nn {
+
+Precision parse_precision(std::string_view name);  // "fp32" | "bf16"; anything else fails naming it
+const char* precision_name(Precision precision);
+
+void set_matmul_precision(Precision precision);  // for the whole process (default fp32)
+Precision matmul_precision();
+
+// n bf16 values in memory from the buffer pool (nn/buffer_pool.hpp): no page faults once warm.
+class Bf16Buffer {
+ public:
+  explicit Bf16Buffer(int64_t n);
+  ~Bf16Buffer();
+  Bf16Buffer(const Bf16Buffer&) = delete;
+  Bf16Buffer& operator=(const Bf16Buffer&) = delete;
+  uint16_t* data() const { return reinterpret_cast<uint16_t*>(block_); }
+
+ private:
+  float* block_;
+  std::size_t floats_;
+};
+// Shared, so a backward closure keeps the cast its forward made (as autocast saves it).
+using Bf16Values = std::shared_ptr<const Bf16Buffer>;
+
+Bf16Values cast_to_bf16(const float* values, int64_t n);  // a fresh cast: activations, gradients
+Bf16Values cast_weight_to_bf16(const Tensor& weight);     // kept while a WeightCastCache lives
+
+// One optimizer step's scope: the weights do not change inside it. Nested scopes share the
+// outermost one's cache; it is emptied when that one ends.
+class WeightCastCache {
+ public:
+  WeightCastCache();
+  ~WeightCastCache();
+  WeightCastCache(const WeightCastCache&) = delete;
+  WeightCastCache& operator=(const WeightCastCache&) = delete;
+  static std::size_t casts_made();  // weight casts since the process began (for the tests)
+};
+
+}  // namespace nn
