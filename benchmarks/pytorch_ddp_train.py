@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The PyTorch side of train_dp_vs_pytorch_ddp.py: nanoGPT's model trained data-parallel
 with torch.nn.parallel.DistributedDataParallel over gloo (CPU), N processes on this machine
-(torch.multiprocessing.spawn), each a micro-batch of random tokens per step, AdamW, clipping.
+(torch.multiprocessing.spawn), each a micro-batch of random tokens per step, AdamW, clipping;
+--precision bf16: forward under torch.autocast("cpu", bfloat16), PyTorch's CPU mixed precision.
 Prints one JSON line: global tokens/s (median over the timed steps, slowest rank)."""
 import argparse
 import json
@@ -25,6 +26,7 @@ parser.add_argument("--batch-size", type=int, default=12)
 parser.add_argument("--steps", type=int, default=50)
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--port", type=int, default=29511)
+parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
 args = parser.parse_args()
 
 
@@ -42,7 +44,8 @@ def worker(rank):
         x = torch.randint(0, 65, (args.batch_size, 64), generator=generator)
         y = torch.randint(0, 65, (args.batch_size, 64), generator=generator)
         start = time.perf_counter()
-        _, loss = ddp(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            _, loss = ddp(x, y)
         loss.backward()  # DDP's buckets allreduce during backward
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -54,6 +57,7 @@ def worker(rank):
     if rank == 0:
         tokens = args.ranks * args.batch_size * 64
         print(json.dumps({"impl": "pytorch " + torch.__version__, "ranks": args.ranks, "threads": args.threads,
+                          "precision": args.precision,
                           "step_ms": step_s.item() * 1e3, "tokens_per_s": tokens / step_s.item()}), flush=True)
     dist.destroy_process_group()
 

@@ -4,11 +4,12 @@ job's: 2 layers, 4 heads, 128 wide, block 64), the same micro-batch per rank (12
 optimizer, N = 1 and 2 processes on this machine; global tokens/s, medians over rounds run
 interleaved.
 
-    /usr/bin/python3 benchmarks/train_dp_vs_pytorch_ddp.py [--rounds 2] [--data-dir data]
+    /usr/bin/python3 benchmarks/train_dp_vs_pytorch_ddp.py [--rounds 2] [--data-dir data] [--precision bf16]
 
 nanodist: `mpiexec -n N train_dp` (its default bucketed overlap, mpi backend). PyTorch:
 DistributedDataParallel over gloo (benchmarks/pytorch_ddp_train.py), under every thread
-setting (OpenMP × OpenBLAS threads, each 1 or cores/N), the fastest counted; both sides
+setting (OpenMP × OpenBLAS threads, each 1 or cores/N), the fastest counted; both sides in the
+same precision (--precision bf16: nanodist's --precision bf16 against torch.autocast), both
 without OPENBLAS_CORETYPE (benchmarks/fair_settings.py). Needs python3-torch."""
 import argparse
 import json
@@ -29,6 +30,7 @@ parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
 parser.add_argument("--ranks", default="1,2")
 parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--rounds", type=int, default=2)
+parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
 args = parser.parse_args()
 
 
@@ -43,7 +45,7 @@ def nanodist(ranks, tmp):
     metrics = os.path.join(tmp, "m.jsonl")
     run(["mpiexec", "-n", str(ranks), args.train_dp, "--data-dir", args.data_dir, "--out-dir", tmp,
          "--max-iters", str(args.steps), "--log-interval", str(args.steps // 6), "--eval-interval", "0",
-         "--eval-iters", "1", "--no-full-val", "--sample-tokens", "0", "--metrics", metrics], clean_env())
+         "--eval-iters", "1", "--no-full-val", "--sample-tokens", "0", "--metrics", metrics, "--precision", args.precision], clean_env())
     windows = [json.loads(line) for line in open(metrics)]
     windows = [w for w in windows if w["kind"] == "train"][1:]  # the first window is warm-up
     return statistics.median(w["tokens_per_s"] for w in windows)
@@ -51,7 +53,7 @@ def nanodist(ranks, tmp):
 
 def pytorch(ranks, threads, env):
     out = run([sys.executable, os.path.join(HERE, "pytorch_ddp_train.py"), "--ranks", str(ranks), "--threads",
-               str(threads), "--steps", str(args.steps - args.steps // 6)], env)
+               str(threads), "--steps", str(args.steps - args.steps // 6), "--precision", args.precision], env)
     return json.loads(out.strip().splitlines()[-1])["tokens_per_s"]
 
 
@@ -67,7 +69,7 @@ with tempfile.TemporaryDirectory() as tmp:
                 results.setdefault((ranks, name), []).append(pytorch(ranks, threads, env))
                 print(f"round {round_ + 1}, {ranks} rank(s): {name} {results[(ranks, name)][-1]:.0f} tok/s", flush=True)
 
-print(f"\nglobal tokens/s, median over {args.rounds} round(s)")
+print(f"\n{args.precision}: global tokens/s, median over {args.rounds} round(s)")
 print(f"{'ranks':>5}  {'implementation':36} {'tokens/s':>9}")
 for ranks in sorted({r for r, _ in results}):
     rows = {name: statistics.median(v) for (r, name), v in results.items() if r == ranks}
