@@ -3,9 +3,9 @@
 //   fp32  everything in fp32
 //   bf16  the linear layers take bf16 inputs (activations, weights, and in backward the
 //         incoming gradient) and return fp32: products are exact in fp32 and sums accumulate
-//         in fp32. Master weights, gradients, AdamW's state, layernorm, softmax, GELU, the
-//         loss and the residual stream stay fp32; so does attention (nn/ops/attention.cpp
-//         says why).
+//         in fp32; so do attention's QKᵀ and PV (nn/ops/attention.cpp). Master weights,
+//         gradients, AdamW's state, layernorm, softmax, GELU, the loss and the residual
+//         stream stay fp32.
 //
 // A weight is cast to bf16 once per optimizer step, not once per micro-batch: while a
 // WeightCastCache lives (the training loop makes one per step, as autocast's cache lives

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "nn/bf16.hpp"
 #include "nn/buffer_pool.hpp"
@@ -113,22 +114,33 @@ struct Choice {
 };
 const Choice& chosen();
 
-// A matrix of `rows` rows of `cols` values `ld` apart, widened into a pool buffer laid out
-// the same way.
+// A matrix of `rows` rows of `cols` values `ld` apart, widened into a buffer laid out the same
+// way: from the buffer pool, or — inside a parallel loop (attention's per-head products), where
+// the pool's owner thread is not the caller — from this thread's own scratch (`slot` 0 or 1).
 struct Widened {
-  Widened(const uint16_t* bits, int64_t rows, int64_t cols, int64_t ld)
+  Widened(const uint16_t* bits, int64_t rows, int64_t cols, int64_t ld, int slot)
       : count(rows == 0 || cols == 0 ? 0 : static_cast<std::size_t>((rows - 1) * ld + cols)),
-        values(BufferPool::acquire(count)) {
+        pooled(!omp_in_parallel()) {
+    thread_local std::vector<float> scratch[2];
+    if (pooled) {
+      values = BufferPool::acquire(count);
+    } else {
+      if (scratch[slot].size() < count) scratch[slot].resize(count);
+      values = scratch[slot].data();
+    }
     from_bf16(bits, values, static_cast<int64_t>(count));
   }
-  ~Widened() { BufferPool::release(values, count); }
+  ~Widened() {
+    if (pooled) BufferPool::release(values, count);
+  }
   std::size_t count;
+  bool pooled;
   float* values;
 };
 
 void emulated_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                         int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const Widened a(A, trans_a ? K : M, trans_a ? M : K, lda), b(B, trans_b ? N : K, trans_b ? K : N, ldb);
+  const Widened a(A, trans_a ? K : M, trans_a ? M : K, lda, 0), b(B, trans_b ? N : K, trans_b ? K : N, ldb, 1);
   chosen().fp32(trans_a, trans_b, M, N, K, alpha, a.values, lda, b.values, ldb, beta, C, ldc);
 }
 
@@ -156,7 +168,7 @@ Choice with_bf16(GemmFunction fp32, std::string fp32_description, const std::str
     c.bf16 = onednn_gemm_bf16;
     c.bf16_description = "oneDNN (AVX-512 BF16 kernels)";
   } else {
-    c.bf16_description = fmt::format("emulated on {} ({})", fp32_name,
+    c.bf16_description = fmt::format("{}, emulated: bf16 inputs widened to fp32 ({})", fp32_name,
                                      onednn_available() ? "this CPU has no AVX-512 BF16" : "this build has no oneDNN");
   }
   return c;
@@ -168,12 +180,12 @@ Choice choose() {
   const std::string want = forced ? forced : "auto";
   if (want == "openblas") {
     Choice c{openblas_gemm, fmt::format("OpenBLAS ({} kernels, NANODIST_GEMM=openblas)", core)};
-    c.bf16_description = "emulated on OpenBLAS (NANODIST_GEMM=openblas)";
+    c.bf16_description = "OpenBLAS, emulated: bf16 inputs widened to fp32 (NANODIST_GEMM=openblas)";
     return c;
   }
   if (want == "eigen") {
     Choice c{eigen_gemm, "Eigen (NANODIST_GEMM=eigen)"};
-    c.bf16_description = "emulated on Eigen (NANODIST_GEMM=eigen)";
+    c.bf16_description = "Eigen, emulated: bf16 inputs widened to fp32 (NANODIST_GEMM=eigen)";
     return c;
   }
   if (want == "onednn") {

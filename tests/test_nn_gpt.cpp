@@ -114,8 +114,8 @@ TEST_CASE("GPT matches PyTorch's nanoGPT: names, count, loss, every gradient") {
 }
 
 // --precision bf16 against PyTorch's torch.autocast("cpu", bfloat16) on the same weights and
-// batch. The two are not the same computation: autocast also runs attention's QKᵀ and PV in
-// bf16 and returns the linear layers' outputs in bf16, where ours stay fp32 (nn/autocast.hpp).
+// batch. The two are not the same computation: autocast returns the products' outputs in bf16,
+// so what follows them sees bf16 values, where ours stay fp32 (nn/autocast.hpp).
 // Each side carries a handful of bf16 roundings (relative error ≤ 2⁻⁸ ≈ 0.4% each, random in
 // sign) between the weights and a gradient, so the two agree as tensors to about 1% — and an
 // element near zero can be off by more relative to itself. The bound, per gradient tensor:

@@ -485,3 +485,40 @@ TEST_CASE("naive attention (--attention naive) equals the fused kernel: output a
   CHECK(nn::attention_kernel() == nn::AttentionKernel::naive);
   nn::set_attention_kernel(nn::AttentionKernel::fused);
 }
+
+// Attention under bf16 rounds q, k and v, the weights P and, in backward, dy and dS — each
+// operand of its four products once (relative error ≤ u = 2⁻⁸), the sums in fp32. A product's
+// terms carry at most two roundings, and a result passes through at most three products, so
+// each output is within about 6u ≈ 2.3% of the sum of its terms' magnitudes; as tensors
+// (2-norms, random signs) the difference is far smaller. Bound: 3% of the fp32 tensor's norm.
+TEST_CASE("bf16 attention: QKᵀ and PV on bf16 inputs, output and gradient within bf16's rounding of fp32") {
+  Tensor qkv32 = random_tensor({2, 17, 48}, 21), qkv16 = qkv32.clone();
+  qkv16.set_requires_grad(true);
+  Tensor weights = random_tensor({2, 17, 16}, 22, 1.0f, false);
+  Tensor y32 = nn::causal_self_attention(qkv32, 2);
+  Tensor loss32 = nn::sum(nn::mul(y32, weights));
+  nn::autograd::backward(loss32);
+  Tensor y16;
+  {
+    Bf16Scope bf16;
+    y16 = nn::causal_self_attention(qkv16, 2);
+    Tensor loss16 = nn::sum(nn::mul(y16, weights));
+    nn::autograd::backward(loss16);
+  }
+  auto relative = [](const float* got, const float* want, int64_t n) {
+    double difference = 0, size = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      difference += (got[i] - want[i]) * (got[i] - want[i]);
+      size += want[i] * want[i];
+    }
+    return std::sqrt(difference / size);
+  };
+  const double output = relative(y16.data(), y32.data(), y32.numel());
+  const double gradient = relative(qkv16.grad(), qkv32.grad(), qkv32.numel());
+  INFO("‖bf16 − fp32‖ / ‖fp32‖: output " << output << ", gradient " << gradient);
+  CHECK(output < 0.03);
+  CHECK(gradient < 0.03);
+  CHECK(output > 1e-5);  // teeth: bf16 was used
+  CHECK(gradient > 1e-5);
+  nn::autograd::clear_tape();
+}

@@ -660,6 +660,14 @@ TEST_CASE("bf16 matrix multiplies (--precision bf16): N ranks and ZeRO-3 end nea
     REQUIRE(r.status == 0);
     check_within_bf16_rounding(checkpoint(name), checkpoint("prec_bf16_ref"), kSteps, one_step);
   }
+  SECTION("without bf16 units (emulated: NANODIST_GEMM=eigen) the same products, summed in another order") {
+    auto r =
+        run_command("env NANODIST_GEMM=eigen " +
+                    mpirun(1, TRAIN_DP, common + " --batch-size 8 --precision bf16 --out-dir " + out("prec_emulated")));
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("bf16 matrix multiplies on Eigen, emulated"));
+    check_within_bf16_rounding(checkpoint("prec_emulated"), checkpoint("prec_bf16_ref"), kSteps, one_step);
+  }
   SECTION("resume: 4 + 4 steps ≡ 8 steps bit for bit, and the checkpoint keeps bf16") {
     const std::string run = tiny(shakespeareish()) + " --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 2";
     REQUIRE(train_dp(2, run + " --precision bf16 --max-iters 8 --out-dir " + out("prec_straight")).status == 0);
