@@ -253,6 +253,8 @@ TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp an
     auto r = run_trainer(program, ranks, bf16 + flags + " --out-dir " + out(name));
     REQUIRE(r.status == 0);
     CHECK_THAT(r.output, Catch::Contains("bf16 matrix multiplies on"));
-    check_within_bf16_rounding(checkpoint(name), checkpoint("bf16_ref"), kSteps, one_step);
+    // Nearer the bf16 process than the fp32 one: the shards really multiplied in bf16.
+    CHECK(check_within_bf16_rounding(checkpoint(name), checkpoint("bf16_ref"), kSteps, one_step) <
+          mean_difference(checkpoint(name), reference(4)));
   }
 }
