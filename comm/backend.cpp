@@ -58,9 +58,9 @@ void Backend::send_recv(const Transport& t, const void* out, std::size_t out_cou
 
 std::vector<std::string> backend_names() {
 #ifdef NANODIST_HAVE_NCCL
-  return {"mpi", "ring", "naive", "nccl"};
+  return {"mpi", "ring", "naive", "shm", "nccl"};
 #else
-  return {"mpi", "ring", "naive"};
+  return {"mpi", "ring", "naive", "shm"};
 #endif
 }
 
@@ -80,6 +80,7 @@ std::shared_ptr<Backend> make_backend(std::string_view name) {
   if (name == "mpi") return make_mpi_backend();
   if (name == "ring") return make_ring_backend();
   if (name == "naive") return make_naive_backend();
+  if (name == "shm") return make_shm_backend();
 #ifdef NANODIST_HAVE_NCCL
   return make_nccl_backend();
 #else

@@ -79,7 +79,7 @@ class Backend {
                                                      std::size_t count, DataType type);
 };
 
-// "mpi", "ring", "naive" (and "nccl" in a build with CUDA and NCCL); throws comm::Error
+// "mpi", "ring", "naive", "shm" (and "nccl" in a build with CUDA and NCCL); throws comm::Error
 // naming this build's choices for anything else.
 std::shared_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string> backend_names();
@@ -89,6 +89,7 @@ std::string why_not_a_backend(std::string_view name);
 std::unique_ptr<Backend> make_mpi_backend();
 std::unique_ptr<Backend> make_ring_backend();
 std::unique_ptr<Backend> make_naive_backend();
+std::unique_ptr<Backend> make_shm_backend();
 std::unique_ptr<Backend> make_nccl_backend();  // only in builds with NCCL
 
 }  // namespace comm

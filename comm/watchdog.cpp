@@ -1,5 +1,7 @@
 #include "comm/watchdog.hpp"
 
+#include "comm/shm/segment.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,6 +153,7 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
 // The launcher is ending the job (SIGTERM while this rank waited) and sends SIGKILL in a
 // second: say why and go — or, when no node saw anything wrong, it was a plain Ctrl-C.
 void Watchdog::end_terminated(std::int64_t now) {
+  shm::unlink_segments_in_making();
   const int signal = termination_signal();
   const bool failed_here = job_failed(&board_);
   const std::string text =
@@ -431,6 +434,7 @@ void Watchdog::verify_same_call(MPI_Comm check_comm) {
 }
 
 void Watchdog::end_job(const std::string& report, bool first) {
+  shm::unlink_segments_in_making();  // a segment not yet unlinked must not outlive the job
   std::string text = report.empty() ? report : report + "\n";
   if (first) text += fmt::format("[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -89,6 +90,7 @@ Backends& backends() {
     made.tested.push_back(world.with_backend("mpi"));
     made.tested.push_back(world.with_backend("ring"));
     made.tested.push_back(world.with_backend("naive"));
+    made.tested.push_back(world.with_backend("shm"));
     return made;
   }());
   return b;
@@ -211,6 +213,27 @@ TEMPLATE_TEST_CASE("large buffers: every backend matches the mpi backend", "[col
   }
 }
 
+// shm moves a message one of three ways: in one shot through the staging areas (up to an
+// area, 1 MiB), in rounds of an area (copy-in), or read in place from the peers' buffers
+// (single copy, where ranks may read each other: a probe decides at start). Counts just past
+// an area make two rounds, the second of a few elements; NANODIST_SHM_SINGLE_COPY=0 at the
+// communicator's creation forces copy-in, the path of machines that forbid the reads.
+TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend's answer", "[collectives][shm]") {
+  auto& b = backends();
+  Communicator& world = comm::runtime().world();
+  setenv("NANODIST_SHM_SINGLE_COPY", "0", 1);
+  Communicator copy_in = world.with_backend("shm");
+  unsetenv("NANODIST_SHM_SINGLE_COPY");
+  Communicator single_copy = world.with_backend("shm");
+  for (Communicator* tested : {&single_copy, &copy_in}) {
+    INFO((tested == &copy_in ? "copy-in forced" : "single copy where permitted"));
+    for (bool in_place : {false, true}) {
+      all_collectives<float>(b.reference, *tested, 262'147, in_place);  // 4 bytes × 262'147 > 1 MiB
+      all_collectives<std::int32_t>(b.reference, *tested, 300'007, in_place);
+    }
+  }
+}
+
 TEST_CASE("the mpi reference itself computes the textbook results", "[collectives]") {
   Communicator& world = backends().reference;
   const int n = world.size();
@@ -225,7 +248,7 @@ TEST_CASE("the mpi reference itself computes the textbook results", "[collective
 
 TEST_CASE("sub-communicators from split() run every backend correctly", "[collectives][split]") {
   Communicator& world = comm::runtime().world();
-  for (const char* name : {"mpi", "ring", "naive"}) {
+  for (const char* name : {"mpi", "ring", "naive", "shm"}) {
     INFO("backend " << name);
     Communicator backend_world = world.with_backend(name);
     // Even and odd world ranks, ordered backwards to make the new ranks differ from the old.
@@ -248,7 +271,7 @@ TEST_CASE("sub-communicators from split() run every backend correctly", "[collec
 
 TEST_CASE("asynchronous allreduces overlap, complete in any wait order, and match", "[collectives][async]") {
   Communicator& world = comm::runtime().world();
-  for (const char* name : {"mpi", "ring", "naive"}) {
+  for (const char* name : {"mpi", "ring", "naive", "shm"}) {
     INFO("backend " << name);
     Communicator c = world.with_backend(name);
     // Several in flight at once, as gradient buckets are; waited for in reverse order.
@@ -271,7 +294,7 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
           "[collectives][async]") {
   Communicator& world = comm::runtime().world();
   const auto n = static_cast<std::size_t>(world.size());
-  for (const char* name : {"mpi", "ring", "naive"}) {
+  for (const char* name : {"mpi", "ring", "naive", "shm"}) {
     INFO("backend " << name);
     Communicator c = world.with_backend(name);
     // Per unit k: a reduce-scatter of n blocks of `count` and an allgather of `count`, all

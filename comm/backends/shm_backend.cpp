@@ -1,0 +1,147 @@
+// Backend "shm": collectives through memory the ranks of a node share (comm/shm/), and, when a
+// communicator spans nodes, a hierarchical allreduce (Horovod's):
+//
+//   node A: a0 a1        1. reduce-scatter inside each node over shared memory:
+//   node B: b0 b1           local rank i holds shard i of its node's sum
+//                        2. each local rank i allreduces shard i with local rank i of every
+//                           other node (a ring over the network): shard i of the global sum
+//                        3. allgather inside each node over shared memory
+//
+// Every local rank carries 1/L of the network traffic (L ranks per node), and a node sends
+// 2(M−1)/M of the buffer for M nodes: the ring's optimum, whatever L is. The other collectives
+// of a communicator that spans nodes run the ring backend's algorithms over MPI, as does the
+// allreduce when the nodes hold different numbers of its ranks.
+//
+// Each communicator gets its own segment when it is made (attach): split() sub-communicators
+// (tp, pp, dp groups) too. The asynchronous forms complete when started (the Backend default).
+#include <cstring>
+
+#include "comm/algorithms/algorithms.hpp"
+#include "comm/backend.hpp"
+#include "comm/communicator.hpp"
+#include "comm/error.hpp"
+#include "comm/reduce_kernels.hpp"
+#include "comm/shm/collectives.hpp"
+#include "comm/watchdog.hpp"
+
+namespace comm {
+namespace {
+
+using algorithms::BlockLayout;
+
+// A blocking MPI collective on ranks that are all here already (attach runs inside a watched
+// collective whose ranks have all arrived), as Communicator's own MPI_Comm_split does.
+int node_count_of(MPI_Comm group, MPI_Comm node, int* min_local, int* max_local) {
+  int local = 0, leader = 0, rank = 0;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_rank(node, &rank);
+  leader = rank == 0 ? 1 : 0;
+  int nodes = 0;
+  check_mpi(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, group), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&local, min_local, 1, MPI_INT, MPI_MIN, group), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&local, max_local, 1, MPI_INT, MPI_MAX, group), "MPI_Allreduce");
+  return nodes;
+}
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend() = default;  // the factory's: unattached, each Communicator attaches its own
+  std::string_view name() const override { return "shm"; }
+  bool per_communicator() const override { return true; }
+
+  std::shared_ptr<Backend> attach(const Transport& t) override {
+    auto attached = std::make_shared<ShmBackend>();
+    attached->init(t);
+    return attached;
+  }
+
+  void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                 ReduceOp op) override {
+    if (one_node()) return shm::allreduce(*node_, send, recv, count, type, op);
+    if (!even_nodes_) return ring_->allreduce(t, send, recv, count, type, op);
+    // 1. node reduce-scatter (sums: the average is divided once, at the end), 2. shard
+    // allreduce across nodes, 3. node allgather.
+    const BlockLayout layout{count, node_->size()};
+    const int local = node_->rank();
+    void* shard = algorithms::at(recv, layout.begin(local), type);
+    const ReduceOp sum_or_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+    shm::reduce_scatter_blocks(*node_, send, shard, layout, type, sum_or_op);
+    algorithms::ring_allreduce(Transport(across_.get(), across_rank_, across_size_), shard, shard, layout.size(local),
+                               type, sum_or_op);
+    finish_average(shard, layout.size(local), type, op, t.size());
+    shm::allgather_blocks(*node_, recv, layout, type);
+  }
+  void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root) override {
+    if (one_node()) return shm::reduce(*node_, send, recv, count, type, op, root);
+    ring_->reduce(t, send, recv, count, type, op, root);
+  }
+  void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) override {
+    if (one_node()) return shm::broadcast(*node_, data, count, type, root);
+    ring_->broadcast(t, data, count, type, root);
+  }
+  void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    if (one_node()) return shm::allgather(*node_, send, recv, count, type);
+    ring_->allgather(t, send, recv, count, type);
+  }
+  void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    if (one_node()) return shm::gather(*node_, send, recv, count, type, root);
+    ring_->gather(t, send, recv, count, type, root);
+  }
+  void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    if (one_node()) return shm::scatter(*node_, send, recv, count, type, root);
+    ring_->scatter(t, send, recv, count, type, root);
+  }
+  void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op) override {
+    if (one_node()) return shm::reduce_scatter(*node_, send, recv, count, type, op);
+    ring_->reduce_scatter(t, send, recv, count, type, op);
+  }
+  void barrier(const Transport& t) override {
+    if (one_node()) return node_->sync();
+    ring_->barrier(t);
+  }
+
+ private:
+  bool one_node() const { return node_ranks_ == group_size_; }
+
+  void init(const Transport& t) {
+    group_size_ = t.size();
+    MPI_Comm node;
+    check_mpi(MPI_Comm_split_type(t.mpi_comm(), MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+    node_comm_ = MpiComm(node);
+    int node_rank = 0;
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_size(node, &node_ranks_);
+    node_ = std::make_unique<shm::NodeGroup>(Transport(node, node_rank, node_ranks_));
+    if (one_node()) return;
+    int fewest = 0, most = 0;
+    node_count_of(t.mpi_comm(), node, &fewest, &most);
+    even_nodes_ = fewest == most;
+    ring_ = make_ring_backend();
+    // The ranks with our local index on every node, in the communicator's order.
+    MPI_Comm across;
+    check_mpi(MPI_Comm_split(t.mpi_comm(), node_rank, t.rank(), &across), "MPI_Comm_split");
+    across_ = MpiComm(across);
+    MPI_Comm_set_errhandler(across, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(across, &across_rank_);
+    MPI_Comm_size(across, &across_size_);
+  }
+
+  int group_size_ = 1;
+  int node_ranks_ = 1;
+  bool even_nodes_ = true;
+  MpiComm node_comm_;
+  std::unique_ptr<shm::NodeGroup> node_;
+  MpiComm across_;
+  int across_rank_ = 0;
+  int across_size_ = 1;
+  std::unique_ptr<Backend> ring_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_shm_backend() { return std::make_unique<ShmBackend>(); }
+
+}  // namespace comm

@@ -1,0 +1,252 @@
+#include "comm/shm/collectives.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "comm/reduce_kernels.hpp"
+
+namespace comm::shm {
+namespace {
+
+using algorithms::BlockLayout;
+
+// memcpy that allows nothing to copy (null buffers of empty spans) and a copy onto itself.
+void copy_bytes(void* to, const void* from, std::size_t bytes) {
+  if (bytes > 0 && to != from) std::memmove(to, from, bytes);
+}
+
+char* at(void* base, std::size_t index, DataType type) { return static_cast<char*>(base) + index * size_of(type); }
+const char* at(const void* base, std::size_t index, DataType type) {
+  return static_cast<const char*>(base) + index * size_of(type);
+}
+
+// Elements of `type` that fit an area cut into `pieces` equal pieces.
+std::size_t per_area(DataType type, int pieces) {
+  return NodeGroup::kAreaBytes / (size_of(type) * static_cast<std::size_t>(pieces));
+}
+// Elements of block `b` from element `offset` on, at most `most`.
+std::size_t piece(BlockLayout layout, int b, std::size_t offset, std::size_t most) {
+  const std::size_t size = layout.size(b);
+  return size > offset ? std::min(most, size - offset) : 0;
+}
+std::size_t longest_block(BlockLayout layout) {
+  std::size_t longest = 0;
+  for (int b = 0; b < layout.blocks; ++b) longest = std::max(longest, layout.size(b));
+  return longest;
+}
+// Single copy pays (a syscall per read, three syncs) only past what one area holds in one shot.
+bool use_single_copy(const NodeGroup& g, std::size_t bytes) { return g.single_copy() && bytes > NodeGroup::kAreaBytes; }
+
+// The single-copy reduction works in chunks that stay in cache: the peer's chunk is read into
+// `theirs`, reduced into `sum`, and `sum` goes to its place once.
+constexpr std::size_t kChunkBytes = 64 << 10;
+
+// Block rank() of the reduction of every rank's published source → `mine` (no syncs).
+void reduce_block_in_place(NodeGroup& g, const void* send, void* mine, BlockLayout layout, DataType type, ReduceOp op) {
+  thread_local std::vector<char> sum(kChunkBytes), theirs(kChunkBytes);
+  const std::size_t chunk = kChunkBytes / size_of(type);
+  const int me = g.rank();
+  const std::size_t begin = layout.begin(me), size = layout.size(me);
+  for (std::size_t offset = 0; offset < size; offset += chunk) {
+    const std::size_t n = std::min(chunk, size - offset), bytes = n * size_of(type);
+    const std::size_t first = begin + offset;
+    // Rank 0's part, then rank 1's, …: the same order whichever rank reduces, so equal bits.
+    for (int r = 0; r < g.size(); ++r) {
+      const char* part = at(send, first, type);
+      if (r != me) {
+        g.read(r, g.source_of(r) + first * size_of(type), theirs.data(), bytes);
+        part = theirs.data();
+      }
+      if (r == 0)
+        copy_bytes(sum.data(), part, bytes);
+      else
+        reduce_into(sum.data(), part, n, type, op);
+    }
+    copy_bytes(at(mine, offset, type), sum.data(), bytes);
+  }
+}
+
+// Block r of rank r's published result → block r of `buffer`, for every other rank r (no syncs).
+void gather_blocks_in_place(NodeGroup& g, void* buffer, BlockLayout layout, DataType type) {
+  for (int step = 1; step < g.size(); ++step) {
+    const int r = (g.rank() + step) % g.size();  // each rank starts at a different peer
+    const std::size_t first = layout.begin(r);
+    g.read(r, g.result_of(r) + first * size_of(type), at(buffer, first, type), layout.size(r) * size_of(type));
+  }
+}
+
+// One shot: every rank's `count` elements into its area, one sync, then the reduction of all
+// areas in rank order into `recv` (on every rank, or only on `root` ≥ 0).
+void reduce_one_shot(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                     int root) {
+  const int area = g.next_area();
+  const std::size_t bytes = count * size_of(type);
+  copy_bytes(g.area(g.rank(), area), send, bytes);
+  g.sync();
+  if (root >= 0 && g.rank() != root) return;
+  copy_bytes(recv, g.area(0, area), bytes);
+  for (int r = 1; r < g.size(); ++r) reduce_into(recv, g.area(r, area), count, type, op);
+  finish_average(recv, count, type, op, g.size());
+}
+
+// reduce and the copy-in allreduce: one shot per area-sized round.
+void reduce_in_rounds(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                      int root) {
+  const std::size_t round = per_area(type, 1);
+  for (std::size_t offset = 0; offset < count; offset += round) {
+    const std::size_t n = std::min(round, count - offset);
+    reduce_one_shot(g, at(send, offset, type), recv ? at(recv, offset, type) : nullptr, n, type, op, root);
+  }
+}
+
+}  // namespace
+
+void reduce_scatter_blocks(NodeGroup& g, const void* send, void* mine, BlockLayout layout, DataType type, ReduceOp op) {
+  const int me = g.rank();
+  if (g.size() == 1) {
+    copy_bytes(mine, at(send, layout.begin(0), type), layout.size(0) * size_of(type));
+    return;
+  }
+  if (use_single_copy(g, layout.count * size_of(type))) {
+    g.publish(send, nullptr);
+    g.sync();
+    reduce_block_in_place(g, send, mine, layout, type, op);
+    g.sync();  // the peers have read our send
+    return;
+  }
+  // Copy-in: each round, every rank stages a piece of every block; rank r reduces piece r.
+  const std::size_t round = per_area(type, g.size());
+  const std::size_t es = size_of(type);
+  for (std::size_t offset = 0; offset < longest_block(layout); offset += round) {
+    const int area = g.next_area();
+    char* staged = g.area(me, area);
+    for (int b = 0; b < layout.blocks; ++b)
+      copy_bytes(staged + static_cast<std::size_t>(b) * round * es, at(send, layout.begin(b) + offset, type),
+                 piece(layout, b, offset, round) * es);
+    g.sync();
+    const std::size_t n = piece(layout, me, offset, round);
+    char* out = at(mine, offset, type);
+    const std::size_t where = static_cast<std::size_t>(me) * round * es;
+    copy_bytes(out, g.area(0, area) + where, n * es);
+    for (int r = 1; r < g.size(); ++r) reduce_into(out, g.area(r, area) + where, n, type, op);
+  }
+}
+
+void allgather_blocks(NodeGroup& g, void* buffer, BlockLayout layout, DataType type) {
+  if (g.size() == 1) return;
+  const int me = g.rank();
+  if (use_single_copy(g, layout.count * size_of(type))) {
+    g.publish(nullptr, buffer);
+    g.sync();
+    gather_blocks_in_place(g, buffer, layout, type);
+    g.sync();  // the peers have read our block
+    return;
+  }
+  const std::size_t round = per_area(type, 1), es = size_of(type);
+  for (std::size_t offset = 0; offset < longest_block(layout); offset += round) {
+    const int area = g.next_area();
+    copy_bytes(g.area(me, area), at(buffer, layout.begin(me) + offset, type), piece(layout, me, offset, round) * es);
+    g.sync();
+    for (int r = 0; r < g.size(); ++r)
+      if (r != me)
+        copy_bytes(at(buffer, layout.begin(r) + offset, type), g.area(r, area), piece(layout, r, offset, round) * es);
+  }
+}
+
+void allreduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  if (g.size() == 1) {
+    copy_bytes(recv, send, bytes);
+    return;
+  }
+  if (!use_single_copy(g, bytes)) return reduce_in_rounds(g, send, recv, count, type, op, -1);
+  // Single copy: the reduce-scatter and allgather of reduce_scatter_blocks/allgather_blocks,
+  // with both buffers published at once (three syncs, not four).
+  const BlockLayout layout{count, g.size()};
+  void* mine = at(recv, layout.begin(g.rank()), type);
+  g.publish(send, recv);
+  g.sync();
+  reduce_block_in_place(g, send, mine, layout, type, op);
+  finish_average(mine, layout.size(g.rank()), type, op, g.size());
+  g.sync();
+  gather_blocks_in_place(g, recv, layout, type);
+  g.sync();
+}
+
+void reduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
+  if (g.size() == 1) {
+    copy_bytes(recv, send, count * size_of(type));
+    return;
+  }
+  reduce_in_rounds(g, send, recv, count, type, op, root);
+}
+
+void broadcast(NodeGroup& g, void* data, std::size_t count, DataType type, int root) {
+  if (g.size() == 1) return;
+  const std::size_t es = size_of(type);
+  if (use_single_copy(g, count * es)) {
+    g.publish(data, nullptr);
+    g.sync();
+    if (g.rank() != root) g.read(root, g.source_of(root), data, count * es);
+    g.sync();
+    return;
+  }
+  const std::size_t round = per_area(type, 1);
+  for (std::size_t offset = 0; offset < count; offset += round) {
+    const int area = g.next_area();
+    const std::size_t n = std::min(round, count - offset);
+    if (g.rank() == root) copy_bytes(g.area(root, area), at(data, offset, type), n * es);
+    g.sync();
+    if (g.rank() != root) copy_bytes(at(data, offset, type), g.area(root, area), n * es);
+  }
+}
+
+void allgather(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type) {
+  const std::size_t bytes = count * size_of(type);
+  void* mine = at(recv, count * static_cast<std::size_t>(g.rank()), type);
+  copy_bytes(mine, send, bytes);  // then it is an allgather in place
+  allgather_blocks(g, recv, BlockLayout{count * static_cast<std::size_t>(g.size()), g.size()}, type);
+}
+
+void gather(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, int root) {
+  const std::size_t round = per_area(type, 1), es = size_of(type);
+  if (g.size() == 1) {
+    copy_bytes(recv, send, count * es);
+    return;
+  }
+  for (std::size_t offset = 0; offset < count; offset += round) {
+    const int area = g.next_area();
+    const std::size_t n = std::min(round, count - offset);
+    copy_bytes(g.area(g.rank(), area), at(send, offset, type), n * es);
+    g.sync();
+    if (g.rank() == root)
+      for (int r = 0; r < g.size(); ++r)
+        copy_bytes(at(recv, count * static_cast<std::size_t>(r) + offset, type), g.area(r, area), n * es);
+  }
+}
+
+void scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, int root) {
+  const std::size_t round = per_area(type, g.size()), es = size_of(type);
+  if (g.size() == 1) {
+    copy_bytes(recv, send, count * es);
+    return;
+  }
+  for (std::size_t offset = 0; offset < count; offset += round) {
+    const int area = g.next_area();
+    const std::size_t n = std::min(round, count - offset);
+    if (g.rank() == root)
+      for (int r = 0; r < g.size(); ++r)
+        copy_bytes(g.area(root, area) + static_cast<std::size_t>(r) * round * es,
+                   at(send, count * static_cast<std::size_t>(r) + offset, type), n * es);
+    g.sync();
+    copy_bytes(at(recv, offset, type), g.area(root, area) + static_cast<std::size_t>(g.rank()) * round * es, n * es);
+  }
+}
+
+void reduce_scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  reduce_scatter_blocks(g, send, recv, BlockLayout{count * static_cast<std::size_t>(g.size()), g.size()}, type, op);
+  finish_average(recv, count, type, op, g.size());
+}
+
+}  // namespace comm::shm

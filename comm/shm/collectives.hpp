@@ -1,0 +1,41 @@
+// The collectives of the ranks of one node, over their NodeGroup (see node_group.hpp).
+//
+// Small messages go in one shot: every rank copies its part into its staging area, one sync,
+// every rank reads what it needs (an allreduce: every rank sums all areas itself, in rank order,
+// so all get the same bits). Larger ones repeat that in rounds of an area's size (copy-in), or,
+// where the ranks can read each other in place, use single copy:
+//
+//   allreduce of S bytes, N ranks (block r = elements [rS/N, (r+1)S/N) of the buffer)
+//   publish buffers ─ sync ─ reduce-scatter: rank r reads block r of every peer in place,
+//   reduces it (in cache-sized chunks, in rank order) into its own result ─ sync ─ allgather:
+//   rank r reads block j of rank j's result in place ─ sync (nobody reads our buffers now)
+//
+// Per rank that moves S (read own) + (N−1)S/N (read peers) + S/N (write) for the reduce-scatter,
+// (N−1)S/N read + (N−1)S/N written for the allgather: 2.5 S for N = 2 (docs/benchmarks.md).
+#pragma once
+
+#include <cstddef>
+
+#include "comm/algorithms/ring_pass.hpp"
+#include "comm/shm/node_group.hpp"
+#include "comm/types.hpp"
+
+namespace comm::shm {
+
+void allreduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+void reduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+void broadcast(NodeGroup& g, void* data, std::size_t count, DataType type, int root);
+void allgather(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type);
+void gather(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, int root);
+void scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, int root);
+void reduce_scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+
+// The two halves of the allreduce, over `layout`'s blocks of a buffer of layout.count elements
+// (the hierarchical allreduce puts the network between them). reduce_scatter_blocks leaves
+// block rank() of the reduction, not averaged, at `mine`; allgather_blocks copies block r of
+// rank r's `buffer` into every rank's `buffer`.
+void reduce_scatter_blocks(NodeGroup& g, const void* send, void* mine, algorithms::BlockLayout layout, DataType type,
+                           ReduceOp op);
+void allgather_blocks(NodeGroup& g, void* buffer, algorithms::BlockLayout layout, DataType type);
+
+}  // namespace comm::shm

@@ -1,0 +1,138 @@
+#include "comm/shm/node_group.hpp"
+
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "comm/error.hpp"
+#include "comm/watchdog.hpp"
+
+namespace comm::shm {
+namespace {
+
+constexpr std::size_t kHeaderBytes = 128;
+
+std::size_t segment_bytes(int ranks) {
+  return kHeaderBytes + static_cast<std::size_t>(ranks) * (sizeof(Flags) + 2 * NodeGroup::kAreaBytes);
+}
+
+// NANODIST_SHM_SPIN: how many times to poll the flags before the yielding wait (default 2000,
+// a few microseconds; 0 = yield at once).
+std::uint64_t spin_polls_from_environment() {
+  const char* text = std::getenv("NANODIST_SHM_SPIN");
+  if (!text || !*text) return 2000;
+  char* end = nullptr;
+  const unsigned long long polls = std::strtoull(text, &end, 10);
+  if (*end != 0 || text[0] == '-') fail("NANODIST_SHM_SPIN='{}' is not a count of polls (try 2000, or 0)", text);
+  return polls;
+}
+
+// NANODIST_SHM_SINGLE_COPY=0 turns single copy off (to measure copy-in, or test it).
+bool single_copy_allowed() {
+  const char* text = std::getenv("NANODIST_SHM_SINGLE_COPY");
+  if (!text || !*text) return true;
+  if (std::string(text) == "0") return false;
+  if (std::string(text) == "1") return true;
+  fail("NANODIST_SHM_SINGLE_COPY='{}' is not 0 or 1", text);
+}
+
+// A word the peers read in the probe: its value says the read really happened.
+constexpr std::uint64_t kProbeValue = 0x6e616e6f64697374ull;  // "nanodist"
+const volatile std::uint64_t probe_word = kProbeValue;
+
+}  // namespace
+
+NodeGroup::NodeGroup(const Transport& node)
+    : segment_(std::make_unique<Segment>(node, segment_bytes(node.size()))),
+      rank_(node.rank()),
+      size_(node.size()),
+      spin_polls_(spin_polls_from_environment()) {
+  Flags& mine = flags(rank_);
+  mine.pid.store(getpid(), std::memory_order_relaxed);
+  single_copy_ = probe_single_copy();
+}
+
+Flags& NodeGroup::flags(int rank) const {
+  return *reinterpret_cast<Flags*>(segment_->data() + kHeaderBytes + static_cast<std::size_t>(rank) * sizeof(Flags));
+}
+
+char* NodeGroup::area(int rank, int which) const {
+  return segment_->data() + kHeaderBytes + static_cast<std::size_t>(size_) * sizeof(Flags) +
+         (static_cast<std::size_t>(rank) * 2 + static_cast<std::size_t>(which)) * kAreaBytes;
+}
+
+void NodeGroup::sync() {
+  ++epoch_;
+  flags(rank_).epoch.store(epoch_, std::memory_order_release);
+  auto everyone_here = [this] {
+    for (int r = 0; r < size_; ++r)
+      if (flags(r).epoch.load(std::memory_order_acquire) < epoch_) return false;
+    return true;
+  };
+  for (std::uint64_t poll = 0; poll < spin_polls_; ++poll) {
+    if (everyone_here()) return;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();  // tells the core it is a spin: the sibling hyperthread gets the cycles
+#endif
+  }
+  watchdog().wait_until(everyone_here);
+}
+
+void NodeGroup::publish(const void* source, const void* result) {
+  Flags& mine = flags(rank_);
+  mine.source.store(reinterpret_cast<std::uint64_t>(source), std::memory_order_relaxed);
+  mine.result.store(reinterpret_cast<std::uint64_t>(result), std::memory_order_relaxed);
+  // (the sync after it orders these stores before any peer's loads)
+}
+
+void NodeGroup::read(int peer, std::uint64_t address, void* into, std::size_t bytes) const {
+  const auto pid = static_cast<pid_t>(flags(peer).pid.load(std::memory_order_relaxed));
+  auto* to = static_cast<char*>(into);
+  while (bytes > 0) {
+    iovec local{to, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) {
+      if (errno == ESRCH) watchdog().wait_until([] { return false; });  // the peer is gone: the report names it
+      fail("shm: reading {} bytes of rank {} (pid {}) in place failed: {}", bytes, peer, pid, std::strerror(errno));
+    }
+    to += got;
+    address += static_cast<std::uint64_t>(got);
+    bytes -= static_cast<std::size_t>(got);
+  }
+}
+
+// Can this rank read every peer in place? Yama (ptrace_scope 1) allows a process to ptrace only
+// its descendants unless it names a tracer: PR_SET_PTRACER_ANY lets the job's other ranks in
+// (what Open MPI does for the same reads). Containers may forbid process_vm_readv altogether.
+bool NodeGroup::probe_single_copy() {
+  if (size_ == 1) return single_copy_allowed();
+#ifdef PR_SET_PTRACER
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+  Flags& mine = flags(rank_);
+  mine.probe.store(reinterpret_cast<std::uint64_t>(&probe_word), std::memory_order_relaxed);
+  sync();
+  bool all_read = single_copy_allowed();
+  for (int peer = 0; peer < size_ && all_read; ++peer) {
+    if (peer == rank_) continue;
+    std::uint64_t value = 0;
+    iovec local{&value, sizeof value};
+    iovec remote{reinterpret_cast<void*>(flags(peer).probe.load(std::memory_order_relaxed)), sizeof value};
+    const auto pid = static_cast<pid_t>(flags(peer).pid.load(std::memory_order_relaxed));
+    all_read =
+        process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof value) && value == kProbeValue;
+  }
+  mine.can_read.store(all_read ? 1 : 0, std::memory_order_relaxed);
+  sync();
+  for (int r = 0; r < size_; ++r)
+    if (flags(r).can_read.load(std::memory_order_relaxed) == 0) return false;
+  return true;
+}
+
+}  // namespace comm::shm
