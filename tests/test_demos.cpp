@@ -12,7 +12,7 @@
 namespace {
 
 const std::vector<int> kRanks = {2, 3, 4};
-const std::vector<std::string> kBackends = {"mpi", "ring", "naive"};
+const std::vector<std::string> kBackends = {"mpi", "ring", "naive", "shm"};
 
 CommandResult demo(const std::string& name, int ranks, const std::string& args) {
   return run_command(mpirun(ranks, std::string(DEMO_DIR) + "/" + name, args));

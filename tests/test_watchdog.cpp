@@ -6,6 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "run_command.hpp"
 
 namespace {
@@ -111,5 +115,41 @@ TEST_CASE("check mode names the rank whose arguments differ, before any data mov
     CHECK_THAT(r.output, Catch::Contains("disagree on collective #1"));
     CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} called allreduce #1 (count 8 float, op sum)", n - 1)));
     CHECK_THAT(r.output, Catch::Contains("called allreduce #1 (count 4 float, op sum)"));
+  }
+}
+
+namespace {
+// The shm segments this machine holds now (their names start with "nanodist-").
+std::vector<std::string> shm_segments() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().starts_with("nanodist-")) names.push_back(entry.path().filename());
+  return names;
+}
+}  // namespace
+
+// shm waits on flags in memory, not on MPI: the same reports must come from its waits, and no
+// segment may be left in /dev/shm whatever happened (each is unlinked once every rank maps it).
+TEST_CASE("shm: a rank that skips, exits early, is killed or stopped is named, and /dev/shm is left empty") {
+  struct Case {
+    int n;
+    const char* scenario_name;
+    std::string expected;
+  };
+  for (const auto& [n, name, expected] :
+       {Case{2, "skip", "not arrived: rank 1"},
+        Case{3, "exit-early", "rank 2 has finished its work and is shutting down"}, Case{3, "killed", "rank 2 is dead"},
+        Case{2, "stopped", "rank 1 is stopped"}, Case{3, "none", "collective #1 done: sum 9"}}) {
+    auto r = scenario(n, name, "shm");
+    INFO(r.output);
+    if (std::string(name) == "none") {
+      CHECK(r.status == 0);
+    } else {
+      ended_by_watchdog(r);
+      // #2: making shm's segment was the world's call #0 (as nccl's set-up is)
+      CHECK_THAT(r.output, Catch::Contains("allreduce #2 on 'world' (count 4 float, op sum)"));
+    }
+    CHECK_THAT(r.output, Catch::Contains(expected));
+    CHECK(shm_segments().empty());
   }
 }

@@ -38,32 +38,28 @@ std::size_t longest_block(BlockLayout layout) {
 // Single copy pays (a syscall per read, three syncs) only past what one area holds in one shot.
 bool use_single_copy(const NodeGroup& g, std::size_t bytes) { return g.single_copy() && bytes > NodeGroup::kAreaBytes; }
 
-// The single-copy reduction works in chunks that stay in cache: the peer's chunk is read into
-// `theirs`, reduced into `sum`, and `sum` goes to its place once.
-constexpr std::size_t kChunkBytes = 64 << 10;
+// The single-copy reduction works in chunks that stay in cache: a peer's chunk is read into
+// `theirs` and reduced into our result, which accumulates in place.
+constexpr std::size_t kChunkBytes = 256 << 10;
 
-// Block rank() of the reduction of every rank's published source → `mine` (no syncs).
+// Block rank() of the reduction of every rank's published source → `mine` (no syncs). Our own
+// part first (in place it is already there), then the peers' from the next rank on: each block
+// has one reducer, so every rank still ends with the same bits.
 void reduce_block_in_place(NodeGroup& g, const void* send, void* mine, BlockLayout layout, DataType type, ReduceOp op) {
-  thread_local std::vector<char> sum(kChunkBytes), theirs(kChunkBytes);
+  thread_local std::vector<char> theirs(kChunkBytes);
   const std::size_t chunk = kChunkBytes / size_of(type);
   const int me = g.rank();
   const std::size_t begin = layout.begin(me), size = layout.size(me);
   for (std::size_t offset = 0; offset < size; offset += chunk) {
     const std::size_t n = std::min(chunk, size - offset), bytes = n * size_of(type);
     const std::size_t first = begin + offset;
-    // Rank 0's part, then rank 1's, …: the same order whichever rank reduces, so equal bits.
-    for (int r = 0; r < g.size(); ++r) {
-      const char* part = at(send, first, type);
-      if (r != me) {
-        g.read(r, g.source_of(r) + first * size_of(type), theirs.data(), bytes);
-        part = theirs.data();
-      }
-      if (r == 0)
-        copy_bytes(sum.data(), part, bytes);
-      else
-        reduce_into(sum.data(), part, n, type, op);
+    char* sum = at(mine, offset, type);
+    copy_bytes(sum, at(send, first, type), bytes);
+    for (int step = 1; step < g.size(); ++step) {
+      const int r = (me + step) % g.size();
+      g.read(r, g.source_of(r) + first * size_of(type), theirs.data(), bytes);
+      reduce_into(sum, theirs.data(), n, type, op);
     }
-    copy_bytes(at(mine, offset, type), sum.data(), bytes);
   }
 }
 

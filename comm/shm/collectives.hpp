@@ -7,7 +7,7 @@
 //
 //   allreduce of S bytes, N ranks (block r = elements [rS/N, (r+1)S/N) of the buffer)
 //   publish buffers ─ sync ─ reduce-scatter: rank r reads block r of every peer in place,
-//   reduces it (in cache-sized chunks, in rank order) into its own result ─ sync ─ allgather:
+//   reduces it (in cache-sized chunks, its own part first) into its own result ─ sync ─ allgather:
 //   rank r reads block j of rank j's result in place ─ sync (nobody reads our buffers now)
 //
 // Per rank that moves S (read own) + (N−1)S/N (read peers) + S/N (write) for the reduce-scatter,
