@@ -64,7 +64,7 @@ TEST_CASE("N ranks with micro-batch B end where 1 rank with batch N·B ends") {
     const std::string reference = fmt::format("ref_{}", N);
     REQUIRE(train_dp(1, common + fmt::format(" --batch-size {} --out-dir {}", 4 * N, out(reference))).status == 0);
     for (std::string ddp : {"naive", "bucketed"})
-      for (std::string backend : {"mpi", "ring"}) {
+      for (std::string backend : {"mpi", "ring", "shm"}) {
         const std::string name = fmt::format("dp{}_{}_{}", N, ddp, backend);
         // A small bucket size makes several buckets, so overlap really happens.
         auto r = train_dp(N, common + fmt::format(" --batch-size 4 --ddp {} --bucket-mb 0.01 --backend {} --out-dir {}",

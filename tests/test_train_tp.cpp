@@ -60,8 +60,9 @@ TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends, sequence p
   for (int T : {2, 4})
     for (bool sp : {false, true}) {
       const std::string name = fmt::format("tp{}{}", T, sp ? "_sp" : "");
-      auto r =
-          train_tp(T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + " --out-dir " + out(name));
+      const std::string backend = T == 4 ? " --backend shm" : "";  // the tp group's segment, its split too
+      auto r = train_tp(T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + backend + " --out-dir " +
+                               out(name));
       REQUIRE(r.status == 0);
       const float diff = max_difference(checkpoint(name), reference(4));
       INFO(name << ": largest parameter difference from one process is " << diff);
@@ -105,9 +106,10 @@ TEST_CASE(
   for (Layout l : {Layout{2, 2, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{2, 2, 2}, Layout{1, 2, 3}}) {
     const std::string name = fmt::format("3d_d{}t{}p{}", l.dp, l.tp, l.pp);
     const int N = l.dp * l.tp * l.pp;
-    auto r =
-        train_3d(N, common() + fmt::format(" --dp {} --tp {} --pp {} --batch-size 4 --micro-batches 2 --out-dir {}",
-                                           l.dp, l.tp, l.pp, out(name)));
+    const char* backend = N == 8 ? "shm" : "mpi";  // (2,2,2) on shm: dp, tp and pp groups each with a segment
+    auto r = train_3d(N, common() + fmt::format(" --dp {} --tp {} --pp {} --batch-size 4 --micro-batches 2 "
+                                                "--backend {} --out-dir {}",
+                                                l.dp, l.tp, l.pp, backend, out(name)));
     REQUIRE(r.status == 0);
     const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
     INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
