@@ -19,6 +19,7 @@
 namespace {
 
 constexpr double kDeadline = 2.0;
+constexpr float kTolerance = 2e-5f;  // float sums in another order (as the data-parallel test)
 
 // `program args` on 4 ranks, 2 on host nanodist-a (ranks 0-1) and 2 on nanodist-b (ranks 2-3).
 CommandResult across_hosts(const std::string& program, const std::string& args) {
@@ -76,7 +77,8 @@ TEST_CASE("every demo across the two hosts, with every backend, prints the textb
       {"model_parallel", "", "y = 50 (computed on one rank: 50)"},  // Σ (r+1)(2r+1), r = 0..3
   };
   for (const Demo& d : demos) {
-    for (const char* backend : {"mpi", "ring", "naive"}) {
+    // shm: the allreduce is hierarchical (shared memory in each host, a ring between them)
+    for (const char* backend : {"mpi", "ring", "naive", "shm"}) {
       auto r = across_hosts(demo(d.name), fmt::format("{} --backend {}", d.args, backend));
       CHECK(r.status == 0);
       CHECK_THAT(r.output, Catch::Contains(d.expected));
@@ -101,6 +103,24 @@ TEST_CASE("train_dp across two hosts ends where the same run on one host ends") 
     CHECK_THAT(remote.output, Catch::Contains("step 4/4"));
     CHECK(same_bytes(checkpoint(one) / "model.safetensors", checkpoint(two) / "model.safetensors"));
     CHECK(same_bytes(checkpoint(one) / "optimizer.safetensors", checkpoint(two) / "optimizer.safetensors"));
+  }
+}
+
+// shm across hosts: each host's ranks share a segment in their own /dev/shm; the gradient
+// allreduce is hierarchical (reduce-scatter in each host, a ring between the hosts per shard,
+// allgather in each host). It adds in another order than OpenMPI: within float tolerance.
+TEST_CASE("train_dp across two hosts on shm (hierarchical allreduce) ends where the run on mpi ends") {
+  const std::string common = tiny(shakespeareish()) + " --sampling partition --max-iters 4 --dropout 0.1";
+  auto reference = run_trainer(TRAIN_DP, 4, common + " --backend mpi --out-dir " + out("hier_ref_mpi"));
+  REQUIRE(reference.status == 0);
+  for (const char* ddp : {"naive", "bucketed"}) {
+    const std::string name = fmt::format("hier_shm_{}", ddp);
+    auto r = across_hosts(TRAIN_DP, common + fmt::format(" --backend shm --ddp {} --out-dir {}", ddp, out(name)));
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("step 4/4"));
+    const float diff = max_difference(checkpoint(name), checkpoint("hier_ref_mpi"));
+    INFO(name << ": largest parameter difference from the mpi run is " << diff);
+    CHECK(diff <= kTolerance);
   }
 }
 

@@ -61,8 +61,8 @@ TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends, sequence p
     for (bool sp : {false, true}) {
       const std::string name = fmt::format("tp{}{}", T, sp ? "_sp" : "");
       const std::string backend = T == 4 ? " --backend shm" : "";  // the tp group's segment, its split too
-      auto r = train_tp(T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + backend + " --out-dir " +
-                               out(name));
+      auto r = train_tp(
+          T, common() + " --batch-size 4" + (sp ? " --sequence-parallel" : "") + backend + " --out-dir " + out(name));
       REQUIRE(r.status == 0);
       const float diff = max_difference(checkpoint(name), reference(4));
       INFO(name << ": largest parameter difference from one process is " << diff);
