@@ -10,8 +10,10 @@
 // backends run interleaved size by size, and each row ends with every
 // backend's speed relative to the first one: on a shared, noisy machine only ratios from
 // one run are worth quoting.
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -40,6 +42,7 @@ struct Settings {
   std::vector<std::string> compare;
   std::string csv;
   std::string device = "cpu";  // cuda: the buffers are device memory (nccl's only kind)
+  bool with_memcpy = false;    // a memcpy column: one rank alone copying the size (the ceiling)
 };
 
 struct Result {
@@ -176,7 +179,8 @@ std::vector<bool> forms_to_run(const bench::Collective& collective, const Settin
 // The table's three header lines: backends, forms (out-of-place : in-place), column names.
 // Each form's group is nccl-tests' four columns; the speed columns compare each backend with
 // the first, per form.
-std::vector<std::string> table_header(const std::vector<std::string>& backends, const std::vector<bool>& forms) {
+std::vector<std::string> table_header(const std::vector<std::string>& backends, const std::vector<bool>& forms,
+                                      bool with_memcpy) {
   const auto form_name = [](bool in_place) { return in_place ? "in-place" : "out-of-place"; };
   const std::string group_columns = fmt::format("{:>10} {:>8} {:>8} {:>6}", "time(us)", "algbw", "busbw", "#wrong");
   const std::size_t group_width = group_columns.size(), block_width = forms.size() * (group_width + 3) - 3;
@@ -197,6 +201,11 @@ std::vector<std::string> table_header(const std::vector<std::string>& backends, 
       form_line += fmt::format(" {:>6}", in_place ? "in" : "out");
       columns += fmt::format(" {:>6}", "speed");
     }
+  }
+  if (with_memcpy) {
+    backend_line += " | memcpy, 1 rank";
+    form_line += " |";
+    columns += fmt::format(" | {:>8} {:>6}", "GB/s", "best/");
   }
   // '#' takes the first column's place; centred names leave trailing blanks.
   const auto commented = [](const std::string& line) { return "#" + line.substr(1, line.find_last_not_of(' ')); };
@@ -245,7 +254,7 @@ void say_header(const Plan& p, const Settings& settings, int ranks) {
       "# time: mean over ranks of the time per iteration (min and max over ranks: --csv); algbw = size / time; "
       "busbw = algbw × {:.3g}",
       p.c.collective->bus_factor(ranks));
-  for (const std::string& line : table_header(p.backends, p.forms)) comm::say("{}", line);
+  for (const std::string& line : table_header(p.backends, p.forms, settings.with_memcpy)) comm::say("{}", line);
 }
 
 // --csv: one line per size, backend and form (rank 0 writes).
@@ -272,8 +281,8 @@ class CsvFile {
 
 // One row of the table: every backend and form at one size, then each backend's speed
 // relative to the first. results: [backend][form].
-std::string row_text(const Plan& p, const bench::Shape& s, const Settings& settings,
-                     const std::vector<Result>& results) {
+std::string row_text(const Plan& p, const bench::Shape& s, const Settings& settings, const std::vector<Result>& results,
+                     double memcpy_gbps) {
   std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", s.reported * comm::size_of(p.c.type), s.reported,
                                 settings.type, p.redop, p.root);
   const std::size_t forms = p.forms.size();
@@ -289,7 +298,33 @@ std::string row_text(const Plan& p, const bench::Shape& s, const Settings& setti
       row += fmt::format(" {:>5.2f}x", other.mean_us > 0 ? first.mean_us / other.mean_us : 0.0);
     }
   }
+  if (settings.with_memcpy) {  // the best busbw of any backend and form, as a fraction of memcpy's
+    double best = 0;
+    for (const Result& r : results) best = std::max(best, r.busbw);
+    row += fmt::format(" | {:>8.2f} {:>6.2f}", memcpy_gbps, memcpy_gbps > 0 ? best / memcpy_gbps : 0.0);
+  }
   return row;
+}
+
+// --memcpy: rank 0 alone copies `bytes` with memcpy (the others wait), the median of
+// `iterations` copies after one that touches the pages: docs/benchmarks.md's ceiling, measured
+// in the same run as the collectives.
+double memcpy_gbps(Communicator& clock, std::size_t bytes, int iterations) {
+  double gbps = 0;
+  if (clock.rank() == 0 && bytes > 0) {
+    std::vector<char> from(bytes, 1), to(bytes, 0);
+    std::memcpy(to.data(), from.data(), bytes);
+    std::vector<double> times;
+    for (int i = 0; i < iterations; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(to.data(), from.data(), bytes);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::nth_element(times.begin(), times.begin() + iterations / 2, times.end());
+    gbps = static_cast<double>(bytes) / times[static_cast<std::size_t>(iterations / 2)] / 1e9;
+  }
+  clock.broadcast(std::span(&gbps, 1), 0);
+  return gbps;
 }
 
 void run(comm::Runtime& runtime, const Settings& settings) {
@@ -328,7 +363,14 @@ void run(comm::Runtime& runtime, const Settings& settings) {
         csv.add(p, p.backends[k], world.size(), s, settings, in_place, results.back());
       }
     }
-    comm::say("{}", row_text(p, s, settings, results));
+    double copy_gbps = 0;
+    if (settings.with_memcpy) {
+      copy_gbps = memcpy_gbps(clock, bytes, settings.iterations);
+      Result copy;
+      copy.algbw = copy.busbw = copy_gbps;
+      csv.add(p, "memcpy", world.size(), s, settings, false, copy);
+    }
+    comm::say("{}", row_text(p, s, settings, results, copy_gbps));
   }
   if (!skipped.empty())
     comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
@@ -380,6 +422,8 @@ int main(int argc, char** argv) {
         ->delimiter(',')
         ->check(comm::backend_check());
     app.add_option("--csv", s.csv, "also write the results to this CSV file");
+    app.add_flag("--memcpy", s.with_memcpy,
+                 "add memcpy's GB/s at each size (one rank alone) and the best busbw as a fraction of it");
     app.add_option("--device", s.device, "where the buffers live: cpu, or cuda (GPU memory; the CPU backends stage it)")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();

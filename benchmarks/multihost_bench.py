@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""comm_bench across two hosts beside the same on one host: 4 ranks, --compare mpi,ring, in
-one invocation, repeated, medians reported.
+"""comm_bench across two hosts beside the same on one host: 4 ranks, --compare mpi,ring,shm,
+in one invocation, repeated, medians reported. Across the hosts, shm's allreduce is the
+hierarchical one (docs/allreduce.md): shared memory in each host, a ring between them.
 
     sudo python3 benchmarks/multihost_bench.py [--op allreduce] [-b 1K] [-e 64M] [--repeats 3]
 
@@ -31,10 +32,11 @@ parser.add_argument("-b", "--begin", default="1K")
 parser.add_argument("-e", "--end", default="64M")
 parser.add_argument("-f", "--factor", default="8")
 parser.add_argument("--repeats", type=int, default=3)
+parser.add_argument("--wire", default="16M", help="allreduce size whose bytes on the wire are counted ('' = skip)")
 args = parser.parse_args()
 
 TWO_HOSTS = os.path.join(ROOT, "scripts", "two_hosts.sh")
-BENCH = [args.comm_bench, "--op", args.op, "--compare", "mpi,ring", "-b", args.begin, "-e", args.end,
+BENCH = [args.comm_bench, "--op", args.op, "--compare", "mpi,ring,shm", "-b", args.begin, "-e", args.end,
          "-f", args.factor, "-n", "10", "-w", "2"]
 PLACEMENTS = {
     "one host, shared memory": lambda out: ["mpiexec", "-n", "4", *BENCH, "--csv", out],
@@ -74,7 +76,7 @@ def human(size):
 
 
 print(f"# comm_bench --op {args.op}, 4 ranks, busbw in GB/s (median of {args.repeats} repeats)")
-for backend in ("mpi", "ring"):
+for backend in ("mpi", "ring", "shm"):
     print(f"\n## backend {backend}\n")
     print("| size | " + " | ".join(names) + " | two hosts / one host (shm) |")
     print("|---:|" + "---:|" * (len(names) + 1))
@@ -82,3 +84,35 @@ for backend in ("mpi", "ring"):
         medians = [statistics.median(busbw[(n, backend, size)]) for n in names]
         ratio = medians[2] / medians[0] if medians[0] > 0 else float("nan")
         print(f"| {human(size)} | " + " | ".join(f"{m:.3f}" for m in medians) + f" | {ratio:.2f} |")
+
+
+# Bytes on the wire: what host A's end of the veth sent (/proc/net/dev, in its namespace) for
+# one allreduce of --wire bytes, from two runs of 2 and 6 iterations (the difference / 4 drops
+# the start-up, the check and everything else but the iterations). The formulas, for 2 ranks
+# on each of the 2 hosts: a flat ring 0→1→2→3→0 crosses from A to B on one link, which carries
+# 2(n−1) blocks of S/n = 1.5 S; the hierarchical allreduce sends 2(M−1)/M × S/L from each of
+# A's L = 2 ranks for M = 2 hosts: 1.0 S in all.
+if args.wire:
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}
+    size = int(args.wire[:-1]) * scale[args.wire[-1]] if args.wire[-1] in scale else int(args.wire)
+    formula = {"ring": 1.5, "shm": 1.0}
+
+    def sent_by_host_a(backend, iterations):
+        read = "grep veth0: /proc/net/dev"
+        run = " ".join(["mpiexec", "--hostfile", "$NANODIST_HOSTFILE", "-n", "4", args.comm_bench, "--op", "allreduce",
+                        "--backend", backend, "-b", str(size), "-e", str(size), "-n", str(iterations), "-w", "0",
+                        "--out-of-place", ">/dev/null"])
+        done = subprocess.run([TWO_HOSTS, f"{read}; {run}; {read}"], env=clean_env(), capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"failed (wire, {backend}): {done.stdout}{done.stderr}")
+        counts = [int(line.split(":", 1)[1].split()[8]) for line in done.stdout.splitlines() if "veth0:" in line]
+        return counts[-1] - counts[0]
+
+    print(f"\n## bytes host A sends per allreduce of {args.wire} (S), 2 + 2 ranks\n")
+    print("| backend | measured | formula |")
+    print("|---|---:|---:|")
+    for backend in ("mpi", "ring", "shm"):
+        per_call = statistics.median(
+            (sent_by_host_a(backend, 6) - sent_by_host_a(backend, 2)) / 4 for _ in range(args.repeats))
+        expected = f"{formula[backend]:.2f} S" if backend in formula else "—"
+        print(f"| {backend} | {per_call / size:.2f} S | {expected} |")

@@ -3,7 +3,7 @@
 invocation: tokens/s, bytes each rank sends per step, and what the largest rank holds
 (parameters, gradients, optimizer state, activations).
 
-    python3 benchmarks/parallelism_bench.py [--ranks 2,4] [--steps 12] [--repeats 3] [--data-dir data]
+    python3 benchmarks/parallelism_bench.py [--ranks 2,4] [--backends mpi,shm] [--steps 12] [--repeats 3]
 
 One model (4 blocks, 4 heads, 128 wide, block 64) and one global batch (16 sequences per
 step) for every strategy; each run trains --steps steps and its second half is measured;
@@ -36,6 +36,7 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--build", default=os.path.join(ROOT, "build", "trainers"))
 parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
 parser.add_argument("--ranks", default="2,4")
+parser.add_argument("--backends", default="mpi", help="comma-separated: every strategy runs on each")
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--repeats", type=int, default=3)
 args = parser.parse_args()
@@ -49,6 +50,7 @@ def strategies(n):
     half = n // 2
     s = [
         ("DP", "train_dp", ["--batch-size", str(BATCH // n)], {"world": n}),
+        ("DP ZeRO-3", "train_dp", ["--batch-size", str(BATCH // n), "--zero", "3"], {"world": n}),
         ("TP", "train_tp", ["--batch-size", str(BATCH)], {"tp": n}),
         ("TP + SP", "train_tp", ["--batch-size", str(BATCH), "--sequence-parallel"], {"tp": n}),
         ("PP", "train_pp", ["--batch-size", str(BATCH), "--micro-batches", "8"], {"pp": n, "dp": 1}),
@@ -103,12 +105,12 @@ def sent_per_step(output, sizes):
     return total
 
 
-def run(name, program, extra, sizes, n, tmp):
+def run(name, program, extra, sizes, n, backend, tmp):
     metrics = os.path.join(tmp, "metrics.jsonl")
     command = ["mpiexec", "-n", str(n), os.path.join(args.build, program), "--data-dir", args.data_dir,
                "--out-dir", tmp, *MODEL, *extra, "--max-iters", str(args.steps), "--log-interval",
                str(args.steps // 2), "--eval-interval", "0", "--eval-iters", "1", "--no-full-val", "--sample-tokens",
-               "0", "--metrics", metrics, "--threads", "1"]
+               "0", "--metrics", metrics, "--threads", "1", "--backend", backend]
     done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"failed ({name}): {' '.join(command)}\n{done.stdout}{done.stderr}")
@@ -129,16 +131,18 @@ with tempfile.TemporaryDirectory() as tmp:
     for repeat in range(args.repeats):
         for n in [int(r) for r in args.ranks.split(",")]:
             for name, program, extra, sizes in strategies(n):
-                r = run(name, program, extra, sizes, n, tmp)
-                results.setdefault((n, name), []).append(r)
-                print(f"repeat {repeat + 1}, {n} ranks, {name}: {r[0]:,.0f} tok/s", file=sys.stderr, flush=True)
+                for backend in args.backends.split(","):  # side by side: a slow moment hits both
+                    r = run(name, program, extra, sizes, n, backend, tmp)
+                    results.setdefault((n, name, backend), []).append(r)
+                    print(f"repeat {repeat + 1}, {n} ranks, {name}, {backend}: {r[0]:,.0f} tok/s", file=sys.stderr,
+                          flush=True)
 
 print(f"# one model (4 blocks, 128 wide, 4 heads, block 64), {BATCH} sequences per step; medians of "
       f"{args.repeats} repeats of {args.steps} steps (second half measured)\n")
-print("| ranks | strategy | tokens/s | compute / comm per step | sent per rank per step | parameters | gradients | "
+print("| ranks | strategy | backend | tokens/s | compute / comm per step | sent per rank per step | parameters | gradients | "
       "optimizer | activations peak | tokens/s, a core per rank (est.) |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-for (n, name), runs in results.items():
+print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for (n, name, backend), runs in results.items():
     tps = statistics.median(r[0] for r in runs)
     mb = statistics.median(r[1] for r in runs)
     held = runs[0][2]
@@ -146,5 +150,5 @@ for (n, name), runs in results.items():
     compute = statistics.median(r[4] for r in runs)
     comm = statistics.median(r[5] for r in runs)
     projected = statistics.median(r[6] for r in runs)
-    print(f"| {n} | {name} | {tps:,.0f} | {compute:.1f} / {comm:.1f} ms | {mb:.2f} MB | {held[1]} | {held[2]} | "
+    print(f"| {n} | {name} | {backend} | {tps:,.0f} | {compute:.1f} / {comm:.1f} ms | {mb:.2f} MB | {held[1]} | {held[2]} | "
           f"{held[3]} | {human(activations)} | {projected:,.0f} |")

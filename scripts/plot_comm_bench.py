@@ -41,8 +41,10 @@ def main() -> int:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for (backend, ranks, in_place), points in sorted(lines.items()):
             points.sort()
-            ax.plot([p[0] for p in points if p[0] > 0], [p[1] for p in points if p[0] > 0], marker="o",
-                    label=f"{backend}, {ranks} ranks{', in place' if in_place else ''}")
+            copy = backend.startswith("memcpy")  # comm_bench --memcpy: the ceiling, dashed
+            ax.plot([p[0] for p in points if p[0] > 0], [p[1] for p in points if p[0] > 0], marker="" if copy else "o",
+                    linestyle="--" if copy else "-", color="black" if copy else None,
+                    label="memcpy, 1 rank" if copy else f"{backend}, {ranks} ranks{', in place' if in_place else ''}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")

@@ -18,15 +18,18 @@ int main(int argc, char** argv) {
     std::string scenario;
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
-        ->check(CLI::IsMember(
-            {"none", "skip", "different", "exit-early", "killed", "stopped", "count-mismatch", "skip-async"}));
+        ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "killed-mid", "stopped",
+                               "count-mismatch", "skip-async"}));
     int culprits = 1;
     app.add_option("--culprits", culprits, "how many ranks, the last ones, misbehave")->check(CLI::PositiveNumber);
+    std::size_t count = 4;
+    app.add_option("--count", count, "elements of the allreduces (killed-mid: large, so that it lasts)")
+        ->check(CLI::PositiveNumber);
     comm::parse(app, argc, argv);
     comm::Communicator& world = runtime.start(options);
     const bool culprit = world.rank() >= world.size() - culprits;
 
-    std::vector<float> gradient(4, 1.0f);
+    std::vector<float> gradient(count, 1.0f);
     world.allreduce(std::span(gradient));  // collective #0: everyone
     comm::say("collective #0 done");
     if (culprit) {
@@ -37,7 +40,14 @@ int main(int argc, char** argv) {
       } else if (scenario == "exit-early") {
         return;  // leaves the loop: its runtime shuts down
       } else if (scenario == "killed") {
-        std::raise(SIGKILL);  // as `kill -9` would
+        std::raise(SIGKILL);                  // as `kill -9` would
+      } else if (scenario == "killed-mid") {  // dies a few milliseconds into collective #1
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          std::raise(SIGKILL);
+        }).detach();
+        world.allreduce(std::span(gradient));
+        std::this_thread::sleep_for(std::chrono::seconds(60));  // a collective faster than 3 ms: die outside it
       } else if (scenario == "stopped") {
         std::raise(SIGSTOP);                  // as `kill -STOP` or Ctrl-Z would: alive, but never runs again
       } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started

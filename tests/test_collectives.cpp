@@ -234,6 +234,27 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
   }
 }
 
+// Across nodes, shm's allreduce, reduce-scatter and allgather are hierarchical (shared memory
+// in each node, rings between the nodes). NANODIST_SHM_RANKS_PER_NODE=K makes every K ranks a
+// node on this one machine: K = 1 (a rank per node), K = 2 (even nodes on 2 and 4 ranks, on 3
+// and 5 ranks a node of one rank, where every collective takes the ring instead).
+TEST_CASE("shm across nodes: hierarchical collectives give the mpi backend's answer", "[collectives][shm]") {
+  auto& b = backends();
+  Communicator& world = comm::runtime().world();
+  for (const char* per_node : {"1", "2"}) {
+    INFO("NANODIST_SHM_RANKS_PER_NODE=" << per_node);
+    setenv("NANODIST_SHM_RANKS_PER_NODE", per_node, 1);
+    Communicator nodes = world.with_backend("shm");
+    unsetenv("NANODIST_SHM_RANKS_PER_NODE");
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}})
+      for (bool in_place : {false, true}) {
+        all_collectives<std::int32_t>(b.reference, nodes, count, in_place);
+        all_collectives<float>(b.reference, nodes, count, in_place);
+      }
+    all_collectives<float>(b.reference, nodes, 300'007, true);  // single copy inside the nodes
+  }
+}
+
 TEST_CASE("the mpi reference itself computes the textbook results", "[collectives]") {
   Communicator& world = backends().reference;
   const int n = world.size();

@@ -108,14 +108,17 @@ TEST_CASE("train_dp across two hosts ends where the same run on one host ends") 
 
 // shm across hosts: each host's ranks share a segment in their own /dev/shm; the gradient
 // allreduce is hierarchical (reduce-scatter in each host, a ring between the hosts per shard,
-// allgather in each host). It adds in another order than OpenMPI: within float tolerance.
+// allgather in each host), and so are ZeRO's reduce-scatters and allgathers. It adds in another
+// order than OpenMPI: within float tolerance.
 TEST_CASE("train_dp across two hosts on shm (hierarchical allreduce) ends where the run on mpi ends") {
   const std::string common = tiny(shakespeareish()) + " --sampling partition --max-iters 4 --dropout 0.1";
   auto reference = run_trainer(TRAIN_DP, 4, common + " --backend mpi --out-dir " + out("hier_ref_mpi"));
   REQUIRE(reference.status == 0);
-  for (const char* ddp : {"naive", "bucketed"}) {
-    const std::string name = fmt::format("hier_shm_{}", ddp);
-    auto r = across_hosts(TRAIN_DP, common + fmt::format(" --backend shm --ddp {} --out-dir {}", ddp, out(name)));
+  // ZeRO-3: its reduce-scatters and allgathers are hierarchical too
+  for (const auto& [tag, flags] :
+       {std::pair{"naive", "--ddp naive"}, std::pair{"bucketed", "--ddp bucketed"}, std::pair{"zero3", "--zero 3"}}) {
+    const std::string name = fmt::format("hier_shm_{}", tag);
+    auto r = across_hosts(TRAIN_DP, common + fmt::format(" --backend shm {} --out-dir {}", flags, out(name)));
     REQUIRE(r.status == 0);
     CHECK_THAT(r.output, Catch::Contains("step 4/4"));
     const float diff = max_difference(checkpoint(name), checkpoint("hier_ref_mpi"));

@@ -8,13 +8,17 @@
 //                        3. allgather inside each node over shared memory
 //
 // Every local rank carries 1/L of the network traffic (L ranks per node), and a node sends
-// 2(M−1)/M of the buffer for M nodes: the ring's optimum, whatever L is. The other collectives
-// of a communicator that spans nodes run the ring backend's algorithms over MPI, as does the
-// allreduce when the nodes hold different numbers of its ranks.
+// 2(M−1)/M of the buffer for M nodes: the ring's optimum, whatever L is. Reduce-scatter and
+// allgather (ZeRO's pair) go the same way — the two halves, each with a ring of its own kind
+// between the nodes — after sorting the blocks by local rank. The other collectives of a
+// communicator that spans nodes run the ring backend's algorithms over MPI, as do all of them
+// when the nodes hold different numbers of its ranks.
 //
 // Each communicator gets its own segment when it is made (attach): split() sub-communicators
 // (tp, pp, dp groups) too. The asynchronous forms complete when started (the Backend default).
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "comm/algorithms/algorithms.hpp"
 #include "comm/backend.hpp"
@@ -41,6 +45,19 @@ int node_count_of(MPI_Comm group, MPI_Comm node, int* min_local, int* max_local)
   check_mpi(MPI_Allreduce(&local, min_local, 1, MPI_INT, MPI_MIN, group), "MPI_Allreduce");
   check_mpi(MPI_Allreduce(&local, max_local, 1, MPI_INT, MPI_MAX, group), "MPI_Allreduce");
   return nodes;
+}
+
+// NANODIST_SHM_RANKS_PER_NODE=K: treat every K consecutive ranks as a node (each group its own
+// segment, the network between them): the hierarchical collectives on one machine, to try and
+// to test them. Unset: the real nodes (MPI_COMM_TYPE_SHARED).
+int ranks_per_node_from_environment() {
+  const char* text = std::getenv("NANODIST_SHM_RANKS_PER_NODE");
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const long k = std::strtol(text, &end, 10);
+  if (*end != 0 || k < 1 || k > 1'000'000)
+    fail("NANODIST_SHM_RANKS_PER_NODE='{}' is not a number of ranks (1 or more)", text);
+  return static_cast<int>(k);
 }
 
 class ShmBackend final : public Backend {
@@ -82,7 +99,18 @@ class ShmBackend final : public Backend {
   }
   void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
     if (one_node()) return shm::allgather(*node_, send, recv, count, type);
-    ring_->allgather(t, send, recv, count, type);
+    if (!even_nodes_) return ring_->allgather(t, send, recv, count, type);
+    // The reduce-scatter's steps backwards: between the nodes, then inside them, then unsorted.
+    if (count == 0) return;
+    const std::size_t bytes = count * size_of(type);
+    const std::size_t per_local = bytes * static_cast<std::size_t>(across_size_);
+    char* sorted = scratch(bytes * static_cast<std::size_t>(t.size()));
+    algorithms::ring_allgather(across(), send, sorted + per_local * static_cast<std::size_t>(node_->rank()), count,
+                               type);
+    shm::allgather_blocks(*node_, sorted, BlockLayout{count * static_cast<std::size_t>(t.size()), node_->size()}, type);
+    for_each_block([&](std::size_t place, int owner) {
+      std::memcpy(algorithms::at(recv, count * static_cast<std::size_t>(owner), type), sorted + place * bytes, bytes);
+    });
   }
   void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
     if (one_node()) return shm::gather(*node_, send, recv, count, type, root);
@@ -95,7 +123,22 @@ class ShmBackend final : public Backend {
   void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op) override {
     if (one_node()) return shm::reduce_scatter(*node_, send, recv, count, type, op);
-    ring_->reduce_scatter(t, send, recv, count, type, op);
+    if (!even_nodes_) return ring_->reduce_scatter(t, send, recv, count, type, op);
+    // Blocks sorted by local rank: [blocks of local rank 0's ranks, in node order | local 1's | …],
+    // so the node's reduce-scatter leaves local rank l the node's sum of exactly the blocks of
+    // the ranks with local index l, which a reduce-scatter between them then finishes.
+    if (count == 0) return;  // nothing moves (on every rank alike)
+    const std::size_t bytes = count * size_of(type);
+    char* sorted = scratch(2 * bytes * static_cast<std::size_t>(t.size()));
+    char* shard = sorted + bytes * static_cast<std::size_t>(t.size());
+    for_each_block([&](std::size_t place, int owner) {
+      std::memcpy(sorted + place * bytes, algorithms::at(send, count * static_cast<std::size_t>(owner), type), bytes);
+    });
+    const ReduceOp sum_or_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+    shm::reduce_scatter_blocks(*node_, sorted, shard,
+                               BlockLayout{count * static_cast<std::size_t>(t.size()), node_->size()}, type, sum_or_op);
+    algorithms::ring_reduce_scatter(across(), shard, recv, count, type, sum_or_op);
+    finish_average(recv, count, type, op, t.size());
   }
   void barrier(const Transport& t) override {
     if (one_node()) return node_->sync();
@@ -104,12 +147,28 @@ class ShmBackend final : public Backend {
 
  private:
   bool one_node() const { return node_ranks_ == group_size_; }
+  Transport across() const { return Transport(across_.get(), across_rank_, across_size_); }
+
+  // Calls f(place, owner) for every block of a buffer sorted by local rank: the block at
+  // `place` belongs to communicator rank `owner` (place = local index × nodes + node index).
+  template <class F>
+  void for_each_block(F f) const {
+    for (std::size_t place = 0; place < owner_by_place_.size(); ++place) f(place, owner_by_place_[place]);
+  }
+  // Work space kept between calls (fresh pages on every call would cost more than the copies).
+  char* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
 
   void init(const Transport& t) {
     group_size_ = t.size();
     MPI_Comm node;
-    check_mpi(MPI_Comm_split_type(t.mpi_comm(), MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &node),
-              "MPI_Comm_split_type");
+    if (const int pretend = ranks_per_node_from_environment(); pretend > 0)
+      check_mpi(MPI_Comm_split(t.mpi_comm(), t.rank() / pretend, t.rank(), &node), "MPI_Comm_split");
+    else
+      check_mpi(MPI_Comm_split_type(t.mpi_comm(), MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &node),
+                "MPI_Comm_split_type");
     node_comm_ = MpiComm(node);
     int node_rank = 0;
     MPI_Comm_rank(node, &node_rank);
@@ -127,6 +186,13 @@ class ShmBackend final : public Backend {
     MPI_Comm_set_errhandler(across, MPI_ERRORS_RETURN);
     MPI_Comm_rank(across, &across_rank_);
     MPI_Comm_size(across, &across_size_);
+    // Which communicator rank has local index l and node index m (its rank in `across`).
+    const int place = node_rank * across_size_ + across_rank_;
+    std::vector<int> places(static_cast<std::size_t>(group_size_));
+    check_mpi(MPI_Allgather(&place, 1, MPI_INT, places.data(), 1, MPI_INT, t.mpi_comm()), "MPI_Allgather");
+    owner_by_place_.assign(static_cast<std::size_t>(group_size_), -1);
+    for (int r = 0; r < group_size_; ++r)
+      if (even_nodes_) owner_by_place_.at(static_cast<std::size_t>(places[static_cast<std::size_t>(r)])) = r;
   }
 
   int group_size_ = 1;
@@ -138,6 +204,8 @@ class ShmBackend final : public Backend {
   int across_rank_ = 0;
   int across_size_ = 1;
   std::unique_ptr<Backend> ring_;
+  std::vector<int> owner_by_place_;  // see for_each_block
+  std::vector<char> scratch_;
 };
 
 }  // namespace
