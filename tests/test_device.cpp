@@ -80,7 +80,7 @@ TEST_CASE("without a GPU: --device cuda and --backend nccl are one line naming w
   one_line_usage_error(demo(2, "allreduce", "--backend nccl"), "--backend nccl (one GPU per rank): ");
 #else
   one_line_usage_error(demo(2, "allreduce", "--backend nccl"),
-                       "backend 'nccl' is not in this build (it has mpi, ring, naive): configure with "
+                       "backend 'nccl' is not in this build (it has mpi, ring, naive, shm): configure with "
                        "NANODIST_WITH_CUDA=ON");
   one_line_usage_error(comm_bench(2, "--compare mpi,nccl"), "backend 'nccl' is not in this build");
 #endif
