@@ -227,10 +227,9 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
   Communicator single_copy = world.with_backend("shm");
   for (Communicator* tested : {&single_copy, &copy_in}) {
     INFO((tested == &copy_in ? "copy-in forced" : "single copy where permitted"));
-    for (bool in_place : {false, true}) {
-      all_collectives<float>(b.reference, *tested, 262'147, in_place);  // 4 bytes × 262'147 > 1 MiB
-      all_collectives<std::int32_t>(b.reference, *tested, 300'007, in_place);
-    }
+    // (one form per type: the sanitizer build runs this on 5 ranks too)
+    all_collectives<float>(b.reference, *tested, 262'147, true);  // 4 bytes × 262'147 > 1 MiB
+    all_collectives<std::int32_t>(b.reference, *tested, 300'007, false);
   }
 }
 
