@@ -175,7 +175,27 @@ void reduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataT
     copy_bytes(recv, send, count * size_of(type));
     return;
   }
-  reduce_in_rounds(g, send, recv, count, type, op, root);
+  const std::size_t es = size_of(type);
+  if (!use_single_copy(g, count * es)) return reduce_in_rounds(g, send, recv, count, type, op, root);
+  // Single copy: the allreduce's reduce-scatter (each rank reduces its block, the root's straight
+  // into its recv), then the root reads every other rank's block in place.
+  const BlockLayout layout{count, g.size()};
+  const int me = g.rank();
+  thread_local std::vector<char> block;
+  void* mine = at(recv, layout.begin(me), type);
+  if (me != root) {
+    block.resize(layout.size(me) * es);
+    mine = block.data();
+  }
+  g.publish(send, mine);
+  g.sync();
+  reduce_block_in_place(g, send, mine, layout, type, op);
+  finish_average(mine, layout.size(me), type, op, g.size());
+  g.sync();
+  if (me == root)
+    for (int r = 0; r < g.size(); ++r)
+      if (r != root) g.read(r, g.result_of(r), at(recv, layout.begin(r), type), layout.size(r) * es);
+  g.sync();  // the root has read our block
 }
 
 void broadcast(NodeGroup& g, void* data, std::size_t count, DataType type, int root) {
@@ -211,6 +231,20 @@ void gather(NodeGroup& g, const void* send, void* recv, std::size_t count, DataT
     copy_bytes(recv, send, count * es);
     return;
   }
+  if (use_single_copy(g, count * es * static_cast<std::size_t>(g.size()))) {  // the root reads every send in place
+    g.publish(send, nullptr);
+    g.sync();
+    if (g.rank() == root)
+      for (int r = 0; r < g.size(); ++r) {
+        char* block = at(recv, count * static_cast<std::size_t>(r), type);
+        if (r == root)
+          copy_bytes(block, send, count * es);
+        else
+          g.read(r, g.source_of(r), block, count * es);
+      }
+    g.sync();
+    return;
+  }
   for (std::size_t offset = 0; offset < count; offset += round) {
     const int area = g.next_area();
     const std::size_t n = std::min(round, count - offset);
@@ -226,6 +260,17 @@ void scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, Data
   const std::size_t round = per_area(type, g.size()), es = size_of(type);
   if (g.size() == 1) {
     copy_bytes(recv, send, count * es);
+    return;
+  }
+  if (use_single_copy(g, count * es * static_cast<std::size_t>(g.size()))) {  // each reads its block in place
+    g.publish(send, nullptr);
+    g.sync();
+    const std::size_t mine = count * static_cast<std::size_t>(g.rank());
+    if (g.rank() == root)
+      copy_bytes(recv, at(send, mine, type), count * es);
+    else
+      g.read(root, g.source_of(root) + mine * es, recv, count * es);
+    g.sync();
     return;
   }
   for (std::size_t offset = 0; offset < count; offset += round) {
