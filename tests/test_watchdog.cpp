@@ -131,27 +131,30 @@ std::vector<std::string> shm_segments() {
 // shm waits on flags in memory, not on MPI: the same reports must come from its waits, and no
 // segment may be left in /dev/shm whatever happened (each is unlinked once every rank maps it).
 TEST_CASE(
-    "shm: a rank that skips, exits early, is killed (before or during) or stopped is named, and /dev/shm is "
-    "left empty") {
+    "shm: a rank that skips, exits early, is killed (before or during), stopped or (check mode) passes another count "
+    "is named, and /dev/shm is left empty") {
   struct Case {
     int n;
     const char* scenario_name;
     std::string expected;
+    std::string extra = "";
   };
-  for (const auto& [n, name, expected] :
+  for (const auto& [n, name, expected, extra] :
        {Case{2, "skip", "not arrived: rank 1"},
+        Case{3, "count-mismatch", "rank 2 called allreduce #2 (count 8 float, op sum)", "--check-collectives"},
         Case{3, "exit-early", "rank 2 has finished its work and is shutting down"}, Case{3, "killed", "rank 2 is dead"},
         Case{2, "stopped", "rank 1 is stopped"}, Case{2, "killed-mid", "rank 1 is dead"},
         Case{3, "none", "collective #1 done: sum 9"}}) {
     // killed-mid: a 128 MB allreduce (single copy), the culprit killed a few ms into it
-    auto r = scenario(n, name, "shm", std::string(name) == "killed-mid" ? "--count 33554432" : "");
+    auto r = scenario(n, name, "shm", std::string(name) == "killed-mid" ? "--count 33554432" : extra);
     INFO(r.output);
     if (std::string(name) == "none") {
       CHECK(r.status == 0);
     } else {
       ended_by_watchdog(r);
       // #2: making shm's segment was the world's call #0 (as nccl's set-up is)
-      CHECK_THAT(r.output, Catch::Contains("allreduce #2 on 'world' (count "));
+      CHECK_THAT(r.output,
+                 Catch::Contains(extra.empty() ? "allreduce #2 on 'world' (count " : "disagree on collective #2"));
     }
     CHECK_THAT(r.output, Catch::Contains(expected));
     CHECK(shm_segments().empty());
