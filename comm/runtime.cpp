@@ -1,5 +1,7 @@
 #include "comm/runtime.hpp"
 
+#include "comm/shm/segment.hpp"
+
 #include <cstdio>
 #include <fstream>
 #include <cstdlib>
@@ -163,6 +165,7 @@ int Runtime::run(const std::function<void()>& body) {
     else
       fmt::print(stderr, "error: {}\n", what);
     std::fflush(stderr);
+    shm::unlink_segments_in_making();
     if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

@@ -1,5 +1,7 @@
 #include "comm/termination.hpp"
 
+#include "comm/shm/segment.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,6 +105,7 @@ void end_interrupted(StatusBoard* board, StatusExchange* exchange, int signal) {
       }
   }
   if (exchange) exchange->announce_interrupt();
+  shm::unlink_segments_in_making();
   _exit(128 + signal);
 }
 
@@ -129,6 +132,7 @@ void on_termination_signal(int signal, siginfo_t* info, void*) {
     end_interrupted(board, g_exchange.load(), signal);
   }
   if (!g_waiting) {  // not in a collective: nothing to report, die as usual
+    shm::unlink_segments_in_making();
     std::signal(signal, SIG_DFL);
     std::raise(signal);
     return;

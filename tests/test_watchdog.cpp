@@ -141,6 +141,8 @@ TEST_CASE(
   };
   for (const auto& [n, name, expected, extra] :
        {Case{2, "skip", "not arrived: rank 1"},
+        Case{2, "different", "diagnosis: rank 1 called broadcast #2 where rank 0 called allreduce #2"},
+        Case{3, "count-mismatch", "allreduce #2 on 'world' (count 8 float, op sum)"},
         Case{3, "count-mismatch", "rank 2 called allreduce #2 (count 8 float, op sum)", "--check-collectives"},
         Case{3, "exit-early", "rank 2 has finished its work and is shutting down"}, Case{3, "killed", "rank 2 is dead"},
         Case{2, "stopped", "rank 1 is stopped"}, Case{2, "killed-mid", "rank 1 is dead"},

@@ -74,6 +74,7 @@ class ShmBackend final : public Backend {
 
   void allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                  ReduceOp op) override {
+    node_->begin_call(OpKind::allreduce, count, type, static_cast<int>(op), -1);
     if (one_node()) return shm::allreduce(*node_, send, recv, count, type, op);
     if (!even_nodes_) return ring_->allreduce(t, send, recv, count, type, op);
     // 1. node reduce-scatter (sums: the average is divided once, at the end), 2. shard
@@ -90,14 +91,17 @@ class ShmBackend final : public Backend {
   }
   void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
               int root) override {
+    node_->begin_call(OpKind::reduce, count, type, static_cast<int>(op), root);
     if (one_node()) return shm::reduce(*node_, send, recv, count, type, op, root);
     ring_->reduce(t, send, recv, count, type, op, root);
   }
   void broadcast(const Transport& t, void* data, std::size_t count, DataType type, int root) override {
+    node_->begin_call(OpKind::broadcast, count, type, -1, root);
     if (one_node()) return shm::broadcast(*node_, data, count, type, root);
     ring_->broadcast(t, data, count, type, root);
   }
   void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    node_->begin_call(OpKind::allgather, count, type, -1, -1);
     if (one_node()) return shm::allgather(*node_, send, recv, count, type);
     if (!even_nodes_) return ring_->allgather(t, send, recv, count, type);
     // The reduce-scatter's steps backwards: between the nodes, then inside them, then unsorted.
@@ -113,15 +117,18 @@ class ShmBackend final : public Backend {
     });
   }
   void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    node_->begin_call(OpKind::gather, count, type, -1, root);
     if (one_node()) return shm::gather(*node_, send, recv, count, type, root);
     ring_->gather(t, send, recv, count, type, root);
   }
   void scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
+    node_->begin_call(OpKind::scatter, count, type, -1, root);
     if (one_node()) return shm::scatter(*node_, send, recv, count, type, root);
     ring_->scatter(t, send, recv, count, type, root);
   }
   void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op) override {
+    node_->begin_call(OpKind::reduce_scatter, count, type, static_cast<int>(op), -1);
     if (one_node()) return shm::reduce_scatter(*node_, send, recv, count, type, op);
     if (!even_nodes_) return ring_->reduce_scatter(t, send, recv, count, type, op);
     // Blocks sorted by local rank: [blocks of local rank 0's ranks, in node order | local 1's | …],
@@ -141,6 +148,7 @@ class ShmBackend final : public Backend {
     finish_average(recv, count, type, op, t.size());
   }
   void barrier(const Transport& t) override {
+    node_->begin_call(OpKind::barrier, 0, DataType::i32, -1, -1);
     if (one_node()) return node_->sync();
     ring_->barrier(t);
   }
@@ -164,17 +172,27 @@ class ShmBackend final : public Backend {
   void init(const Transport& t) {
     group_size_ = t.size();
     MPI_Comm node;
-    if (const int pretend = ranks_per_node_from_environment(); pretend > 0)
-      check_mpi(MPI_Comm_split(t.mpi_comm(), t.rank() / pretend, t.rank(), &node), "MPI_Comm_split");
-    else
-      check_mpi(MPI_Comm_split_type(t.mpi_comm(), MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &node),
-                "MPI_Comm_split_type");
+    check_mpi(MPI_Comm_split_type(t.mpi_comm(), MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+    if (const int pretend = ranks_per_node_from_environment(); pretend > 0) {  // smaller "nodes" inside it
+      int local = 0;
+      MPI_Comm_rank(node, &local);
+      MPI_Comm part;
+      check_mpi(MPI_Comm_split(node, local / pretend, local, &part), "MPI_Comm_split");
+      MPI_Comm_free(&node);
+      node = part;
+    }
     node_comm_ = MpiComm(node);
     int node_rank = 0;
     MPI_Comm_rank(node, &node_rank);
     MPI_Comm_size(node, &node_ranks_);
+    // The blocking MPI calls first (every rank is here), the segment last: a rank that fails to
+    // make it then leaves the others in a watched wait, never in an MPI call.
+    if (!one_node()) find_the_other_nodes(t, node, node_rank);
     node_ = std::make_unique<shm::NodeGroup>(Transport(node, node_rank, node_ranks_));
-    if (one_node()) return;
+  }
+
+  void find_the_other_nodes(const Transport& t, MPI_Comm node, int node_rank) {
     int fewest = 0, most = 0;
     node_count_of(t.mpi_comm(), node, &fewest, &most);
     even_nodes_ = fewest == most;

@@ -187,8 +187,10 @@ void reduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataT
   const BlockLayout layout{count, g.size()};
   const int me = g.rank();
   thread_local std::vector<char> block;
-  void* mine = at(recv, layout.begin(me), type);
-  if (me != root) {
+  void* mine = nullptr;  // (recv is only the root's: elsewhere it may be null)
+  if (me == root) {
+    mine = at(recv, layout.begin(me), type);
+  } else {
     block.resize(layout.size(me) * es);
     mine = block.data();
   }

@@ -30,7 +30,9 @@ std::uint64_t spin_polls_from_environment() {
   if (!text || !*text) return 0;
   char* end = nullptr;
   const unsigned long long polls = std::strtoull(text, &end, 10);
-  if (*end != 0 || text[0] == '-') fail("NANODIST_SHM_SPIN='{}' is not a count of polls (try 2000, or 0)", text);
+  // (capped: these polls do not look at the deadline; 10 million is well under a second)
+  if (*end != 0 || text[0] == '-' || polls > 10'000'000)
+    fail("NANODIST_SHM_SPIN='{}' is not a count of polls from 0 to 10000000 (try 2000, or 0)", text);
   return polls;
 }
 
@@ -43,6 +45,13 @@ bool single_copy_allowed() {
   fail("NANODIST_SHM_SINGLE_COPY='{}' is not 0 or 1", text);
 }
 
+// An area holds one piece per rank of the node, of at least one 8-byte element.
+int checked_ranks(int ranks) {
+  if (static_cast<std::size_t>(ranks) * 8 > NodeGroup::kAreaBytes)
+    fail("shm: {} ranks on one node, at most {}", ranks, NodeGroup::kAreaBytes / 8);
+  return ranks;
+}
+
 // A word the peers read in the probe: its value says the read really happened.
 constexpr std::uint64_t kProbeValue = 0x6e616e6f64697374ull;  // "nanodist"
 const volatile std::uint64_t probe_word = kProbeValue;
@@ -50,7 +59,7 @@ const volatile std::uint64_t probe_word = kProbeValue;
 }  // namespace
 
 NodeGroup::NodeGroup(const Transport& node)
-    : segment_(std::make_unique<Segment>(node, segment_bytes(node.size()))),
+    : segment_(std::make_unique<Segment>(node, segment_bytes(checked_ranks(node.size())))),
       rank_(node.rank()),
       size_(node.size()),
       spin_polls_(spin_polls_from_environment()) {
@@ -76,13 +85,42 @@ void NodeGroup::sync() {
       if (flags(r).epoch.load(std::memory_order_acquire) < epoch_) return false;
     return true;
   };
-  for (std::uint64_t poll = 0; poll < spin_polls_; ++poll) {
-    if (everyone_here()) return;
+  bool here = false;
+  for (std::uint64_t poll = 0; poll < spin_polls_ && !here; ++poll) {
+    here = everyone_here();
 #if defined(__x86_64__)
     __builtin_ia32_pause();  // tells the core it is a spin: the sibling hyperthread gets the cycles
 #endif
   }
-  watchdog().wait_until(everyone_here);
+  if (!here) watchdog().wait_until(everyone_here);
+  if (call_unverified_) verify_same_call();
+}
+
+void NodeGroup::begin_call(OpKind kind, std::size_t count, DataType type, int op, int root) {
+  std::uint64_t signature = 0x9E3779B97F4A7C15ull;
+  for (std::uint64_t part :
+       {static_cast<std::uint64_t>(kind), static_cast<std::uint64_t>(count), static_cast<std::uint64_t>(type),
+        static_cast<std::uint64_t>(op + 1), static_cast<std::uint64_t>(root + 1)})
+    signature = (signature ^ part) * 0x100000001B3ull;
+  ++calls_;
+  Flags& mine = flags(rank_);
+  mine.call_signature[calls_ % 2].store(signature, std::memory_order_relaxed);
+  mine.call_number[calls_ % 2].store(calls_, std::memory_order_relaxed);  // published by the sync's release
+  call_unverified_ = true;
+}
+
+// After the first sync of a call: every peer that is at this call (not already one further)
+// must be in the same one. If not, wait: the watchdog's report names the ranks and their calls.
+void NodeGroup::verify_same_call() {
+  call_unverified_ = false;
+  const int slot = static_cast<int>(calls_ % 2);
+  const std::uint64_t mine = flags(rank_).call_signature[slot].load(std::memory_order_relaxed);
+  for (int r = 0; r < size_; ++r) {
+    const Flags& theirs = flags(r);
+    if (theirs.call_number[slot].load(std::memory_order_relaxed) == calls_ &&
+        theirs.call_signature[slot].load(std::memory_order_relaxed) != mine)
+      watchdog().wait_until([] { return false; });
+  }
 }
 
 void NodeGroup::publish(const void* source, const void* result) {
@@ -99,10 +137,10 @@ void NodeGroup::read(int peer, std::uint64_t address, void* into, std::size_t by
     iovec local{to, bytes};
     iovec remote{reinterpret_cast<void*>(address), bytes};
     const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got <= 0) {
-      if (errno == ESRCH) watchdog().wait_until([] { return false; });  // the peer is gone: the report names it
+    if (got < 0 && errno == ESRCH) watchdog().wait_until([] { return false; });  // gone: the report names it
+    if (got < 0)
       fail("shm: reading {} bytes of rank {} (pid {}) in place failed: {}", bytes, peer, pid, std::strerror(errno));
-    }
+    if (got == 0) fail("shm: reading {} bytes of rank {} (pid {}) in place read nothing", bytes, peer, pid);
     to += got;
     address += static_cast<std::uint64_t>(got);
     bytes -= static_cast<std::size_t>(got);
@@ -113,14 +151,15 @@ void NodeGroup::read(int peer, std::uint64_t address, void* into, std::size_t by
 // its descendants unless it names a tracer: PR_SET_PTRACER_ANY lets the job's other ranks in
 // (what Open MPI does for the same reads). Containers may forbid process_vm_readv altogether.
 bool NodeGroup::probe_single_copy() {
-  if (size_ == 1) return single_copy_allowed();
+  const bool allowed = single_copy_allowed();
+  if (size_ == 1) return allowed;
 #ifdef PR_SET_PTRACER
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  if (allowed) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // only when the reads are wanted
 #endif
   Flags& mine = flags(rank_);
   mine.probe.store(reinterpret_cast<std::uint64_t>(&probe_word), std::memory_order_relaxed);
   sync();
-  bool all_read = single_copy_allowed();
+  bool all_read = allowed;
   for (int peer = 0; peer < size_ && all_read; ++peer) {
     if (peer == rank_) continue;
     std::uint64_t value = 0;

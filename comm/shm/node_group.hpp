@@ -16,9 +16,14 @@
 //    shared-memory transport does), one copy from a peer's buffer to our own. It needs ptrace
 //    permission over the peer; a probe at start decides, and every rank uses copy-in if one cannot.
 //
-// Waiting is the watchdog's wait on the flags: it polls them, yields the core every 16 polls
-// (the rank being waited for may need it: 4 ranks on 2 cores) and watches the deadline.
-// NANODIST_SHM_SPIN=N polls N times more before it (pure spinning; measured worse).
+// Waiting is the watchdog's wait on the flags: it polls them, and after 16 polls yields the core
+// between polls (the rank being waited for may need it: 4 ranks on 2 cores), watching the
+// deadline. NANODIST_SHM_SPIN=N polls N times more before it (pure spinning; measured worse).
+//
+// Every collective says what it is (begin_call) before its first sync and compares with its
+// peers after it: ranks that called different collectives, or the same with other counts,
+// would otherwise meet at the same sync points and read each other's unrelated bytes. Instead
+// they wait, and the watchdog's report says who called what.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +35,7 @@
 
 #include "comm/shm/segment.hpp"
 #include "comm/transport.hpp"
+#include "comm/types.hpp"
 
 namespace comm::shm {
 
@@ -41,7 +47,13 @@ struct alignas(128) Flags {
   std::atomic<std::int64_t> pid;       // for process_vm_readv
   std::atomic<std::int64_t> can_read;  // the probe: 1 = this rank read every peer in place
   std::atomic<std::uint64_t> probe;    // address of a word the others try to read
+  // The call in progress and the one before (by call number's parity: a peer can be one call
+  // ahead): what it is, so that ranks in different collectives find out at their first sync.
+  std::atomic<std::uint64_t> call_number[2];
+  std::atomic<std::uint64_t> call_signature[2];
 };
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::int64_t>::is_always_lock_free,
+              "the flags are shared between processes: their atomics must not hide a lock");
 
 class NodeGroup {
  public:
@@ -53,6 +65,8 @@ class NodeGroup {
 
   // Every rank reaches this point (see above); watched.
   void sync();
+  // What the collective starting now is (its kind, count, type, op and root).
+  void begin_call(OpKind kind, std::size_t count, DataType type, int op, int root);
 
   // Staging (copy-in): this round's area of `rank` (kAreaBytes), alternating by call.
   static constexpr std::size_t kAreaBytes = 1 << 20;
@@ -72,6 +86,7 @@ class NodeGroup {
  private:
   Flags& flags(int rank) const;
   bool probe_single_copy();
+  void verify_same_call();
 
   std::unique_ptr<Segment> segment_;
   int rank_ = 0;
@@ -80,6 +95,8 @@ class NodeGroup {
   std::uint64_t rounds_ = 0;
   bool single_copy_ = false;
   std::uint64_t spin_polls_ = 0;  // polls before the watched, yielding wait (NANODIST_SHM_SPIN)
+  std::uint64_t calls_ = 0;       // collectives begun
+  bool call_unverified_ = false;  // the next sync compares the calls
 };
 
 }  // namespace comm::shm

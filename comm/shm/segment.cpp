@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "comm/error.hpp"
 #include "comm/watchdog.hpp"
@@ -18,7 +19,7 @@ namespace {
 // The names this process has been told and not yet unlinked (at most a few at a time: one per
 // communicator being made). Fixed-size, so the exit paths can read it without allocating.
 constexpr std::size_t kNameBytes = 64;
-std::array<std::array<char, kNameBytes>, 8> in_making{};
+std::array<std::array<char, kNameBytes>, 16> in_making{};
 std::atomic<int> in_making_count{0};
 
 void remember(const std::string& name) {
@@ -28,6 +29,7 @@ void remember(const std::string& name) {
       in_making_count.fetch_add(1);
       return;
     }
+  fail("internal error: more than {} shm segments in the making at once", in_making.size());
 }
 
 void forget(const std::string& name) {
@@ -54,27 +56,43 @@ void unlink_segments_in_making() {
 }
 
 Segment::Segment(const Transport& node, std::size_t bytes) : bytes_(bytes) {
-  // 1. Rank 0 picks a name no other job uses (its pid, a counter) and tells the others, so
-  //    that any of them can unlink it if the job ends before step 3.
+  // 1. Rank 0 picks a name no other job uses (its pid, a counter, a random number: pids repeat
+  //    in containers that share /dev/shm) and tells the others, so that any of them can unlink
+  //    it if the job ends before step 3.
   static int made = 0;
   std::array<char, kNameBytes> name{};
-  if (node.rank() == 0) std::snprintf(name.data(), name.size(), "/nanodist-%d-%d", static_cast<int>(getpid()), made);
+  if (node.rank() == 0)
+    std::snprintf(name.data(), name.size(), "/nanodist-%d-%d-%08x", static_cast<int>(getpid()), made,
+                  std::random_device{}());
   ++made;
   MPI_Request told;
   check_mpi(MPI_Ibcast(name.data(), kNameBytes, MPI_CHAR, 0, node.mpi_comm(), &told), "MPI_Ibcast");
   watchdog().wait_all(1, &told);
   name_ = name.data();
   remember(name_);
+  // A failure below (it throws) must not leave the name behind.
+  struct Unlinker {
+    const std::string& name;
+    bool armed = true;
+    ~Unlinker() {
+      if (!armed) return;
+      shm_unlink(name.c_str());
+      forget(name);
+    }
+  } unlinker{name_};
 
-  // 2. Rank 0 creates it; once it exists, everyone opens and maps it.
+  // 2. Rank 0 creates it and reserves its memory (tmpfs gives none with ftruncate alone: a full
+  //    /dev/shm would be found by a SIGBUS mid-collective); then everyone opens and maps it.
   int fd = -1;
   if (node.rank() == 0) {
     fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) fail("shm: cannot create {} in /dev/shm: {}", name_, std::strerror(errno));
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const int why = errno;
-      shm_unlink(name_.c_str());
-      fail("shm: cannot size {} to {} bytes: {}", name_, bytes, std::strerror(why));
+    if (const int why = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); why != 0) {
+      close(fd);
+      fail(
+          "shm: /dev/shm cannot hold a segment of {:.1f} MiB ({}): make it larger (docker: --shm-size) or use "
+          "another backend",
+          static_cast<double>(bytes) / (1 << 20), std::strerror(why));
     }
   }
   watched_barrier(node);
@@ -90,6 +108,7 @@ Segment::Segment(const Transport& node, std::size_t bytes) : bytes_(bytes) {
 
   // 3. Everyone has it mapped: the name can go (ENOENT for all but the first is expected).
   watched_barrier(node);
+  unlinker.armed = false;
   shm_unlink(name_.c_str());
   forget(name_);
 }
