@@ -103,9 +103,14 @@ void NodeGroup::begin_call(OpKind kind, std::size_t count, DataType type, int op
         static_cast<std::uint64_t>(op + 1), static_cast<std::uint64_t>(root + 1)})
     signature = (signature ^ part) * 0x100000001B3ull;
   ++calls_;
+  // A seqlock: the number is 0 while the signature changes. A peer two calls behind (after a
+  // call with no sync: count 0) may be reading this slot right now, and must not pair the old
+  // number with the new signature (Boehm's seqlock orderings: plain moves on x86).
   Flags& mine = flags(rank_);
+  mine.call_number[calls_ % 2].store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   mine.call_signature[calls_ % 2].store(signature, std::memory_order_relaxed);
-  mine.call_number[calls_ % 2].store(calls_, std::memory_order_relaxed);  // published by the sync's release
+  mine.call_number[calls_ % 2].store(calls_, std::memory_order_release);
   call_unverified_ = true;
 }
 
@@ -117,9 +122,12 @@ void NodeGroup::verify_same_call() {
   const std::uint64_t mine = flags(rank_).call_signature[slot].load(std::memory_order_relaxed);
   for (int r = 0; r < size_; ++r) {
     const Flags& theirs = flags(r);
-    if (theirs.call_number[slot].load(std::memory_order_relaxed) == calls_ &&
-        theirs.call_signature[slot].load(std::memory_order_relaxed) != mine)
-      watchdog().wait_until([] { return false; });
+    const std::uint64_t before = theirs.call_number[slot].load(std::memory_order_acquire);
+    const std::uint64_t signature = theirs.call_signature[slot].load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const std::uint64_t after = theirs.call_number[slot].load(std::memory_order_relaxed);
+    const bool at_this_call = before == calls_ && after == calls_;  // else it has moved on: no verdict
+    if (at_this_call && signature != mine) watchdog().wait_until([] { return false; });
   }
 }
 

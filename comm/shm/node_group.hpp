@@ -41,12 +41,12 @@ namespace comm::shm {
 
 // One rank's line in the segment: what it says to the others.
 struct alignas(128) Flags {
-  std::atomic<std::uint64_t> epoch;    // sync points reached
-  std::atomic<std::uint64_t> source;   // published addresses (single copy), for the op in progress
-  std::atomic<std::uint64_t> result;   //
-  std::atomic<std::int64_t> pid;       // for process_vm_readv
-  std::atomic<std::int64_t> can_read;  // the probe: 1 = this rank read every peer in place
-  std::atomic<std::uint64_t> probe;    // address of a word the others try to read
+  alignas(64) std::atomic<std::uint64_t> epoch;   // sync points reached; alone on its cache line (polled)
+  alignas(64) std::atomic<std::uint64_t> source;  // published addresses (single copy), for the op in progress
+  std::atomic<std::uint64_t> result;              //
+  std::atomic<std::int64_t> pid;                  // for process_vm_readv
+  std::atomic<std::int64_t> can_read;             // the probe: 1 = this rank read every peer in place
+  std::atomic<std::uint64_t> probe;               // address of a word the others try to read
   // The call in progress and the one before (by call number's parity: a peer can be one call
   // ahead): what it is, so that ranks in different collectives find out at their first sync.
   std::atomic<std::uint64_t> call_number[2];
