@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <random>
 
@@ -152,15 +151,30 @@ void StatusBoard::forget(std::int64_t comm_id) {
   }
 }
 
+// Async-signal-safe (the SIGTERM handler asks it): open()/read() into a stack buffer, no
+// allocation — a handler that allocates while the rank was inside malloc deadlocks.
 ProcessState process_state(std::int64_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(stat, text)) return ProcessState::gone;
-  auto paren = text.rfind(')');  // "pid (name) S ..."
-  if (paren == std::string::npos || paren + 2 >= text.size()) return ProcessState::gone;
-  const char state = text[paren + 2];
+  char path[40] = "/proc/";
+  std::size_t n = 6;
+  char digits[24];
+  int k = 0;
+  do digits[k++] = static_cast<char>('0' + pid % 10);
+  while ((pid /= 10) > 0 && k < 23);
+  while (k > 0) path[n++] = digits[--k];
+  std::memcpy(path + n, "/stat", 6);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ProcessState::gone;
+  char text[512];  // "pid (name) S ...": the name is at most 64 bytes, the state follows it
+  const ssize_t got = read(fd, text, sizeof text);
+  close(fd);
+  if (got <= 0) return ProcessState::gone;
+  const char* paren = nullptr;  // the last ')': a name may contain one
+  for (ssize_t i = 0; i < got; ++i)
+    if (text[i] == ')') paren = text + i;
+  if (!paren || paren + 2 >= text + got) return ProcessState::gone;
+  const char state = paren[2];
   if (state == 'Z' || state == 'X') return ProcessState::gone;
-  return state == 'T' || state == 't' ? ProcessState::stopped : ProcessState::running;
+  return state == 't' || state == 'T' ? ProcessState::stopped : ProcessState::running;
 }
 
 bool process_alive(std::int64_t pid) { return process_state(pid) != ProcessState::gone; }

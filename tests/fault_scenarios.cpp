@@ -1,13 +1,49 @@
 // A program that goes wrong on purpose, for the watchdog's tests: the last rank (or the last
 // --culprits ranks) misbehaves in the second collective of a loop, in the way --scenario names.
 //   mpiexec -n 3 fault_scenarios --scenario skip --timeout 2
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "comm/runtime.hpp"
+
+namespace {
+
+// Has a shell, a process that is not the launcher, send `signal` to this process 0.2 s from
+// now (as `kill -TERM <pid>` from a terminal would).
+void signal_me_soon(int signal) {
+  const std::string command = "sleep 0.2; kill -" + std::to_string(signal) + " " + std::to_string(getpid());
+  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
+  pid_t shell = 0;
+  if (posix_spawn(&shell, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
+    comm::fail("cannot start /bin/sh to send the signal");
+}
+
+// Allocates and frees in a loop, as computing code does, with blocks too large for malloc's
+// per-thread cache (which takes no lock): most of the time is spent inside malloc holding its
+// arena's lock, so the signal almost surely lands there.
+void allocate_for(std::chrono::seconds seconds) {
+  const auto end = std::chrono::steady_clock::now() + seconds;
+  std::vector<std::unique_ptr<char[]>> live(64);
+  std::size_t bytes = 2048;
+  for (std::size_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
+    for (int k = 0; k < 1000; ++k, ++i) {
+      bytes = bytes * 7 % 60'000 + 2048;  // 2 KB to 62 KB: chunks that split and merge
+      live[(i * 13) % live.size()] = std::make_unique_for_overwrite<char[]>(bytes);
+    }
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   comm::Runtime runtime(argc, argv);
@@ -19,7 +55,7 @@ int main(int argc, char** argv) {
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
         ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "killed-mid", "stopped",
-                               "count-mismatch", "skip-async"}));
+                               "count-mismatch", "skip-async", "signalled-allocating"}));
     int culprits = 1;
     app.add_option("--culprits", culprits, "how many ranks, the last ones, misbehave")->check(CLI::PositiveNumber);
     std::size_t count = 4;
@@ -52,6 +88,9 @@ int main(int argc, char** argv) {
         std::raise(SIGSTOP);                  // as `kill -STOP` or Ctrl-Z would: alive, but never runs again
       } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started
         std::this_thread::sleep_for(std::chrono::seconds(60));
+      } else if (scenario == "signalled-allocating") {  // SIGTERM from another process, inside malloc
+        signal_me_soon(SIGTERM);
+        allocate_for(std::chrono::seconds(60));
       } else if (scenario == "count-mismatch") {
         std::vector<float> longer(8, 1.0f);
         world.allreduce(std::span(longer));

@@ -1,5 +1,6 @@
 // The watchdog under mpiexec, with a 2 s deadline: a rank skips a collective, calls a
-// different one, exits early, is killed, or (check mode) passes a different count. Each
+// different one, exits early, is killed, is signalled from outside while it allocates, or
+// (check mode) passes a different count. Each
 // run must end with a non-zero status within deadline + 10 s, and its report must name
 // the operation and the rank that is missing or differs.
 #include <catch2/catch.hpp>
@@ -103,6 +104,21 @@ TEST_CASE("a killed rank ends the job quickly, and the survivors name it") {
     CHECK_THAT(r.output, Catch::Contains("allreduce #1 on 'world'"));
     CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} is dead", n - 1)));
     CHECK_THAT(r.output, !Catch::Contains("ORTE_ERROR_LOG"));
+  }
+}
+
+TEST_CASE("a rank signalled from outside while it allocates says so and ends the job, without hanging in its handler") {
+  // The signal handler must not allocate: a SIGTERM that lands inside malloc would leave the
+  // rank waiting for malloc's lock forever, and the others until their deadline.
+  for (auto [n, backend] : {std::pair{2, "mpi"}, std::pair{3, "shm"}}) {
+    auto r = run_command(
+        mpirun(n, FAULT_SCENARIOS, fmt::format("--scenario signalled-allocating --timeout 10 --backend {}", backend)));
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} received SIGTERM from process ", n - 1)));
+    CHECK_THAT(r.output, Catch::Contains("interrupted (SIGTERM)"));  // rank 0's note: a Ctrl-C, not a failure
+    CHECK_THAT(r.output, !Catch::Contains("timed out"));
+    CHECK_THAT(r.output, !Catch::Contains("collective #1 done"));
   }
 }
 
