@@ -1,8 +1,8 @@
 // The watchdog under mpiexec, with a 2 s deadline: a rank skips a collective, calls a
 // different one, exits early, is killed, is signalled from outside while it allocates, or
-// (check mode) passes a different count. Each
-// run must end with a non-zero status within deadline + 10 s, and its report must name
-// the operation and the rank that is missing or differs.
+// (check mode) passes a different count. Each run must end with a non-zero status within
+// deadline + 10 s, and its report must name the operation and the rank that is missing or
+// differs.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
