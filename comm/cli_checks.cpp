@@ -37,15 +37,17 @@ CLI::Validator whole(std::int64_t min, std::int64_t max) {
 }
 
 CLI::Validator real(double min, double max, bool above) {
-  std::string want = fmt::format("{}a number {} {}", kMarker, above ? ">" : "≥", bound(min));
-  if (max < std::numeric_limits<double>::max()) want += fmt::format(" and ≤ {}", bound(max));
+  const std::string at_least = fmt::format("{}a number {} {}", kMarker, above ? ">" : "≥", bound(min));
+  const std::string within = fmt::format("{} and ≤ {}", at_least, bound(max));
+  const std::string want = max < std::numeric_limits<float>::max() ? within : at_least;
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         const bool number = !text.empty() && end && *end == '\0' && std::isfinite(value);
-        if (!number || value < min || (above && value == min) || value > max)
-          return fmt::format("{}, got {}", want, text);
+        // Above the largest value (a float's, by default): the message names that limit.
+        if (number && value > max) return fmt::format("{}, got {}", within, text);
+        if (!number || value < min || (above && value == min)) return fmt::format("{}, got {}", want, text);
         return {};
       },
       want.substr(std::string(kMarker).size()));

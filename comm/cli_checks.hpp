@@ -20,10 +20,12 @@ namespace comm::cli {
 // A whole number in [min, max].
 CLI::Validator whole(std::int64_t min, std::int64_t max = std::numeric_limits<int>::max());
 
-// A finite number; `above` excludes the lower bound itself ("> 0"), otherwise "≥ min".
-CLI::Validator real(double min, double max = std::numeric_limits<double>::max(), bool above = false);
+// A finite number; `above` excludes the lower bound itself ("> 0"), otherwise "≥ min". The
+// default max is a float's largest: the flags hold floats, and CLI11 would take a larger
+// value for a stray argument.
+CLI::Validator real(double min, double max = std::numeric_limits<float>::max(), bool above = false);
 // A finite number > 0 (real with above = true).
-CLI::Validator positive_real(double max = std::numeric_limits<double>::max());
+CLI::Validator positive_real(double max = std::numeric_limits<float>::max());
 
 // "--flag: must be …" (CLI11's shape) → "--flag must be …".
 std::string readable(const CLI::ParseError& error);

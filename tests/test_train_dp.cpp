@@ -349,6 +349,9 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
   usage_failure(train_dp(2, common + " --batch-size 0"), "--batch-size must be a whole number ≥ 1, got 0");
   usage_failure(train_dp(2, common + " --learning-rate nan"), "--learning-rate must be a number > 0, got nan");
   usage_failure(train_dp(2, common + " --grad-clip inf"), "--grad-clip must be a number ≥ 0, got inf");
+  // Past a float's range (the flags are floats): named as such, not a stray argument.
+  usage_failure(train_dp(2, common + " --learning-rate 1e39"),
+                "--learning-rate must be a number > 0 and ≤ 3.4028234663852886e+38, got 1e39");
   usage_failure(train_dp(2, common + " --timeout nan"), "--timeout must be a number > 0 and ≤ 1000000000, got nan");
   usage_failure(train_dp(2, common + " --dropout 2"), "--dropout must be a number ≥ 0 and ≤ 0.99, got 2");
   usage_failure(train_dp(2, common + " --sample-tokens 2000000000"),
