@@ -14,7 +14,7 @@
 #include "comm/cli_checks.hpp"
 #include "nn/adamw.hpp"
 #include "nn/autocast.hpp"
-#include "nn/bf16.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
@@ -22,6 +22,7 @@
 #include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
+#include "numeric/bf16.hpp"
 
 namespace {
 
@@ -38,7 +39,7 @@ double median(std::vector<double> v) {
 double gemm_peak_gflops(nn::Precision precision) {
   const int64_t n = 2048;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<uint16_t> a16(n * n, nn::to_bf16(0.5f)), b16(n * n, nn::to_bf16(0.25f));
+  std::vector<numeric::bfloat16> a16(n * n, numeric::bfloat16(0.5f)), b16(n * n, numeric::bfloat16(0.25f));
   std::vector<double> seconds;
   for (int i = 0; i < 6; ++i) {
     const auto t = Clock::now();
@@ -51,98 +52,118 @@ double gemm_peak_gflops(nn::Precision precision) {
   return 2.0 * n * n * n / median(seconds) / 1e9;
 }
 
+// What the command line asks for.
+struct BenchOptions {
+  std::string preset = "a";
+  int steps = 0, warmup = 2, threads = nn::machine_cores(), vocab = 65;
+  nn::Precision precision = nn::Precision::fp32;
+  nn::AttentionKernel attention = nn::AttentionKernel::fused;
+  bool peak = false, json = false;
+};
+
+void add_flags(CLI::App& app, BenchOptions& o) {
+  app.add_option("--preset", o.preset, "a (nanoGPT CPU recipe) or b (baby GPT)")->check(CLI::IsMember({"a", "b"}));
+  app.add_option("--steps", o.steps, "timed steps (default: 20 for a, 3 for b)")->check(comm::cli::whole(1));
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(comm::cli::whole(0));
+  app.add_option("--threads", o.threads, "compute threads")->check(comm::cli::whole(1));
+  comm::cli::add_choice(app, "--precision", o.precision, nn::kPrecisionNames,
+                        "fp32, or bf16: the linear layers' products in bf16 (nn/autocast.hpp)");
+  comm::cli::add_choice(app, "--attention", o.attention, nn::kAttentionKernelNames,
+                        "fused, or naive (eager PyTorch's separate ops)");
+  app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
+      ->check(comm::cli::whole(1, 1 << 20));
+  app.add_flag("--peak", o.peak,
+               "also measure the precision's GEMM peak (a 2048³ product) and the step's fraction of it");
+  app.add_flag("--json", o.json, "one JSON line instead of the table");
+}
+
+// Per-step seconds of each phase, one entry per timed step.
+struct StepTimes {
+  std::vector<double> total, forward, backward, update;
+};
+
+StepTimes time_steps(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o) {
+  nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  nn::Rng rng(7);
+  const int vocab = model.config().vocab_size;
+  std::vector<int32_t> ids(B * T), targets(B * T);
+  StepTimes times;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    for (auto& v : ids) v = static_cast<int32_t>(rng.next_u64() % vocab);
+    for (auto& v : targets) v = static_cast<int32_t>(rng.next_u64() % vocab);
+    auto t0 = Clock::now();
+    nn::WeightCastCache weights_cast_once;  // this step's bf16 weights (--precision bf16)
+    nn::Tensor loss = model.loss(ids, targets, B, T);
+    double f = seconds_since(t0);
+    auto t1 = Clock::now();
+    nn::autograd::backward(loss);
+    double b = seconds_since(t1);
+    auto t2 = Clock::now();
+    nn::clip_grad_norm(model.parameters(), 1.0f);
+    opt.step(1e-3f);
+    opt.zero_grad();
+    double u = seconds_since(t2);
+    if (s < o.warmup) continue;
+    times.total.push_back(seconds_since(t0));
+    times.forward.push_back(f);
+    times.backward.push_back(b);
+    times.update.push_back(u);
+  }
+  return times;
+}
+
+void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, const StepTimes& t) {
+  const nn::GPTConfig& c = model.config();
+  const double step = median(t.total), best = *std::min_element(t.total.begin(), t.total.end());
+  const double tokens = static_cast<double>(B * T), flops = model.flops_per_token(T) * tokens / step;
+  const double peak_gflops = o.peak ? gemm_peak_gflops(o.precision) : 0.0;
+  const std::string_view precision = nn::name_of(o.precision), attention = nn::name_of(o.attention);
+  if (o.json) {
+    fmt::print(
+        "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
+        "\"threads\": {}, \"ms_per_step\": {:.2f}, "
+        "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
+        "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}}}\n",
+        o.preset, precision, attention, c.vocab_size, o.threads, step * 1e3, best * 1e3, tokens / step,
+        median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9, peak_gflops);
+    return;
+  }
+  fmt::print(
+      "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
+      "{} threads; {} matrix multiplies on {}; {} attention\n",
+      o.preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, o.threads, precision,
+      nn::gemm_library(o.precision), attention);
+  fmt::print(
+      "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
+      "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
+      o.steps, step * 1e3, best * 1e3, median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3,
+      tokens / step, flops / 1e9);
+  if (o.peak)
+    fmt::print("{} GEMM peak (2048³ on {}): {:.0f} GFLOP/s; the step reaches {:.0f}% of it\n", precision,
+               nn::gemm_library(o.precision), peak_gflops, 100 * flops / 1e9 / peak_gflops);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"GPT training throughput (forward + backward + AdamW), one process"};
-  std::string preset = "a";
-  nn::GPTConfig c;
-  int batch = 12, steps = 0, warmup = 2, threads = nn::machine_cores();
-  bool json = false;
-  std::string precision = "fp32";
-  app.add_option("--preset", preset, "a (nanoGPT CPU recipe) or b (baby GPT)")->check(CLI::IsMember({"a", "b"}));
-  app.add_option("--steps", steps, "timed steps (default: 20 for a, 3 for b)")->check(comm::cli::whole(1));
-  app.add_option("--warmup", warmup, "untimed steps first")->check(comm::cli::whole(0));
-  app.add_option("--threads", threads, "compute threads")->check(comm::cli::whole(1));
-  app.add_option("--precision", precision, "fp32, or bf16: the linear layers' products in bf16 (nn/autocast.hpp)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  std::string attention = "fused";
-  int vocab = 65;
-  app.add_option("--attention", attention, "fused, or naive (eager PyTorch's separate ops)")
-      ->check(CLI::IsMember({"fused", "naive"}));
-  app.add_option("--vocab", vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
-      ->check(comm::cli::whole(1, 1 << 20));
-  bool peak = false;
-  app.add_flag("--peak", peak,
-               "also measure the precision's GEMM peak (a 2048³ product) and the step's fraction of it");
-  app.add_flag("--json", json, "one JSON line instead of the table");
+  BenchOptions o;
+  add_flags(app, o);
   if (const int status = comm::cli::parse_or_exit_status(app, argc, argv); status >= 0) return status;
-
   try {
-    if (preset == "b") {
+    nn::GPTConfig c;
+    int batch = 12;
+    if (o.preset == "b") {
       c = {6, 6, 384, 256, 65, 0.0f, false};
       batch = 64;
     }
-    if (steps == 0) steps = preset == "a" ? 20 : 3;
-    nn::set_compute_threads(threads);
-    nn::set_matmul_precision(nn::parse_precision(precision));
-    nn::set_attention_kernel(attention == "naive" ? nn::AttentionKernel::naive : nn::AttentionKernel::fused);
-    c.vocab_size = vocab;
-    const int64_t B = batch, T = c.block_size;
+    if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
+    nn::set_compute_threads(o.threads);
+    nn::set_compute_modes(o.precision == nn::Precision::bf16 ? nn::PrecisionSetting::bf16 : nn::PrecisionSetting::fp32,
+                          o.attention);
+    c.vocab_size = o.vocab;
     nn::GPT model(c, 1337);
-    nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
-    nn::Rng rng(7);
-    std::vector<int32_t> ids(B * T), targets(B * T);
-
-    std::vector<double> total, forward, backward, update;
-    for (int s = 0; s < warmup + steps; ++s) {
-      for (auto& v : ids) v = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
-      for (auto& v : targets) v = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
-      auto t0 = Clock::now();
-      nn::WeightCastCache weights_cast_once;  // this step's bf16 weights (--precision bf16)
-      nn::Tensor loss = model.loss(ids, targets, B, T);
-      double f = seconds_since(t0);
-      auto t1 = Clock::now();
-      nn::autograd::backward(loss);
-      double b = seconds_since(t1);
-      auto t2 = Clock::now();
-      nn::clip_grad_norm(model.parameters(), 1.0f);
-      opt.step(1e-3f);
-      opt.zero_grad();
-      double u = seconds_since(t2);
-      if (s < warmup) continue;
-      total.push_back(seconds_since(t0));
-      forward.push_back(f);
-      backward.push_back(b);
-      update.push_back(u);
-    }
-    const double step = median(total), tokens = static_cast<double>(B * T);
-    const double flops = model.flops_per_token(T) * tokens / step;
-    const double peak_gflops = peak ? gemm_peak_gflops(nn::matmul_precision()) : 0.0;
-    if (json) {
-      fmt::print(
-          "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
-          "\"threads\": {}, \"ms_per_step\": {:.2f}, "
-          "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
-          "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}}}\n",
-          preset, precision, attention, c.vocab_size, threads, step * 1e3,
-          *std::min_element(total.begin(), total.end()) * 1e3, tokens / step, median(forward) * 1e3,
-          median(backward) * 1e3, median(update) * 1e3, flops / 1e9, peak_gflops);
-    } else {
-      fmt::print(
-          "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-          "{} threads; {} matrix multiplies on {}; {} attention\n",
-          preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, threads, precision,
-          nn::gemm_library(nn::parse_precision(precision)), attention);
-      fmt::print(
-          "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
-          "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
-          steps, step * 1e3, *std::min_element(total.begin(), total.end()) * 1e3, median(forward) * 1e3,
-          median(backward) * 1e3, median(update) * 1e3, tokens / step, flops / 1e9);
-      if (peak)
-        fmt::print("{} GEMM peak (2048³ on {}): {:.0f} GFLOP/s; the step reaches {:.0f}% of it\n", precision,
-                   nn::gemm_library(nn::matmul_precision()), peak_gflops, 100 * flops / 1e9 / peak_gflops);
-    }
+    report(o, model, batch, c.block_size, time_steps(model, batch, c.block_size, o));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -1,5 +1,7 @@
 #include "comm/cli_checks.hpp"
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -54,6 +56,17 @@ CLI::Validator real(double min, double max, bool above) {
 }
 
 CLI::Validator positive_real(double max) { return real(0.0, max, true); }
+
+CLI::Option* add_choice_index(CLI::App& app, const std::string& flag, std::vector<std::string> names,
+                              std::function<void(std::size_t)> set, std::size_t current, const std::string& help) {
+  const std::string default_name = names.at(current);
+  auto parse = [names, set = std::move(set)](const std::string& typed) {
+    set(static_cast<std::size_t>(std::find(names.begin(), names.end(), typed) - names.begin()));
+  };
+  return app.add_option_function<std::string>(flag, parse, help)
+      ->check(CLI::IsMember(std::move(names)))
+      ->default_str(default_name);
+}
 
 std::string readable(const CLI::ParseError& error) {
   std::string text = error.what();

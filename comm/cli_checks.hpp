@@ -9,7 +9,12 @@
 // finite number, every count a whole number, and the message says which and what was given.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
 #include <limits>
 #include <string>
 
@@ -26,6 +31,29 @@ CLI::Validator whole(std::int64_t min, std::int64_t max = std::numeric_limits<in
 CLI::Validator real(double min, double max = std::numeric_limits<float>::max(), bool above = false);
 // A finite number > 0 (real with above = true).
 CLI::Validator positive_real(double max = std::numeric_limits<float>::max());
+
+// A flag that names one of a few modes, parsed once into its enum: the typed text is checked
+// against `names` (indexed by the enum's value) and the enum is set; the rest of the program
+// never sees the string again.
+//
+//   enum class Sampling { random, partition };
+//   constexpr std::array<std::string_view, 2> kSamplingNames = {"random", "partition"};
+//   comm::cli::add_choice(app, "--sampling", o.sampling, kSamplingNames, "random streams or a partition");
+template <class Enum, std::size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, Enum& target,
+                        const std::array<std::string_view, N>& names, const std::string& help);
+
+// The non-template core of add_choice: set(i) with the index of the name typed.
+CLI::Option* add_choice_index(CLI::App& app, const std::string& flag, std::vector<std::string> names,
+                              std::function<void(std::size_t)> set, std::size_t current, const std::string& help);
+
+template <class Enum, std::size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, Enum& target,
+                        const std::array<std::string_view, N>& names, const std::string& help) {
+  return add_choice_index(
+      app, flag, std::vector<std::string>(names.begin(), names.end()),
+      [&target](std::size_t i) { target = static_cast<Enum>(i); }, static_cast<std::size_t>(target), help);
+}
 
 // "--flag: must be …" (CLI11's shape) → "--flag must be …".
 std::string readable(const CLI::ParseError& error);

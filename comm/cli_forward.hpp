@@ -8,6 +8,7 @@
 
 namespace CLI {
 class App;
+class Option;
 class Validator;
 class ParseError;
 }  // namespace CLI

@@ -1,36 +1,21 @@
 // Element types, reduction operators and collective names shared by every backend.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
 
+#include "numeric/bf16.hpp"
+
 namespace comm {
 
 enum class DataType : int { f32, f64, i32, i64, bf16 };
 
-// bfloat16, what GPUs train in: the top 16 bits of a float — its sign, its 8 exponent bits
-// (float's range) and 7 of its 23 mantissa bits (2-3 decimal digits). Arithmetic converts to
-// float and rounds back (to nearest, ties to even); equality is bitwise.
-struct bfloat16 {
-  std::uint16_t bits = 0;
-  bfloat16() = default;
-  template <class N>
-  requires std::is_arithmetic_v<N>
-  explicit bfloat16(N value) : bits(round(static_cast<float>(value))) {}
-  explicit operator float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
-  explicit operator double() const { return static_cast<float>(*this); }
-  friend bool operator==(bfloat16, bfloat16) = default;
+// bfloat16 (numeric/bf16.hpp): the one 16-bit float of every layer; reductions widen to float
+// and round back.
+using numeric::bfloat16;
 
- private:
-  static std::uint16_t round(float f) {
-    const auto u = std::bit_cast<std::uint32_t>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-    return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-};
 enum class ReduceOp : int { sum, prod, min, max, avg };
 
 // Every operation the watchdog can name. The order is part of the status board's layout.

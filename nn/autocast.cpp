@@ -2,19 +2,10 @@
 
 #include <vector>
 
-#include "nn/bf16.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 
 namespace nn {
-
-Precision parse_precision(std::string_view name) {
-  if (name == "fp32") return Precision::fp32;
-  if (name == "bf16") return Precision::bf16;
-  fail("precision {}: expected fp32 or bf16", name);
-}
-
-const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
 
 namespace {
 Precision g_precision = Precision::fp32;
@@ -37,14 +28,13 @@ CastCacheState g_cache;
 void set_matmul_precision(Precision precision) { g_precision = precision; }
 Precision matmul_precision() { return g_precision; }
 
-// ceil(n / 2) floats hold n bf16 values.
 Bf16Buffer::Bf16Buffer(int64_t n)
-    : block_(BufferPool::acquire(static_cast<std::size_t>(n + 1) / 2)), floats_(static_cast<std::size_t>(n + 1) / 2) {}
-Bf16Buffer::~Bf16Buffer() { BufferPool::release(block_, floats_); }
+    : values_(BufferPool::acquire<numeric::bfloat16>(static_cast<std::size_t>(n))), count_(static_cast<std::size_t>(n)) {}
+Bf16Buffer::~Bf16Buffer() { BufferPool::release(values_, count_); }
 
 Bf16Values cast_to_bf16(const float* values, int64_t n) {
   auto cast = std::make_shared<Bf16Buffer>(n);
-  to_bf16(values, cast->data(), n);
+  numeric::round_to_bf16({values, static_cast<std::size_t>(n)}, {cast->data(), static_cast<std::size_t>(n)});
   return cast;
 }
 
@@ -65,15 +55,5 @@ WeightCastCache::~WeightCastCache() {
   if (--g_cache.scopes == 0) g_cache.entries.clear();
 }
 std::size_t WeightCastCache::casts_made() { return g_cache.casts; }
-
-void to_bf16(const float* from, uint16_t* to, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) to[i] = to_bf16(from[i]);
-}
-
-void from_bf16(const uint16_t* from, float* to, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) to[i] = from_bf16(from[i]);
-}
 
 }  // namespace nn

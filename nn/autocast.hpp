@@ -13,17 +13,15 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <string_view>
 
 #include "nn/gemm.hpp"  // Precision
+#include "numeric/bf16.hpp"
 #include "nn/tensor.hpp"
 
 namespace nn {
 
-Precision parse_precision(std::string_view name);  // "fp32" | "bf16"; anything else fails naming it
-const char* precision_name(Precision precision);
-
-void set_matmul_precision(Precision precision);  // for the whole process (default fp32)
+// For the whole process (default fp32); programs set it through set_compute_modes (nn/compute_modes.hpp).
+void set_matmul_precision(Precision precision);
 Precision matmul_precision();
 
 // n bf16 values in memory from the buffer pool (nn/buffer_pool.hpp): no page faults once warm.
@@ -33,11 +31,11 @@ class Bf16Buffer {
   ~Bf16Buffer();
   Bf16Buffer(const Bf16Buffer&) = delete;
   Bf16Buffer& operator=(const Bf16Buffer&) = delete;
-  uint16_t* data() const { return reinterpret_cast<uint16_t*>(block_); }
+  numeric::bfloat16* data() const { return values_; }
 
  private:
-  float* block_;
-  std::size_t floats_;
+  numeric::bfloat16* values_;
+  std::size_t count_;
 };
 // Shared, so a backward closure keeps the cast its forward made (as autocast saves it).
 using Bf16Values = std::shared_ptr<const Bf16Buffer>;

@@ -11,12 +11,12 @@ namespace {
 
 // The pool belongs to the thread that builds graphs; compute threads never allocate.
 struct Cache {
-  std::unordered_map<std::size_t, std::vector<float*>> free_by_size;
+  std::unordered_map<std::size_t, std::vector<void*>> free_by_bytes;
   std::size_t system_allocations = 0;
   std::size_t bytes_in_use = 0, peak_bytes_in_use = 0;  // tensor memory handed out and not yet given back
   ~Cache() {
-    for (auto& [size, buffers] : free_by_size)
-      for (float* b : buffers) std::free(b);
+    for (auto& [bytes, buffers] : free_by_bytes)
+      for (void* b : buffers) std::free(b);
   }
 };
 
@@ -27,29 +27,28 @@ Cache& cache() {
 
 }  // namespace
 
-float* BufferPool::acquire(std::size_t count) {
-  if (count == 0) count = 1;
+void* BufferPool::acquire_bytes(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;
   Cache& c = cache();
-  c.bytes_in_use += count * sizeof(float);
+  c.bytes_in_use += bytes;
   c.peak_bytes_in_use = std::max(c.peak_bytes_in_use, c.bytes_in_use);
-  auto& list = cache().free_by_size[count];
+  auto& list = c.free_by_bytes[bytes];
   if (!list.empty()) {
-    float* b = list.back();
+    void* b = list.back();
     list.pop_back();
     return b;
   }
-  ++cache().system_allocations;
-  std::size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
+  ++c.system_allocations;
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) throw std::bad_alloc();
-  return static_cast<float*>(p);
+  return p;
 }
 
-void BufferPool::release(float* buffer, std::size_t count) {
+void BufferPool::release_bytes(void* buffer, std::size_t bytes) {
   if (!buffer) return;
-  if (count == 0) count = 1;
-  cache().bytes_in_use -= count * sizeof(float);
-  cache().free_by_size[count].push_back(buffer);
+  if (bytes == 0) bytes = 1;
+  cache().bytes_in_use -= bytes;
+  cache().free_by_bytes[bytes].push_back(buffer);
 }
 
 std::size_t BufferPool::bytes_in_use() { return cache().bytes_in_use; }

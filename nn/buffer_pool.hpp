@@ -7,9 +7,18 @@
 namespace nn {
 
 struct BufferPool {
-  // A 64-byte aligned block of `count` floats, uninitialised.
-  static float* acquire(std::size_t count);
-  static void release(float* buffer, std::size_t count);
+  // A 64-byte aligned block of `count` values of T (float: tensors; numeric::bfloat16: the
+  // casts of --precision bf16), uninitialised. Blocks are kept by their size in bytes.
+  template <class T = float>
+  static T* acquire(std::size_t count) {
+    return static_cast<T*>(acquire_bytes(count * sizeof(T)));
+  }
+  template <class T>
+  static void release(T* buffer, std::size_t count) {
+    release_bytes(buffer, count * sizeof(T));
+  }
+  static void* acquire_bytes(std::size_t bytes);
+  static void release_bytes(void* buffer, std::size_t bytes);
   // How many blocks came from the system (not from the cache) so far: flat across steps
   // once the cache is warm.
   static std::size_t system_allocations();

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/bf16.hpp"
+#include "numeric/bf16.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/eigen_gemm_kernel.hpp"
 #include "nn/error.hpp"
@@ -103,8 +103,8 @@ void eigen_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 
 using GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                               int64_t, float, float*, int64_t);
-using Bf16GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
-                                  const uint16_t*, int64_t, float, float*, int64_t);
+using Bf16GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const numeric::bfloat16*, int64_t,
+                                  const numeric::bfloat16*, int64_t, float, float*, int64_t);
 
 struct Choice {
   GemmFunction fp32;
@@ -118,7 +118,7 @@ const Choice& chosen();
 // way: from the buffer pool, or — inside a parallel loop (attention's per-head products), where
 // the pool's owner thread is not the caller — from this thread's own scratch (`slot` 0 or 1).
 struct Widened {
-  Widened(const uint16_t* bits, int64_t rows, int64_t cols, int64_t ld, int slot)
+  Widened(const numeric::bfloat16* bf16, int64_t rows, int64_t cols, int64_t ld, int slot)
       : count(rows == 0 || cols == 0 ? 0 : static_cast<std::size_t>((rows - 1) * ld + cols)),
         pooled(!omp_in_parallel()) {
     thread_local std::vector<float> scratch[2];
@@ -128,7 +128,7 @@ struct Widened {
       if (scratch[slot].size() < count) scratch[slot].resize(count);
       values = scratch[slot].data();
     }
-    from_bf16(bits, values, static_cast<int64_t>(count));
+    numeric::widen_to_float({bf16, count}, {values, count});
   }
   ~Widened() {
     if (pooled) BufferPool::release(values, count);
@@ -138,8 +138,8 @@ struct Widened {
   float* values;
 };
 
-void emulated_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                        int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void emulated_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const numeric::bfloat16* A,
+                        int64_t lda, const numeric::bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const Widened a(A, trans_a ? K : M, trans_a ? M : K, lda, 0), b(B, trans_b ? N : K, trans_b ? K : N, ldb, 1);
   chosen().fp32(trans_a, trans_b, M, N, K, alpha, a.values, lda, b.values, ldb, beta, C, ldc);
 }
@@ -214,8 +214,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   chosen().fp32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
-               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const numeric::bfloat16* A, int64_t lda,
+               const numeric::bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_span(C, M, N, ldc);
   const Choice& c = chosen();
   if (c.bf16)

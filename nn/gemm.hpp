@@ -12,13 +12,15 @@
 #pragma once
 #include <cstdint>
 
+#include "numeric/bf16.hpp"
+
 namespace nn {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
-               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const numeric::bfloat16* A, int64_t lda,
+               const numeric::bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 enum class Precision { fp32, bf16 };
 

@@ -112,8 +112,8 @@ void onednn_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   run(memory::data_type::f32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                      int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const numeric::bfloat16* A,
+                      int64_t lda, const numeric::bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   run(memory::data_type::bf16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -126,7 +126,7 @@ void onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*,
                      float*, int64_t) {
   fail("nn: this build has no oneDNN (install libdnnl-dev and build again)");
 }
-void onednn_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*, int64_t,
+void onednn_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const numeric::bfloat16*, int64_t, const numeric::bfloat16*, int64_t,
                       float, float*, int64_t) {
   fail("nn: this build has no oneDNN (install libdnnl-dev and build again)");
 }

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 
+#include "numeric/bf16.hpp"
+
 namespace nn {
 
 bool onednn_available();
@@ -17,8 +19,8 @@ bool onednn_has_bf16_units();  // … and AVX-512 BF16 ones
 // C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, as nn::gemm.
 void onednn_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-// The same with A and B in bf16 (the bits of nn/bf16.hpp), C in fp32.
-void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                      int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The same with A and B in bf16 (numeric/bf16.hpp), C in fp32.
+void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const numeric::bfloat16* A,
+                      int64_t lda, const numeric::bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 }  // namespace nn

@@ -51,13 +51,13 @@ void run_1f1b(PipelineStage& stage) {
   }
 }
 
-void run_schedule(std::string_view name, PipelineStage& stage) {
-  if (name == "gpipe")
-    run_gpipe(stage);
-  else if (name == "1f1b")
-    run_1f1b(stage);
-  else
-    throw comm::UsageError("--schedule must be gpipe or 1f1b");
+void run_schedule(Schedule schedule, PipelineStage& stage) {
+  switch (schedule) {
+    case Schedule::gpipe:
+      return run_gpipe(stage);
+    case Schedule::one_f_one_b:
+      return run_1f1b(stage);
+  }
 }
 
 }  // namespace parallel

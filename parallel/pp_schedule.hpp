@@ -11,6 +11,7 @@
 // computation, and both run the backwards in the order 0, 1, …, M−1, so every parameter's
 // gradient sums the micro-batches in the same order (the tests check it bit for bit).
 #pragma once
+#include <array>
 #include <string_view>
 
 #include "parallel/pp_stage.hpp"
@@ -20,7 +21,11 @@ namespace parallel {
 void run_gpipe(PipelineStage& stage);
 void run_1f1b(PipelineStage& stage);
 
-// "gpipe" or "1f1b"; throws comm::UsageError for anything else.
-void run_schedule(std::string_view name, PipelineStage& stage);
+// --schedule, and its names on the command line and in the checkpoint.
+enum class Schedule { gpipe, one_f_one_b };
+inline constexpr std::array<std::string_view, 2> kScheduleNames = {"gpipe", "1f1b"};
+constexpr std::string_view name_of(Schedule s) { return kScheduleNames[static_cast<std::size_t>(s)]; }
+
+void run_schedule(Schedule schedule, PipelineStage& stage);
 
 }  // namespace parallel

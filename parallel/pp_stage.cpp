@@ -87,7 +87,7 @@ void PipelineStage::forward(int m) {
   }
   peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
   times_.forward += now_s() - start;
-  if (on_span) on_span(fmt::format("F{}", m), "forward", start, now_s());
+  if (on_span) on_span(fmt::format("F{}", m), StageSpan::forward, start, now_s());
 }
 
 void PipelineStage::backward(int m) {
@@ -104,7 +104,7 @@ void PipelineStage::backward(int m) {
   outputs_[i] = nn::Tensor{};  // m's activations are freed with its tape; its input's gradient waits to be sent
   --in_flight_;
   times_.backward += now_s() - start;
-  if (on_span) on_span(fmt::format("B{}", m), "backward", start, now_s());
+  if (on_span) on_span(fmt::format("B{}", m), StageSpan::backward, start, now_s());
 }
 
 void PipelineStage::exchange(std::span<const float> out, int dest, std::span<float> in, int source, const char* what) {
@@ -116,7 +116,7 @@ void PipelineStage::exchange(std::span<const float> out, int dest, std::span<flo
   else if (!in.empty())
     pp_.recv(in, source);
   times_.wait += now_s() - start;
-  if (on_span) on_span(what, "wait", start, now_s());
+  if (on_span) on_span(what, StageSpan::wait, start, now_s());
 }
 
 void PipelineStage::recv_forward(int m) {

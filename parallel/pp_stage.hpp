@@ -44,6 +44,9 @@ struct StageTimes {
   double compute() const { return forward + backward; }
 };
 
+// What a stage reports to --trace: the spans it times.
+enum class StageSpan { forward, backward, wait };
+
 class PipelineStage {
  public:
   // `micro_batch` rows of `block_size` tokens per micro-batch, `micro_batches` of them per step.
@@ -75,14 +78,13 @@ class PipelineStage {
   // Last stage: Σ over micro-batches of loss_m (the step's mean loss); 0 elsewhere.
   float loss() const { return loss_sum_; }
   // Micro-batches whose activations are held now / at most since start_step().
-  int in_flight() const { return in_flight_; }
   int peak_in_flight() const { return peak_in_flight_; }
   void start_step();  // resets the loss, the times and the peak
   const StageTimes& times() const { return times_; }
 
-  // For --trace: called with (name, category, start, end in seconds) of every forward,
+  // For --trace: called with (name, kind, start, end in seconds) of every forward,
   // backward and wait in send/recv.
-  std::function<void(const std::string&, const char*, double, double)> on_span;
+  std::function<void(const std::string&, StageSpan, double, double)> on_span;
   // Fault injection for the tests and the lecture: while true, activations are not sent on
   // (the bug "a stage skips a send"); the next stage waits, and the watchdog names this one.
   bool skip_sends = false;

@@ -14,7 +14,7 @@
 namespace parallel {
 
 ZeroOptimizer::ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group,
-                             comm::DataType wire)
+                             GradientWire wire)
     : stage_(stage),
       wire_(wire),
       model_(model),
@@ -113,23 +113,15 @@ void ZeroOptimizer::start_reduce_scatter(int g) {
   GroupState& s = state(g);
   if (s.reduce_in_flight) finish_reduce_scatter(g);  // the previous micro-step's (maybe done, not yet added in)
   const auto& layout = shards_.groups()[static_cast<std::size_t>(g)];
-  s.send = nn::Tensor::empty({shards_.padded(g)});
-  std::fill(s.send.data() + layout.size, s.send.data() + shards_.padded(g), 0.0f);
+  s.send = WireBuffer(wire_, static_cast<std::size_t>(shards_.padded(g)));  // in the wire's type (--grad-comm)
+  s.send.zero_from(static_cast<std::size_t>(layout.size));
   for (const auto& piece : layout.pieces) {
     const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
-    std::copy_n(t.grad(), piece.numel, s.send.data() + piece.begin);
+    s.send.pack(t.grad_values().first(static_cast<std::size_t>(piece.numel)), static_cast<std::size_t>(piece.begin));
     if (stage_ >= 2) t.free_grad();
   }
-  if (wire_ == comm::DataType::bf16) {  // --grad-comm bf16: half the bytes on the wire
-    s.send_bf16.resize(static_cast<std::size_t>(shards_.padded(g)));
-    to_bf16(s.send.values(), s.send_bf16);
-    s.send = {};
-    s.received_bf16.resize(static_cast<std::size_t>(layout.shard));
-    s.reducing = group_.reduce_scatter_async(std::span(s.send_bf16), std::span(s.received_bf16), comm::ReduceOp::avg);
-  } else {
-    s.received = nn::Tensor::empty({layout.shard});
-    s.reducing = group_.reduce_scatter_async(s.send.values(), s.received.values(), comm::ReduceOp::avg);
-  }
+  s.received = WireBuffer(wire_, static_cast<std::size_t>(layout.shard));
+  s.reducing = s.send.reduce_scatter_async(group_, s.received, comm::ReduceOp::avg);
   s.reduce_started = true;
   s.reduce_in_flight = true;
 }
@@ -137,14 +129,7 @@ void ZeroOptimizer::start_reduce_scatter(int g) {
 void ZeroOptimizer::finish_reduce_scatter(int g) {
   GroupState& s = state(g);
   s.reducing.wait();
-  float* into = s.grad_shard.data();  // micro-steps add up (stage 2-3)
-  if (wire_ == comm::DataType::bf16) {
-    for (int64_t i = 0; i < s.grad_shard.numel(); ++i)
-      into[i] += static_cast<float>(s.received_bf16[static_cast<std::size_t>(i)]);
-  } else {
-    const float* from = s.received.data();
-    for (int64_t i = 0; i < s.grad_shard.numel(); ++i) into[i] += from[i];
-  }
+  s.received.add_into(0, s.grad_shard.values());  // micro-steps add up (stage 2-3)
   s.send = {};
   s.received = {};
   s.reduce_in_flight = false;
@@ -338,7 +323,7 @@ std::string ZeroOptimizer::describe() const {
   return fmt::format("ZeRO stage {} over {} ranks, {} groups of 1/{} each: {}; AdamW on the shard{}", stage_,
                      shards_.ranks(), groups_.size(), shards_.ranks(), what[stage_],
                      stage_ < 3 ? ", parameters all-gathered" : "") +
-         (wire_ == comm::DataType::bf16 ? ", gradients sent as bf16" : "");
+         parallel::wire_note(wire_);
 }
 
 double zero_formula_bytes(int stage, double parameters, int ranks) {

@@ -30,6 +30,7 @@
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
 #include "nn/gpt.hpp"
+#include "parallel/gradient_wire.hpp"
 #include "parallel/zero_shards.hpp"
 
 namespace parallel {
@@ -46,7 +47,7 @@ class ZeroOptimizer {
   // stage 1, 2 or 3; `model` is the whole model, the same on every rank of `group`.
   // wire bf16 (--grad-comm bf16): the reduce-scatter sends the gradients as bf16, half the bytes.
   ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group,
-                comm::DataType wire = comm::DataType::f32);
+                GradientWire wire = GradientWire::fp32);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -79,8 +80,7 @@ class ZeroOptimizer {
   struct GroupState {
     nn::Tensor grad_shard, exp_avg, exp_avg_sq;            // [shard]
     nn::Tensor param_shard;                                // [shard], stage 3: the only copy between uses
-    nn::Tensor send, received;                             // a reduce-scatter in flight: [N·shard] work space, [shard]
-    std::vector<comm::bfloat16> send_bf16, received_bf16;  // the same on a bf16 wire (send emptied)
+    WireBuffer send, received;                             // a reduce-scatter in flight: [N·shard] work space, [shard]
     comm::Work reducing;
     bool reduce_started = false;    // in this micro-step
     bool reduce_in_flight = false;  // started, not yet added into grad_shard
@@ -104,7 +104,7 @@ class ZeroOptimizer {
   void after_use(int g, bool backward);
 
   int stage_;
-  comm::DataType wire_;
+  GradientWire wire_;
   nn::GPT& model_;
   nn::AdamWConfig config_;
   comm::Communicator& group_;

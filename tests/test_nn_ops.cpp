@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "nn/autocast.hpp"
-#include "nn/bf16.hpp"
+#include "nn/compute_modes.hpp"
+#include "numeric/bf16.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 #include "nn/threads.hpp"
@@ -322,7 +323,7 @@ namespace {
 
 constexpr double kBf16Unit = 1.0 / 256;        // u = 2⁻⁸ (8 significant bits)
 constexpr double kFp32Unit = 1.0 / (1 << 24);  // 2⁻²⁴
-double bf(float x) { return nn::from_bf16(nn::to_bf16(x)); }
+double bf(float x) { return static_cast<float>(numeric::bfloat16(x)); }
 
 // The test's precision for its scope; fp32 again after it (the default every other test expects).
 struct Bf16Scope {
@@ -442,10 +443,18 @@ TEST_CASE("bf16: a weight is cast once per WeightCastCache scope, and again afte
   for (std::size_t i = 0; i < first.size(); ++i) CHECK(y.data()[i] == 2 * first[i]);  // ×2 is exact in bf16
 }
 
-TEST_CASE("precision names: fp32 and bf16, anything else one line") {
-  CHECK(nn::parse_precision("bf16") == nn::Precision::bf16);
-  CHECK(nn::parse_precision("fp32") == nn::Precision::fp32);
-  CHECK_THROWS_WITH(nn::parse_precision("fp16"), Catch::Contains("precision fp16: expected fp32 or bf16"));
+TEST_CASE("precision settings: names, auto resolved by the engine, the modes set for the process") {
+  CHECK(nn::name_of(nn::Precision::bf16) == "bf16");
+  CHECK(nn::name_of(nn::Precision::fp32) == "fp32");
+  CHECK(nn::kPrecisionSettingNames[static_cast<std::size_t>(nn::PrecisionSetting::automatic)] == "auto");
+  CHECK(nn::resolve(nn::PrecisionSetting::automatic) ==
+        (nn::gemm_has_native_bf16() ? nn::Precision::bf16 : nn::Precision::fp32));
+  const nn::ComputeModes modes = nn::set_compute_modes(nn::PrecisionSetting::bf16, nn::AttentionKernel::naive);
+  CHECK(nn::matmul_precision() == nn::Precision::bf16);
+  CHECK(nn::attention_kernel() == nn::AttentionKernel::naive);
+  CHECK(modes.precision == nn::Precision::bf16);
+  nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused);
+  CHECK(nn::matmul_precision() == nn::Precision::fp32);
 }
 
 TEST_CASE("naive attention's steps: split and merge heads, batched products, causal mask — gradients") {

@@ -10,9 +10,11 @@
 //             so the ranks' micro-batches are disjoint slices of one global batch (PyTorch's
 //             DistributedSampler). N ranks × batch B see exactly what 1 rank × batch N·B sees.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nn/rng.hpp"
@@ -20,9 +22,7 @@
 namespace trainers {
 
 enum class Sampling { random, partition };
-inline Sampling sampling_of(const std::string& name) {  // --sampling
-  return name == "partition" ? Sampling::partition : Sampling::random;
-}
+inline constexpr std::array<std::string_view, 2> kSamplingNames = {"random", "partition"};  // --sampling
 
 struct Batch {
   std::vector<int32_t> ids;      // [B,T]

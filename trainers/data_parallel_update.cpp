@@ -31,7 +31,7 @@ class ReplicatedUpdate : public DataParallelUpdate {
         world_(world),
         optimizer_(model.parameters(), o.adamw),
         averager_(make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6),
-                                         parallel::gradient_wire(o.grad_comm))) {}
+                                         o.grad_comm)) {}
 
   void start(const fs::path& checkpoint, bool with_optimizer) override {
     load_on_rank0(checkpoint, model_, with_optimizer ? &optimizer_ : nullptr, world_);
@@ -69,7 +69,7 @@ class ShardedUpdate : public DataParallelUpdate {
       : model_(model),
         world_(world),
         adamw_(o.adamw),
-        zero_(o.zero, model, o.adamw, world, parallel::gradient_wire(o.grad_comm)) {}
+        zero_(o.zero, model, o.adamw, world, o.grad_comm) {}
 
   void start(const fs::path& checkpoint, bool with_optimizer) override {
     // The whole AdamW state exists for a moment on rank 0 only, to be scattered in shards.
@@ -119,14 +119,14 @@ std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ra
 
 void say_zero_traffic(const TrainOptions& o, const nn::GPT& model, const comm::TrafficByKind& sent, int ranks) {
   const auto P = static_cast<double>(model.num_params(false));
-  const int gradient_bytes = parallel::gradient_wire(o.grad_comm) == comm::DataType::bf16 ? 2 : 4;
+  const auto gradient_bytes = static_cast<int>(comm::size_of(parallel::element_type(o.grad_comm)));
   const double formula_bytes =
       parallel::zero_traffic(o.zero, P, o.grad_accum).bytes(gradient_bytes) * (ranks - 1) / ranks;
   comm::say(
       "communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {} ranks, {} micro-step(s), "
       "Ψ = {:.2f}M, gradients {})",
       comm::describe(sent), comm::bytes_sent_per_rank(sent, ranks) / 1e6, formula_bytes / 1e6, ranks, o.grad_accum,
-      P / 1e6, o.grad_comm);
+      P / 1e6, parallel::name_of(o.grad_comm));
 }
 
 }  // namespace trainers

@@ -10,26 +10,16 @@
 namespace trainers {
 namespace {
 
-const char* wire_note(comm::DataType wire) { return wire == comm::DataType::bf16 ? ", gradients sent as bf16" : ""; }
+using parallel::GradientWire, parallel::WireBuffer, parallel::wire_note;
 
 // "Not used in practice, but the starting point": N blocking allreduces after backward.
 class NaiveAllreduce : public GradientAverager {
  public:
-  NaiveAllreduce(nn::GPT& model, comm::Communicator& world, comm::DataType wire)
+  NaiveAllreduce(nn::GPT& model, comm::Communicator& world, GradientWire wire)
       : model_(model), world_(world), wire_(wire) {}
   void before_backward(bool) override {}
   void finish() override {
-    for (auto& p : model_.parameters()) {
-      std::span<float> g = p.tensor.grad_values();
-      if (wire_ == comm::DataType::f32) {
-        world_.allreduce(g, comm::ReduceOp::avg);
-        continue;
-      }
-      bf16_.resize(g.size());
-      parallel::to_bf16(g, bf16_);
-      world_.allreduce(std::span(bf16_), comm::ReduceOp::avg);
-      parallel::from_bf16(bf16_, g);
-    }
+    for (auto& p : model_.parameters()) parallel::average_on_wire(p.tensor.grad_values(), world_, wire_, scratch_);
   }
   std::string describe() const override {
     return fmt::format("naive: {} blocking allreduces per step, after backward{}", model_.parameters().size(),
@@ -39,13 +29,13 @@ class NaiveAllreduce : public GradientAverager {
  private:
   nn::GPT& model_;
   comm::Communicator& world_;
-  comm::DataType wire_;
-  std::vector<comm::bfloat16> bf16_;  // one tensor's gradients on the wire (--grad-comm bf16)
+  GradientWire wire_;
+  WireBuffer scratch_;  // one tensor's gradients on a bf16 wire
 };
 
 class BucketedAllreduce : public GradientAverager {
  public:
-  BucketedAllreduce(nn::GPT& model, comm::Communicator& world, std::size_t bucket_bytes, comm::DataType wire)
+  BucketedAllreduce(nn::GPT& model, comm::Communicator& world, std::size_t bucket_bytes, GradientWire wire)
       : model_(model), world_(world), wire_(wire) {
     // Buckets in reverse parameter order: the order in which backward finalises gradients.
     auto& params = model.parameters();
@@ -58,12 +48,7 @@ class BucketedAllreduce : public GradientAverager {
       buckets_.back().bytes += bytes;
       bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(buckets_.size()) - 1;
     }
-    for (Bucket& b : buckets_) {  // fp32: from the tensor pool, so the memory report counts them
-      if (wire_ == comm::DataType::bf16)
-        b.bf16.resize(b.bytes / 4);
-      else
-        b.flat = nn::Tensor::empty({static_cast<int64_t>(b.bytes / 4)});
-    }
+    for (Bucket& b : buckets_) b.flat = WireBuffer(wire_, b.bytes / sizeof(float));
     model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
   }
   ~BucketedAllreduce() override { model_.set_grad_ready_hook({}); }
@@ -97,8 +82,7 @@ class BucketedAllreduce : public GradientAverager {
   struct Bucket {
     std::vector<int> params;  // indices into model.parameters()
     std::size_t bytes = 0;
-    nn::Tensor flat;                   // the bucket's gradients, back to back (fp32 on the wire)
-    std::vector<comm::bfloat16> bf16;  // the same, rounded to bf16 (--grad-comm bf16)
+    WireBuffer flat;  // the bucket's gradients, back to back, in the wire's type
     std::size_t waiting_for = 0;
     bool started = false;
     comm::Work work;
@@ -122,14 +106,10 @@ class BucketedAllreduce : public GradientAverager {
     std::size_t at = 0;
     for (int p : b.params) {
       auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
-      if (wire_ == comm::DataType::bf16)
-        parallel::to_bf16(g, std::span(b.bf16).subspan(at, g.size()));
-      else
-        std::copy(g.begin(), g.end(), b.flat.data() + at);
+      b.flat.pack(g, at);
       at += g.size();
     }
-    b.work = wire_ == comm::DataType::bf16 ? world_.allreduce_async(std::span(b.bf16), comm::ReduceOp::avg)
-                                           : world_.allreduce_async(b.flat.values(), comm::ReduceOp::avg);
+    b.work = b.flat.allreduce_async(world_, comm::ReduceOp::avg);
     b.started = true;
   }
 
@@ -137,17 +117,14 @@ class BucketedAllreduce : public GradientAverager {
     std::size_t at = 0;
     for (int p : b.params) {
       auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
-      if (wire_ == comm::DataType::bf16)
-        parallel::from_bf16(std::span(b.bf16).subspan(at, g.size()), g);
-      else
-        std::copy_n(b.flat.data() + at, g.size(), g.begin());
+      b.flat.unpack(at, g);
       at += g.size();
     }
   }
 
   nn::GPT& model_;
   comm::Communicator& world_;
-  comm::DataType wire_;
+  GradientWire wire_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   bool communicating_ = false;
@@ -155,24 +132,17 @@ class BucketedAllreduce : public GradientAverager {
 
 }  // namespace
 
-std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
-                                                         comm::Communicator& world, std::size_t bucket_bytes,
-                                                         comm::DataType wire) {
-  if (kind == "naive") return std::make_unique<NaiveAllreduce>(model, world, wire);
+std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, nn::GPT& model, comm::Communicator& world,
+                                                         std::size_t bucket_bytes, GradientWire wire) {
+  if (kind == DdpKind::naive) return std::make_unique<NaiveAllreduce>(model, world, wire);
   return std::make_unique<BucketedAllreduce>(model, world, bucket_bytes, wire);
 }
 
-void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group, comm::DataType wire) {
+void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group, GradientWire wire) {
   std::vector<float> flat;
   for (const auto& p : parameters) flat.insert(flat.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
-  if (wire == comm::DataType::bf16) {
-    std::vector<comm::bfloat16> bf16(flat.size());
-    parallel::to_bf16(flat, bf16);
-    group.allreduce(std::span(bf16), comm::ReduceOp::avg);
-    parallel::from_bf16(bf16, flat);
-  } else {
-    group.allreduce(std::span(flat), comm::ReduceOp::avg);
-  }
+  WireBuffer scratch;
+  parallel::average_on_wire(flat, group, wire, scratch);
   auto at = flat.begin();
   for (auto& p : parameters) {
     std::copy_n(at, p.tensor.numel(), p.tensor.grad());

@@ -16,6 +16,7 @@
 // leaves the others local), as DDP's no_sync(). `wire` bf16 (--grad-comm bf16) sends the
 // gradients as bf16, half the bytes (parallel/gradient_wire.hpp).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@
 #include "comm/communicator.hpp"
 #include "comm/types.hpp"
 #include "nn/gpt.hpp"
+#include "parallel/gradient_wire.hpp"
 
 namespace trainers {
 
@@ -38,15 +40,19 @@ class GradientAverager {
   virtual std::string describe() const = 0;
 };
 
-// kind: "naive" or "bucketed". The bucketed one installs itself as `model`'s grad-ready hook.
-std::unique_ptr<GradientAverager> make_gradient_averager(std::string_view kind, nn::GPT& model,
-                                                         comm::Communicator& world, std::size_t bucket_bytes,
-                                                         comm::DataType wire = comm::DataType::f32);
+// --ddp: which averaging, and its names on the command line and in the checkpoint.
+enum class DdpKind { naive, bucketed };
+inline constexpr std::array<std::string_view, 2> kDdpKindNames = {"naive", "bucketed"};
+
+// The bucketed one installs itself as `model`'s grad-ready hook.
+std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, nn::GPT& model, comm::Communicator& world,
+                                                         std::size_t bucket_bytes,
+                                                         parallel::GradientWire wire = parallel::GradientWire::fp32);
 
 // The simplest averaging, for any list of parameter tensors (train_3d's slices): every
 // gradient packed into one buffer (in the `wire` type), one blocking allreduce (avg) over
 // `group`, unpacked.
 void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group,
-                       comm::DataType wire = comm::DataType::f32);
+                       parallel::GradientWire wire = parallel::GradientWire::fp32);
 
 }  // namespace trainers

@@ -112,7 +112,7 @@ float GridModel::global_grad_norm() {
   return static_cast<float>(std::sqrt(squares));
 }
 
-float GridModel::finish_gradients(float max_norm, comm::DataType wire) {
+float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire) {
   split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
   if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);
   std::vector<nn::NamedTensor> pieces = parameters();

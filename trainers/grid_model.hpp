@@ -79,7 +79,7 @@ class GridModel {
   // After backward, for the split model (train_pp finishes its own: overlapped averaging): the sequence-parallel replicated gradients summed
   // over tp, the tied embedding over first and last stage, everything averaged over the dp
   // replicas; then the global norm, clipping to max_norm. Returns the norm.
-  float finish_gradients(float max_norm, comm::DataType wire);  // wire: --grad-comm over dp
+  float finish_gradients(float max_norm, parallel::GradientWire wire);  // wire: --grad-comm over dp
 
  private:
   std::unique_ptr<nn::GPT> whole_;

@@ -16,9 +16,8 @@
 namespace trainers {
 
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s) {
-  app.add_option("--schedule", s.schedule, "pipeline schedule: gpipe (naive) or 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
-      ->capture_default_str();
+  comm::cli::add_choice(app, "--schedule", s.schedule, parallel::kScheduleNames,
+                        "pipeline schedule: gpipe (naive) or 1f1b");
   app.add_option("--micro-batches", s.micro_batches, "micro-batches M per step (must divide --batch-size)")
       ->check(comm::cli::whole(1))
       ->capture_default_str();
@@ -35,7 +34,7 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
                                    uint64_t seed, const ScheduleOptions& s)
     : GridStrategy(run, world, shape, seed),
       s_(s),
-      sampler_(run.data.train, T(), o_.batch_size, 1, sampling_of(o_.sampling), o_.seed, grid_.dp_rank, grid_.dp),
+      sampler_(run.data.train, T(), o_.batch_size, 1, o_.sampling, o_.seed, grid_.dp_rank, grid_.dp),
       stage_(grid_model_.stage(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
   stage_.before_backward = [this](int m) { before_backward(m); };
 }
@@ -65,9 +64,9 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
     stage_.before_forward = [this, step](int m) { before_forward(step, m); };
   }
   // Every forward, backward and wait for a neighbour is timed by the stage itself.
-  stage_.on_span = [&clock](const std::string& name, const char* category, double start, double end) {
-    const std::string_view c = category;
-    clock.add(c == "forward" ? Phase::forward : c == "backward" ? Phase::backward : Phase::wait, start, end, -1, name);
+  stage_.on_span = [&clock](const std::string& name, parallel::StageSpan kind, double start, double end) {
+    constexpr std::array<Phase, 3> kPhaseOf = {Phase::forward, Phase::backward, Phase::wait};  // by StageSpan
+    clock.add(kPhaseOf[static_cast<std::size_t>(kind)], start, end, -1, name);
   };
   nn::BufferPool::reset_peak();
   const std::size_t base_bytes = nn::BufferPool::bytes_in_use();

@@ -9,6 +9,7 @@
 
 #include "comm/cli_forward.hpp"
 
+#include "parallel/pp_schedule.hpp"
 #include "parallel/pp_stage.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/grid_model.hpp"
@@ -16,7 +17,7 @@
 namespace trainers {
 
 struct ScheduleOptions {
-  std::string schedule = "1f1b";
+  parallel::Schedule schedule = parallel::Schedule::one_f_one_b;
   int micro_batches = 4;
   int skip_send_at_step = -1;  // testing (train_pp): rank --crash-rank skips its sends at this step
 };

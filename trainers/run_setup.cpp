@@ -18,6 +18,7 @@
 #include "nn/checkpoint.hpp"
 #include "nn/error.hpp"
 #include "nn/autocast.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/gemm.hpp"
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
@@ -36,9 +37,13 @@ uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
   return nn::hash64(nn::hash64(seed ^ (static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL), a), b);
 }
 
-static nn::Precision resolved_precision(const std::string& flag) {
-  if (flag == "auto") return nn::gemm_has_native_bf16() ? nn::Precision::bf16 : nn::Precision::fp32;
-  return nn::parse_precision(flag);
+void set_compute_modes(const TrainOptions& o) { nn::set_compute_modes(o.precision, o.attention); }
+
+void say_compute(const comm::Communicator& world) {
+  const nn::Precision precision = nn::matmul_precision();
+  comm::say("compute: {} ranks × {} thread(s), {} matrix multiplies on {}, {} attention, backend {}", world.size(),
+            nn::compute_threads(), nn::name_of(precision), nn::gemm_library(precision),
+            nn::name_of(nn::attention_kernel()), world.backend_name());
 }
 
 comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
@@ -301,8 +306,6 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
                                     writer.get<std::string>(), ranks.dump());
   }
   run.options = o;  // the run's settings are final from here (--resume may have set --precision)
-  nn::set_matmul_precision(resolved_precision(o.precision));
-  nn::set_attention_kernel(o.attention == "naive" ? nn::AttentionKernel::naive : nn::AttentionKernel::fused);
   run.data = load_data(o, world);
   if (!run.load_from.empty()) check_vocabulary(run.start.train_state, run.data.vocabulary, run.data.dir);
   run.start.config.vocab_size = run.data.vocabulary.size();

@@ -40,7 +40,7 @@ class ThreeDParallel final : public PipelineStrategy {
   void say_layout() const override {
     const nn::GPTConfig& c = run_.start.config;
     comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}", world_.size(),
-              grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "", s_.schedule,
+              grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "", parallel::name_of(s_.schedule),
               s_.micro_batches, o_.batch_size / s_.micro_batches);
     comm::say("layout: {}", grid_.layout(world_.size()));
     comm::say(
@@ -49,7 +49,7 @@ class ThreeDParallel final : public PipelineStrategy {
         fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp, grid_model_.split().padded_vocab());
   }
   float finish_gradients(float max_norm) override {
-    return grid_model_.finish_gradients(max_norm, parallel::gradient_wire(o_.grad_comm));
+    return grid_model_.finish_gradients(max_norm, o_.grad_comm);
   }
 
  private:

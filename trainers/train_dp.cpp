@@ -43,7 +43,7 @@ class DataParallel final : public Strategy {
         //    the broadcast in start() the replicas would differ — and rank 0's is copied to all.
         model_(run.start.config, stream_seed(o_.seed, Stream::init, static_cast<uint64_t>(world.rank()))),
         update_(make_data_parallel_update(o_, model_, world)),
-        sampler_(data_.train, T(), o_.batch_size, o_.grad_accum, sampling_of(o_.sampling), o_.seed, world.rank(),
+        sampler_(data_.train, T(), o_.batch_size, o_.grad_accum, o_.sampling, o_.seed, world.rank(),
                  world.size()) {
     update_->start(run.load_from, o_.resume);
   }

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <limits>
-#include <type_traits>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -30,7 +29,7 @@ template <class... Args>
   throw comm::UsageError(fmt::format(format, std::forward<Args>(args)...));
 }
 
-using comm::cli::positive_real, comm::cli::real, comm::cli::whole;
+using comm::cli::add_choice, comm::cli::positive_real, comm::cli::real, comm::cli::whole;
 
 // Flags of the data and the model.
 void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
@@ -63,7 +62,7 @@ void add_optimization_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--lr-decay-iters", o.schedule.lr_decay_iters, "end of the cosine decay (0: max-iters)")
       ->check(whole(0));
-  app.add_flag("!--no-decay-lr", o.schedule.decay, "constant learning rate");
+  app.add_flag("--decay-lr,!--no-decay-lr", o.schedule.decay, "cosine decay (default), or a constant learning rate");
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW weight decay (≥ 2-D tensors)")
       ->check(real(0.0))
       ->capture_default_str();
@@ -79,28 +78,18 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "seed of initialisation, data order, dropout, samples")
       ->check(whole(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
-  app.add_option("--sampling", o.sampling, "unique data per rank: random streams or a partition")
-      ->check(CLI::IsMember({"random", "partition"}))
-      ->capture_default_str();
-  app.add_option("--ddp", o.ddp, "gradient averaging: naive or bucketed (overlapped)")
-      ->check(CLI::IsMember({"naive", "bucketed"}))
-      ->capture_default_str();
+  add_choice(app, "--sampling", o.sampling, kSamplingNames, "unique data per rank: random streams or a partition");
+  add_choice(app, "--ddp", o.ddp, kDdpKindNames, "gradient averaging: naive or bucketed (overlapped)");
   app.add_option("--bucket-mb", o.bucket_mb, "bucket size for --ddp bucketed, MB")
       ->check(positive_real(1e6))
       ->capture_default_str();
-  app.add_option("--grad-comm", o.grad_comm,
-                 "gradients on the wire: fp32, or bf16 (half the bytes; averaged back into fp32 gradients)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
-  app.add_option("--precision", o.precision,
-                 "matrix multiplies: fp32, bf16 (linear layers on bf16 inputs, fp32 sums; weights, AdamW fp32), "
-                 "or auto (bf16 where the CPU has bf16 units)")
-      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
-      ->capture_default_str();
-  app.add_option("--attention", o.attention,
-                 "fused (one kernel per head) or naive (eager PyTorch's separate ops: the reference, slower)")
-      ->check(CLI::IsMember({"fused", "naive"}))
-      ->capture_default_str();
+  add_choice(app, "--grad-comm", o.grad_comm, parallel::kGradientWireNames,
+             "gradients on the wire: fp32, or bf16 (half the bytes; averaged back into fp32 gradients)");
+  add_choice(app, "--precision", o.precision, nn::kPrecisionSettingNames,
+             "matrix multiplies: fp32, bf16 (linear layers on bf16 inputs, fp32 sums; weights, AdamW fp32), "
+             "or auto (bf16 where the CPU has bf16 units)");
+  add_choice(app, "--attention", o.attention, nn::kAttentionKernelNames,
+             "fused (one kernel per head) or naive (eager PyTorch's separate ops: the reference, slower)");
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
       ->check(whole(0, 1024));
 }
@@ -202,107 +191,42 @@ void check_config_against_flags(const nn::GPTConfig& saved, const TrainOptions& 
 
 namespace {
 
-// The settings that shape a run's trajectory: recorded in its checkpoints, and taken back
-// from there by --resume unless the flag is typed again.
-struct RunSetting {
-  const char* key;   // in the checkpoint's "options"
-  const char* flag;  // on the command line
-  std::function<nlohmann::json(const TrainOptions&)> get;
-  std::function<void(TrainOptions&, const nlohmann::json&)> set;
-};
+// The flags that shape a run's trajectory, kept with its checkpoints (under their key:
+// "--batch-size" → "batch_size") and given back by --resume unless typed again — together with
+// each program's layout flags (TrainOptions::layout_flags), by one mechanism: through the flag
+// itself, so a value read back passes the flag's checks and lands in its typed variable.
+const std::vector<std::string> kRunSettingFlags = {
+    "--batch-size",   "--grad-accum", "--max-iters",    "--learning-rate", "--min-lr",   "--warmup-iters",
+    "--lr-decay-iters", "--decay-lr", "--grad-clip",    "--weight-decay",  "--beta1",    "--beta2",
+    "--sampling",     "--ddp",        "--bucket-mb",    "--grad-comm",     "--precision", "--seed"};
 
-template <class Field>
-RunSetting setting(const char* key, const char* flag, Field field) {
-  return {key, flag, [field](const TrainOptions& o) { return nlohmann::json(field(const_cast<TrainOptions&>(o))); },
-          [field](TrainOptions& o, const nlohmann::json& value) {
-            auto& target = field(o);
-            target = value.get<std::remove_reference_t<decltype(target)>>();
-          }};
-}
-
-const std::vector<RunSetting>& run_settings() {
-  static const std::vector<RunSetting> settings = {
-      setting(
-          "batch_size", "--batch-size", [](TrainOptions & o) -> auto& { return o.batch_size; }),
-      setting(
-          "grad_accum", "--grad-accum", [](TrainOptions & o) -> auto& { return o.grad_accum; }),
-      setting(
-          "max_iters", "--max-iters", [](TrainOptions & o) -> auto& { return o.max_iters; }),
-      setting(
-          "learning_rate", "--learning-rate", [](TrainOptions & o) -> auto& { return o.schedule.learning_rate; }),
-      setting(
-          "min_lr", "--min-lr", [](TrainOptions & o) -> auto& { return o.schedule.min_lr; }),
-      setting(
-          "warmup_iters", "--warmup-iters", [](TrainOptions & o) -> auto& { return o.schedule.warmup_iters; }),
-      // 0: the decay ends at max_iters (resolved when the schedule is made, so it follows a new --max-iters)
-      setting(
-          "lr_decay_iters", "--lr-decay-iters", [](TrainOptions & o) -> auto& { return o.schedule.lr_decay_iters; }),
-      setting(
-          "decay_lr", "--no-decay-lr", [](TrainOptions & o) -> auto& { return o.schedule.decay; }),
-      setting(
-          "grad_clip", "--grad-clip", [](TrainOptions & o) -> auto& { return o.grad_clip; }),
-      setting(
-          "weight_decay", "--weight-decay", [](TrainOptions & o) -> auto& { return o.adamw.weight_decay; }),
-      setting(
-          "beta1", "--beta1", [](TrainOptions & o) -> auto& { return o.adamw.beta1; }),
-      setting(
-          "beta2", "--beta2", [](TrainOptions & o) -> auto& { return o.adamw.beta2; }),
-      setting(
-          "sampling", "--sampling", [](TrainOptions & o) -> auto& { return o.sampling; }),
-      setting(
-          "ddp", "--ddp", [](TrainOptions & o) -> auto& { return o.ddp; }),
-      setting(
-          "bucket_mb", "--bucket-mb", [](TrainOptions & o) -> auto& { return o.bucket_mb; }),
-      setting(
-          "grad_comm", "--grad-comm", [](TrainOptions & o) -> auto& { return o.grad_comm; }),
-      setting(
-          "precision", "--precision", [](TrainOptions & o) -> auto& { return o.precision; }),
-      setting(
-          "seed", "--seed", [](TrainOptions & o) -> auto& { return o.seed; }),
-  };
-  return settings;
-}
-
-}  // namespace
-
-namespace {
-
-// What the flag's own checks say of `value` as if it were typed ("must be a whole number ≥ 1,
-// got 0"), or "" when they accept it.
-std::string check_as_typed(CLI::App* app, const char* flag, const nlohmann::json& value) {
-  CLI::Option* option = app ? app->get_option_no_throw(flag) : nullptr;
-  if (!option) return "";
-  std::string text = value.is_string() ? value.get<std::string>() : value.dump();
-  for (int i = 0;; ++i) {
-    CLI::Validator* check = nullptr;
-    try {
-      check = option->get_validator(i);
-    } catch (const CLI::OptionNotFound&) {
-      return "";
-    }
-    if (std::string error = (*check)(text); !error.empty()) return error;
-  }
-}
-
-// "--micro-batches" → "micro_batches": a layout flag's key in the checkpoint's options.
+// "--micro-batches" → "micro_batches": a flag's key in the checkpoint's options.
 std::string key_of(const std::string& flag) {
   std::string key = flag.substr(2);
   std::replace(key.begin(), key.end(), '-', '_');
   return key;
 }
 
-// A layout flag's value as it would be typed ("2", "gpipe", "3,1"): what was typed or given
-// back (the value in force: the last of a repeated flag), else its default; null when it has
-// neither (the program's default then stands).
-nlohmann::json typed_value(const CLI::App* app, const std::string& flag) {
+// A flag's value as it would be typed ("2", "gpipe", "3,1"): what was typed or given back (the
+// value in force: the last of a repeated flag), else its default; null when it has neither
+// (the program's default then stands).
+std::optional<std::string> typed_value(const CLI::App* app, const std::string& flag) {
   const CLI::Option* option = app ? app->get_option_no_throw(flag) : nullptr;
-  if (!option) return nullptr;
+  if (!option) return std::nullopt;
   if (option->count() > 0) return fmt::format("{}", fmt::join(option->reduced_results(), ","));
-  if (option->get_default_str().empty()) return nullptr;
+  if (option->get_default_str().empty()) return std::nullopt;
   return option->get_default_str();
 }
 
-// Gives a layout flag its checkpoint value as if it were typed: the flag's checks, then its variable.
+// As the checkpoint keeps it: a number or true/false as JSON's own, other text as a string.
+nlohmann::json as_saved(const std::optional<std::string>& typed) {
+  if (!typed) return nullptr;
+  const nlohmann::json parsed = nlohmann::json::parse(*typed, nullptr, false);
+  if (parsed.is_number() || parsed.is_boolean()) return parsed;
+  return *typed;
+}
+
+// Gives a flag its checkpoint value as if it were typed: the flag's checks, then its variable.
 void give_back(CLI::App* app, const std::string& flag, const std::string& value, const std::string& state_file) {
   CLI::Option* option = app->get_option(flag);
   option->clear();
@@ -310,33 +234,25 @@ void give_back(CLI::App* app, const std::string& flag, const std::string& value,
   try {
     option->run_callback();
   } catch (const CLI::ParseError& e) {
-    usage("{}: options.{} (what {} sets): {}", state_file, key_of(flag), flag, comm::cli::readable(e));
+    std::string why = comm::cli::readable(e);  // "--batch-size must be …": the flag is named before it
+    if (why.starts_with(flag + " ")) why.erase(0, flag.size() + 1);
+    usage("{}: options.{} (what {} sets) {}", state_file, key_of(flag), flag, why);
   }
 }
 
-// Resumes the layout flags: a typed one wins (and is named as a change), the others come back
-// (listed in `restored`, as typed: "--dp 2").
-void continue_saved_layout(const nlohmann::json& saved, TrainOptions& o, const std::string& state_file,
-                           std::vector<std::string>& changed, std::vector<std::string>& restored) {
-  for (const std::string& flag : o.layout_flags) {
-    const std::string key = key_of(flag);
-    if (!saved.contains(key)) continue;  // an older checkpoint: the flag's value stands
-    const nlohmann::json& saved_value = saved.at(key);
-    if (!saved_value.is_null() && !saved_value.is_string() && !saved_value.is_number() && !saved_value.is_boolean())
-      usage("{}: options.{} = {} is not a value {} takes", state_file, key, saved_value.dump(), flag);
-    // null: the flag was left at its default; a number or true/false as if typed.
-    const std::string was = saved_value.is_null()     ? std::string()
-                            : saved_value.is_string() ? saved_value.get<std::string>()
-                                                      : saved_value.dump();
-    if (o.explicit_flags.count(flag) == 0) {
-      if (was.empty()) continue;
-      give_back(o.app, flag, was, state_file);
-      restored.push_back(flag + " " + was);
-    } else if (const nlohmann::json now = typed_value(o.app, flag); now != nlohmann::json(was)) {
-      changed.push_back(fmt::format("{} {} → {}", key, was.empty() ? "(default)" : was,
-                                    now.is_null() ? "(default)" : now.get<std::string>()));
-    }
-  }
+// A kept value as the log shows it: "0.005", "gpipe", "(default)".
+std::string shown(const nlohmann::json& v) {
+  return v.is_null()           ? std::string("(default)")
+         : v.is_string()       ? v.get<std::string>()
+         : v.is_number_float() ? fmt::format("{:g}", v.get<double>())
+                               : v.dump();
+}
+
+// Every flag the checkpoint keeps: the run settings, then the program's layout flags.
+std::vector<std::string> kept_flags(const TrainOptions& o) {
+  std::vector<std::string> flags = kRunSettingFlags;
+  flags.insert(flags.end(), o.layout_flags.begin(), o.layout_flags.end());
+  return flags;
 }
 
 }  // namespace
@@ -344,25 +260,23 @@ void continue_saved_layout(const nlohmann::json& saved, TrainOptions& o, const s
 std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOptions& o, const std::string& state_file,
                                             std::vector<std::string>* restored_layout) {
   std::vector<std::string> changed;
-  if (o.app && restored_layout) continue_saved_layout(saved, o, state_file, changed, *restored_layout);
-  for (const RunSetting& s : run_settings()) {
-    if (!saved.contains(s.key)) continue;  // an older checkpoint: the flag's value stands
-    const nlohmann::json was = saved.at(s.key), now = s.get(o);
-    if (o.explicit_flags.count(s.flag) == 0) {
-      if (const std::string error = check_as_typed(o.app, s.flag, was); !error.empty())
-        usage("{}: options.{} (what {} sets) {}", state_file, s.key, s.flag, error);
-      try {
-        s.set(o, was);
-      } catch (const nlohmann::json::exception&) {
-        usage("{}: options.{} = {} is not a value {} takes", state_file, s.key, was.dump(), s.flag);
-      }
-    } else if (was != now) {
-      auto show = [](const nlohmann::json& v) {
-        return v.is_string()         ? v.get<std::string>()
-               : v.is_number_float() ? fmt::format("{:g}", v.get<double>())
-                                     : v.dump();
-      };
-      changed.push_back(fmt::format("{} {} → {}", s.key, show(was), show(now)));
+  for (const std::string& flag : kept_flags(o)) {
+    const std::string key = key_of(flag);
+    if (!o.app || !saved.contains(key) || !o.app->get_option_no_throw(flag)) continue;  // an older checkpoint: the flag stands
+    const nlohmann::json& saved_value = saved.at(key);
+    if (!saved_value.is_null() && !saved_value.is_string() && !saved_value.is_number() && !saved_value.is_boolean())
+      usage("{}: options.{} = {} is not a value {} takes", state_file, key, saved_value.dump(), flag);
+    // null: the flag was left at its default; a number or true/false as if typed.
+    const std::string was = saved_value.is_null()     ? std::string()
+                            : saved_value.is_string() ? saved_value.get<std::string>()
+                                                      : saved_value.dump();
+    const bool layout = std::find(o.layout_flags.begin(), o.layout_flags.end(), flag) != o.layout_flags.end();
+    if (o.explicit_flags.count(flag) == 0) {
+      if (was.empty()) continue;
+      give_back(o.app, flag, was, state_file);
+      if (layout && restored_layout) restored_layout->push_back(flag + " " + was);
+    } else if (const std::string now = shown(as_saved(typed_value(o.app, flag))); now != shown(saved_value)) {
+      changed.push_back(fmt::format("{} {} → {}", key, shown(saved_value), now));
     }
   }
   if (o.schedule.min_lr > o.schedule.learning_rate)
@@ -378,8 +292,7 @@ nn::LrSchedule lr_schedule(const TrainOptions& o) {
 
 nlohmann::json to_json(const TrainOptions& o) {
   nlohmann::json j = nlohmann::json::object();
-  for (const RunSetting& s : run_settings()) j[s.key] = s.get(o);
-  for (const std::string& flag : o.layout_flags) j[key_of(flag)] = typed_value(o.app, flag);
+  for (const std::string& flag : kept_flags(o)) j[key_of(flag)] = as_saved(typed_value(o.app, flag));
   return j;
 }
 

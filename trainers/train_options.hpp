@@ -15,8 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/adamw.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/gpt.hpp"
 #include "nn/lr_schedule.hpp"
+#include "parallel/gradient_wire.hpp"
+#include "trainers/batches.hpp"
+#include "trainers/gradient_averaging.hpp"
 
 namespace trainers {
 
@@ -42,16 +46,18 @@ struct TrainOptions {
   float grad_clip = 1.0f;                                                                       // 0: no clipping
   uint64_t seed = 1337;
   // data parallelism
-  std::string sampling = "random";  // random | partition
-  std::string ddp = "bucketed";     // naive | bucketed
+  Sampling sampling = Sampling::random;  // random | partition (trainers/batches.hpp)
+  DdpKind ddp = DdpKind::bucketed;       // naive | bucketed (trainers/gradient_averaging.hpp)
   double bucket_mb = 1.0;
-  std::string grad_comm = "fp32";  // fp32 | bf16: the gradients' element type in the allreduce / reduce-scatter
+  // fp32 | bf16: the gradients' element type in the allreduce / reduce-scatter (parallel/gradient_wire.hpp)
+  parallel::GradientWire grad_comm = parallel::GradientWire::fp32;
   int zero = 0;     // ZeRO stage (train_dp --zero): 0 replicated, 1 optimizer, 2 + gradients, 3 + parameters sharded
   int threads = 0;  // 0: cores / ranks on this node
   // fp32 | bf16: the linear layers' products (nn/autocast.hpp) | auto: bf16 where the CPU has
   // bf16 units (not emulated), else fp32 — the main job's setting (scripts/run_main_job.sh)
-  std::string precision = "fp32";
-  std::string attention = "fused";  // fused | naive: eager PyTorch's op-per-step attention (nn/ops/attention_naive.cpp)
+  nn::PrecisionSetting precision = nn::PrecisionSetting::fp32;
+  // fused | naive: eager PyTorch's op-per-step attention (nn/ops/attention_naive.cpp)
+  nn::AttentionKernel attention = nn::AttentionKernel::fused;
   // evaluation, logging, samples
   int eval_interval = 250;
   int eval_iters = 10;

@@ -59,7 +59,7 @@ class PipelineParallel final : public PipelineStrategy {
                          p.schedule),
         model_(grid_model_.whole_blocks()),
         averager_(make_gradient_averager(o_.ddp, model_, grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
-                                         parallel::gradient_wire(o_.grad_comm))) {
+                                         o_.grad_comm)) {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }
@@ -69,7 +69,7 @@ class PipelineParallel final : public PipelineStrategy {
 
   void say_layout() const override {
     comm::say("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}", world_.size(),
-              grid_.dp, grid_.pp, s_.schedule, s_.micro_batches, o_.batch_size / s_.micro_batches);
+              grid_.dp, grid_.pp, parallel::name_of(s_.schedule), s_.micro_batches, o_.batch_size / s_.micro_batches);
     comm::say("layout: {}", grid_.layout(world_.size()));
     comm::say("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
               grid_.pp - 1);

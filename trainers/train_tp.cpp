@@ -36,7 +36,7 @@ class TensorParallel final : public GridStrategy {
       : GridStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0)),
         model_(grid_model_.split()),
         // One sampler for the whole group: every rank draws the same batch.
-        sampler_(run.data.train, T(), o_.batch_size, o_.grad_accum, sampling_of(o_.sampling), o_.seed, 0, 1) {}
+        sampler_(run.data.train, T(), o_.batch_size, o_.grad_accum, o_.sampling, o_.seed, 0, 1) {}
 
   void say_layout() const override {
     const nn::GPTConfig& c = run_.start.config;
@@ -82,7 +82,7 @@ class TensorParallel final : public GridStrategy {
   }
   // 2-3. Replicated gradients summed, the global norm, clipping.
   float finish_gradients(float max_norm) override {
-    return grid_model_.finish_gradients(max_norm, parallel::gradient_wire(o_.grad_comm));
+    return grid_model_.finish_gradients(max_norm, o_.grad_comm);
   }
   float step_loss() override { return loss_sum_; }
 

@@ -128,15 +128,12 @@ class Loop {
 void Loop::say_start() const {
   const nn::GPTConfig& c = run_.start.config;
   strategy_.say_layout();
-  const nn::Precision precision = nn::matmul_precision();
-  comm::say("compute: {} ranks × {} thread(s), {} matrix multiplies on {}, {} attention, backend {}", world_.size(),
-            nn::compute_threads(), nn::precision_name(precision), nn::gemm_library(precision),
-            nn::attention_kernel() == nn::AttentionKernel::naive ? "naive" : "fused", world_.backend_name());
+  say_compute(world_);
   const double parameters = nn::parameter_count(c) - c.block_size * c.n_embd;  // nanoGPT's count: no wpe
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", c.n_layer, c.n_head,
             c.n_embd, c.block_size, c.vocab_size, parameters / 1e6);
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", run_.data.train.size(), run_.data.val.size(),
-            run_.data.dir.string(), run_.data.origin, o_.sampling);
+            run_.data.dir.string(), run_.data.origin, kSamplingNames[static_cast<std::size_t>(o_.sampling)]);
   comm::say("global batch: {} × block {} = {} tokens per step", strategy_.batch_layout(), c.block_size,
             batch_.sequences * c.block_size);
   say_run_notes(run_, world_.size(), batch_);

@@ -13,7 +13,7 @@
 #include "nn/autocast.hpp"
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
-#include "nn/bf16.hpp"
+#include "numeric/bf16.hpp"
 #include "nn/gemm.hpp"
 #include "nn/ops.hpp"
 
@@ -43,7 +43,7 @@ void drop(const float* P, float* out, int64_t T, uint64_t stream, int64_t first_
 // alike); `product` multiplies in whichever the run uses.
 struct Operand {
   const float* values;
-  const uint16_t* bf16 = nullptr;
+  const numeric::bfloat16* bf16 = nullptr;
   Operand at(int64_t offset) const { return {values + offset, bf16 ? bf16 + offset : nullptr}; }
 };
 
@@ -59,9 +59,9 @@ void product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
 // scratch `slot`.
 Operand square(const float* values, int64_t T, bool bf16, int slot) {
   if (!bf16) return {values};
-  thread_local std::vector<uint16_t> scratch[2];
+  thread_local std::vector<numeric::bfloat16> scratch[2];
   if (scratch[slot].size() < static_cast<std::size_t>(T * T)) scratch[slot].resize(T * T);
-  for (int64_t i = 0; i < T * T; ++i) scratch[slot][i] = to_bf16(values[i]);
+  numeric::round_to_bf16({values, static_cast<std::size_t>(T * T)}, {scratch[slot].data(), static_cast<std::size_t>(T * T)});
   return {values, scratch[slot].data()};
 }
 

@@ -1,0 +1,36 @@
+// How this process computes, set once at start beside the GEMM engine's choice:
+//
+//   --precision fp32|bf16|auto   the matrix multiplies' inputs (nn/autocast.hpp); auto → bf16
+//                                where the CPU has bf16 units (oneDNN on AVX-512 BF16), else fp32
+//   --attention fused|naive      one kernel per head, or eager PyTorch's separate ops
+//
+// Programs parse the flags into these enums (comm::cli::add_choice with the name tables below)
+// and call set_compute_modes once; the models read the modes, never the flags.
+#pragma once
+#include <array>
+#include <string_view>
+
+#include "nn/gemm.hpp"  // Precision, the engines
+#include "nn/ops.hpp"   // AttentionKernel
+
+namespace nn {
+
+enum class PrecisionSetting { fp32, bf16, automatic };
+inline constexpr std::array<std::string_view, 3> kPrecisionSettingNames = {"fp32", "bf16", "auto"};
+inline constexpr std::array<std::string_view, 2> kPrecisionNames = {"fp32", "bf16"};  // by Precision
+inline constexpr std::array<std::string_view, 2> kAttentionKernelNames = {"fused", "naive"};
+
+constexpr std::string_view name_of(Precision p) { return kPrecisionNames[static_cast<std::size_t>(p)]; }
+constexpr std::string_view name_of(AttentionKernel k) { return kAttentionKernelNames[static_cast<std::size_t>(k)]; }
+
+// The setting with auto resolved: bf16 where gemm_has_native_bf16(), else fp32.
+Precision resolve(PrecisionSetting setting);
+
+struct ComputeModes {
+  Precision precision = Precision::fp32;
+  AttentionKernel attention = AttentionKernel::fused;
+};
+// Resolves auto and sets both modes for the whole process; returns what runs.
+ComputeModes set_compute_modes(PrecisionSetting precision, AttentionKernel attention);
+
+}  // namespace nn

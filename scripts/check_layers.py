@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Checks that every #include points down: each file includes only what stands below it.
+
+The layers, bottom first (docs/README "Layout" draws the same picture). A file may include a
+file of its own layer or of a lower one, never of a higher one:
+
+  numeric/                      the bf16 type and its codec, shared by comm/ and nn/
+  comm/ basics                  types, errors, the command-line checks
+  comm/watchdog/                deadlines, the status board and its exchange, termination, abort hooks
+  comm/ transport and kernels   point-to-point under the watchdog, reduce kernels, device memory, staging,
+                                the Backend interface
+  comm/algorithms/, comm/shm/   the hand-written schedules and the shared-memory segment
+  comm/backends/                mpi, ring, naive, shm, nccl
+  comm/ communicator            the collectives every program calls
+  comm/ runtime                 MPI's start and end, the flags, the world
+  nn/                           autograd, layers, GPT (beside comm/: neither includes the other)
+  parallel/                     DP/PP/TP parts over comm/ and nn/
+  trainers/, benchmarks/, examples/   the programs
+
+Usage: check_layers.py [ROOT]   (exit 1 listing every upward include)
+"""
+import pathlib
+import re
+import sys
+
+# (name, files it holds as path prefixes or exact paths), bottom first.
+LAYERS = [
+    ("numeric", ["numeric/"]),
+    ("comm basics", ["comm/types.hpp", "comm/error.hpp", "comm/cli_forward.hpp", "comm/cli_checks."]),
+    ("comm watchdog wing", ["comm/watchdog/"]),
+    ("comm transport and kernels", ["comm/transport.", "comm/reduce_kernels.", "comm/device_memory.",
+                                    "comm/staging.", "comm/backend."]),
+    ("comm algorithms and shm", ["comm/algorithms/", "comm/shm/"]),
+    ("comm backends", ["comm/backends/"]),
+    ("comm communicator", ["comm/communicator."]),
+    ("comm runtime", ["comm/runtime."]),
+    ("parallel", ["parallel/"]),
+    ("programs", ["trainers/", "benchmarks/", "examples/"]),
+]
+# nn/ stands beside comm/: neither may include the other; it may include numeric/.
+NN = ("nn", ["nn/"])
+
+
+def layer_of(path):
+    if path.startswith("nn/"):
+        return NN[0], None
+    for index, (name, prefixes) in enumerate(LAYERS):
+        if any(path == p or path.startswith(p) for p in prefixes):
+            return name, index
+    return None, None
+
+
+def allowed(source, target):
+    """True when `source` may include `target` (both repository-relative paths)."""
+    s_name, s_index = layer_of(source)
+    t_name, t_index = layer_of(target)
+    if s_name is None or t_name is None:
+        return True  # a file outside the layered rooms (tests, third parties)
+    if s_name == "nn":
+        return t_name in ("nn", "numeric")
+    if t_name == "nn":
+        return s_index >= LAYERS.index(("parallel", ["parallel/"]))
+    return t_index <= s_index
+
+
+def main():
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
+    include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+    wrong = []
+    checked = 0
+    for room in ["numeric", "comm", "nn", "parallel", "trainers", "benchmarks", "examples"]:
+        for file in sorted((root / room).rglob("*")):
+            if file.suffix not in (".hpp", ".cpp", ".h", ".cu") or "standalone" in file.parts:
+                continue
+            source = file.relative_to(root).as_posix()
+            for target in include.findall(file.read_text(errors="replace")):
+                checked += 1
+                if not allowed(source, target):
+                    wrong.append(f"{source} includes {target}: {layer_of(source)[0]} may not include "
+                                 f"{layer_of(target)[0]}, which stands above it")
+    for line in wrong:
+        print(line)
+    print(f"check_layers: {checked} includes, {len(wrong)} pointing up")
+    return 1 if wrong or checked == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
