@@ -236,7 +236,8 @@ Plan plan_of(const Settings& settings, int ranks) {
     throw comm::UsageError(e.what());
   }
   p.forms = forms_to_run(*p.c.collective, settings);
-  p.backends = settings.compare.empty() ? std::vector<std::string>{settings.comm.backend} : settings.compare;
+  p.backends = settings.compare.empty() ? std::vector<std::string>{std::string(comm::name_of(settings.comm.backend))}
+                                        : settings.compare;
   p.redop = p.c.collective->uses_reduce_op() ? settings.op : "none";
   p.root = p.c.collective->uses_root() ? p.c.root : -1;
   return p;
@@ -331,14 +332,14 @@ void run(comm::Runtime& runtime, const Settings& settings) {
   Communicator& world = runtime.world();
   Plan p = plan_of(settings, world.size());
   // Timing, checking and the memory check are host work: over mpi, whatever is measured.
-  Communicator clock = world.with_backend("mpi");
+  Communicator clock = world.with_backend(comm::BackendKind::mpi);
   check_memory(clock, p.c, p.sizes.back());  // the backends take turns on buffers of the same size
   if (settings.device == "cuda") comm::select_device(runtime.local_rank(), "--device cuda");
   for (const auto& name : p.backends)
     if (name == "nccl" && settings.device != "cuda")
       throw comm::UsageError("--backend nccl works on device memory: add --device cuda");
   std::vector<Communicator> comms;
-  for (const auto& name : p.backends) comms.push_back(world.with_backend(name));
+  for (const auto& name : p.backends) comms.push_back(world.with_backend(comm::parse_backend(name)));
   say_header(p, settings, world.size());
   CsvFile csv(settings.csv, world.rank());
 

@@ -5,7 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "comm/error.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 
@@ -75,16 +75,28 @@ std::string why_not_a_backend(std::string_view name) {
   return fmt::format("unknown backend '{}' (this build has {})", name, fmt::join(built, ", "));
 }
 
-std::shared_ptr<Backend> make_backend(std::string_view name) {
-  if (const std::string why = why_not_a_backend(name); !why.empty()) fail("{}", why);
-  if (name == "mpi") return make_mpi_backend();
-  if (name == "ring") return make_ring_backend();
-  if (name == "naive") return make_naive_backend();
-  if (name == "shm") return make_shm_backend();
+BackendKind parse_backend(std::string_view name) {
+  if (const std::string why = why_not_a_backend(name); !why.empty()) throw UsageError(why);
+  return static_cast<BackendKind>(std::find(kBackendNames.begin(), kBackendNames.end(), name) - kBackendNames.begin());
+}
+
+std::shared_ptr<Backend> make_backend(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::mpi:
+      return make_mpi_backend();
+    case BackendKind::ring:
+      return make_ring_backend();
+    case BackendKind::naive:
+      return make_naive_backend();
+    case BackendKind::shm:
+      return make_shm_backend();
+    case BackendKind::nccl:
+      break;
+  }
 #ifdef NANODIST_HAVE_NCCL
   return make_nccl_backend();
 #else
-  fail("internal error: backend '{}' listed but not built", name);
+  throw UsageError(why_not_a_backend("nccl"));
 #endif
 }
 

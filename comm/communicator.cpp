@@ -24,15 +24,6 @@ std::int64_t derive_id(std::int64_t parent, std::int64_t split, int color) {
 
 }  // namespace
 
-MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
-  std::swap(comm_, o.comm_);
-  return *this;
-}
-
-MpiComm::~MpiComm() {
-  if (comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
-}
-
 Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend)
     : backend_(std::move(backend)), name_(std::move(name)), id_(id), group_(group) {
   check_mpi(MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -363,7 +354,7 @@ Communicator Communicator::split(int color, int key) {
   return derive(color, key, backend_);
 }
 
-Communicator Communicator::with_backend(std::string_view backend) {
+Communicator Communicator::with_backend(BackendKind backend) {
   // Color 0 for everyone: the same group, its own lanes, another backend.
   return derive(0, rank_, make_backend(backend));
 }

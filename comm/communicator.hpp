@@ -4,7 +4,7 @@
 //   std::vector<float> grad(n);
 //   world.allreduce(std::span(grad), comm::ReduceOp::avg);   // every rank: the mean
 //
-// Every call goes to the backend chosen at run time (mpi, ring, naive), under the
+// Every call goes to the backend chosen at run time (mpi, ring, naive, shm, nccl), under the
 // watchdog: it has a sequence number on this communicator and a deadline, and in check
 // mode its arguments are compared across ranks before any data moves. Each kind of
 // collective travels on its own MPI communicator (a "lane"), so a rank that calls the wrong
@@ -22,9 +22,10 @@
 
 #include "comm/backend.hpp"
 #include "comm/error.hpp"
+#include "comm/mpi_comm.hpp"
 #include "comm/staging.hpp"
 #include "comm/types.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 
@@ -51,20 +52,6 @@ class Work {
   std::unique_ptr<Staging> staged_;  // device buffers' host copies (mpi, ring, naive)
   OpCall call_;
   std::int64_t start_ns_ = 0;
-};
-
-// Owns one MPI communicator handle (freed on destruction unless it is MPI_COMM_WORLD).
-class MpiComm {
- public:
-  MpiComm() = default;
-  explicit MpiComm(MPI_Comm c) : comm_(c) {}
-  MpiComm(MpiComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
-  MpiComm& operator=(MpiComm&& o) noexcept;
-  ~MpiComm();
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
 // What went through a communicator, per kind of call: how many calls and how many bytes of
@@ -95,8 +82,6 @@ class Communicator {
   int size() const { return size_; }
   const std::string& name() const { return name_; }
   std::string_view backend_name() const { return backend_->name(); }
-  // The world rank of this communicator's rank r.
-  int world_rank_of(int r) const { return members_.at(static_cast<std::size_t>(r)); }
 
   // out-of-place: recv = send reduced over all ranks; in place: data reduced over all ranks.
   template <class T>
@@ -153,8 +138,8 @@ class Communicator {
 
   // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
   Communicator split(int color, int key);
-  // The same ranks, running another backend ("mpi", "ring", "naive"): to compare them.
-  Communicator with_backend(std::string_view backend);
+  // The same ranks, running another backend: to compare them.
+  Communicator with_backend(BackendKind backend);
 
  private:
   // The type-erased core every template above forwards to.
@@ -200,7 +185,7 @@ class Communicator {
   std::int64_t id_;
   int rank_ = 0;
   int size_ = 0;
-  std::vector<int> members_;
+  std::vector<int> members_;  // the world rank of each rank here (for the watchdog's reports)
   MpiComm group_;
   std::array<MpiComm, kLanes> lanes_;
   std::int64_t next_seq_ = 0;      // collectives, in the order every rank makes them

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "comm/error.hpp"
-#include "comm/runtime.hpp"
 
 #ifdef NANODIST_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -99,5 +98,11 @@ void use_device_memory(const char* who) {
 }
 
 bool device_memory_in_use() { return g_device_memory; }
+
+namespace {
+int g_node_local_rank = 0;
+}  // namespace
+void set_node_local_rank(int local_rank) { g_node_local_rank = local_rank; }
+int node_local_rank() { return g_node_local_rank; }
 
 }  // namespace comm

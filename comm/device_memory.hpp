@@ -31,6 +31,10 @@ MemoryKind memory_kind(const void* p);
 // Selects this process's GPU: node-local rank % devices (one device per rank where there are
 // enough; several ranks share one otherwise).
 void select_device(int local_rank, const char* who);
+// This process's rank among those on its node, recorded once by comm::Runtime at start (for
+// the parts below the runtime that choose a GPU: the nccl backend).
+void set_node_local_rank(int local_rank);
+int node_local_rank();
 
 // RAII device memory (cudaMalloc / cudaFree).
 class DeviceBuffer {

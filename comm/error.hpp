@@ -1,4 +1,4 @@
-// The one exception type of the comm library: a message with its context already in it.
+// The exceptions of the comm library: a message with its context already in it.
 #pragma once
 
 #include <stdexcept>
@@ -11,6 +11,13 @@ namespace comm {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A mistake in what the user asked for, the same on every rank: reported once, exit 2
+// (comm::Runtime::run).
+class UsageError : public Error {
+ public:
+  using Error::Error;
 };
 
 // Throws comm::Error with a fmt-formatted message.

@@ -1,6 +1,6 @@
 #include "comm/runtime.hpp"
 
-#include "comm/shm/segment.hpp"
+#include "comm/watchdog/abort_hooks.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -12,7 +12,8 @@
 
 #include "comm/backend.hpp"
 #include "comm/cli_checks.hpp"
-#include "comm/termination.hpp"
+#include "comm/device_memory.hpp"
+#include "comm/watchdog/termination.hpp"
 
 namespace comm {
 namespace {
@@ -49,10 +50,12 @@ CLI::Validator backend_check() {
 void add_options(CLI::App& app, Options& options) {
   app.option_defaults()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-  app.add_option("--backend", options.backend, fmt::format("collective backend: {}", fmt::join(backend_names(), ", ")))
+  app.add_option_function<std::string>(
+         "--backend", [&options](const std::string& name) { options.backend = parse_backend(name); },
+         fmt::format("collective backend: {}", fmt::join(backend_names(), ", ")))
       ->envname("NANODIST_BACKEND")
       ->check(backend_check())
-      ->capture_default_str();
+      ->default_str(std::string(name_of(options.backend)));
   app.add_option("--timeout", options.timeout_s, "deadline of every collective, in seconds (at most 1e9)")
       ->envname("NANODIST_TIMEOUT")
       ->check(cli::positive_real(Watchdog::kMaxTimeoutSeconds))
@@ -89,6 +92,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
+  set_node_local_rank(local_rank_);
   g_runtime = this;
 }
 
@@ -165,7 +169,7 @@ int Runtime::run(const std::function<void()>& body) {
     else
       fmt::print(stderr, "error: {}\n", what);
     std::fflush(stderr);
-    shm::unlink_segments_in_making();
+    run_abort_hooks();
     if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

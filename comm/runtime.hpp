@@ -28,14 +28,14 @@
 
 #include "comm/communicator.hpp"
 #include "comm/error.hpp"
-#include "comm/status_board.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/status_board.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 
 // Options every program takes; each also reads an environment variable.
 struct Options {
-  std::string backend = "mpi";   // --backend, NANODIST_BACKEND
+  BackendKind backend = BackendKind::mpi;  // --backend, NANODIST_BACKEND
   double timeout_s = 300;        // --timeout, NANODIST_TIMEOUT: deadline of every collective
   bool check = false;            // --check-collectives, NANODIST_CHECK
   bool all_ranks_print = false;  // --all-ranks, NANODIST_ALL_RANKS
@@ -44,12 +44,6 @@ struct Options {
 void add_options(CLI::App& app, Options& options);
 // Accepts a backend this build has; otherwise says why not (the --backend and --compare check).
 CLI::Validator backend_check();
-
-// A mistake in what the user asked for, the same on every rank: reported once, exit 2.
-class UsageError : public Error {
- public:
-  using Error::Error;
-};
 
 // Parses the command line; help and bad flags end the program through run().
 void parse(CLI::App& app, int argc, char** argv);

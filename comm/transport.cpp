@@ -3,7 +3,7 @@
 #include <climits>
 
 #include "comm/error.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <type_traits>
 
@@ -149,6 +150,20 @@ constexpr DataType datatype_of<std::int64_t>() {
 template <>
 constexpr DataType datatype_of<bfloat16>() {
   return DataType::bf16;
+}
+
+// The address of element `index` of a buffer of `type` at `base`.
+inline char* at(void* base, std::size_t index, DataType type) {
+  return static_cast<char*>(base) + index * size_of(type);
+}
+inline const char* at(const void* base, std::size_t index, DataType type) {
+  return static_cast<const char*>(base) + index * size_of(type);
+}
+
+// Copies `count` elements, unless there is nothing to copy: count 0 (an empty span's buffer
+// may be null, which memcpy must not see even for 0 bytes) or `to` is `from` (in place).
+inline void copy_elements(void* to, const void* from, std::size_t count, DataType type) {
+  if (count > 0 && to != from) std::memcpy(to, from, count * size_of(type));
 }
 
 // Parses "sum", "max", ... ; throws comm::Error on anything else.

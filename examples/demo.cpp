@@ -37,7 +37,7 @@ int run(int argc, char** argv, const std::string& description, bool uses_root, b
     if (settings.device == "cuda") comm::select_device(runtime.local_rank(), "--device cuda");
     // Printing is host work: under nccl (device memory only) show() uses the same ranks over mpi.
     std::optional<comm::Communicator> host_world;
-    if (world.backend_name() == "nccl") host_world.emplace(world.with_backend("mpi"));
+    if (world.backend_name() == "nccl") host_world.emplace(world.with_backend(comm::BackendKind::mpi));
     g_host_world = host_world ? &*host_world : nullptr;
     if (settings.root < 0 || settings.root >= world.size())
       throw comm::UsageError(fmt::format("--root {} is not a rank of this {}-rank job", settings.root, world.size()));

@@ -73,68 +73,76 @@ bool GPTPart::is_whole(const GPTConfig& config) const {
 
 GPT::GPT(const GPTConfig& config, uint64_t seed) : GPT(config, seed, GPTPart::whole(config)) {}
 
-GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
-    : config_(config), part_(part), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
-  config_.validate();
-  const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
-  if (part_.first_block < 0 || part_.end_block > L || part_.first_block > part_.end_block)
-    fail("GPT part: blocks [{}, {}) are not a range of the {} blocks", part_.first_block, part_.end_block, L);
+// nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
+// weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
+Tensor GPT::init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned) {
+  const bool is_bias = name.ends_with(".bias"), is_layernorm = name.find(".ln_") != std::string::npos;
+  const bool random = !is_bias && !is_layernorm;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (!owned) {
+    if (random)
+      for (int64_t i = 0; i < n; ++i) rng.normal(0.0f, 0.02f);  // keep the stream in step
+    return Tensor{};
+  }
+  Tensor t = add_parameter(name, std::move(shape));
+  if (is_layernorm && !is_bias) {
+    std::fill_n(t.data(), t.numel(), 1.0f);
+  } else if (random) {
+    const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config_.n_layer));
+    const float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
+    for (float& v : t.values()) v = rng.normal(0.0f, stddev);
+  }
+  return t;
+}
 
-  // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
-  // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
-  // The draws run over the *whole* model in state_dict order; a part keeps the values of the
-  // parameters it owns and skips the others' — so every part starts from exactly the whole
-  // model's numbers, and the copies of wte on the first and last stage are identical.
-  Rng rng(seed);
-  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
-  auto parameter = [&](const std::string& name, Shape shape, bool owned) {
-    const bool is_bias = name.ends_with(".bias"), is_layernorm = name.find(".ln_") != std::string::npos;
-    const bool random = !is_bias && !is_layernorm;
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    if (!owned) {
-      if (random)
-        for (int64_t i = 0; i < n; ++i) rng.normal(0.0f, 0.02f);  // keep the stream in step
-      return Tensor{};
-    }
-    Tensor t = add_parameter(name, std::move(shape));
-    if (is_layernorm && !is_bias)
-      std::fill_n(t.data(), t.numel(), 1.0f);
-    else if (random) {
-      const float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
-      for (float& v : t.values()) v = rng.normal(0.0f, stddev);
-    }
-    return t;
-  };
-  auto optional_bias = [&](const std::string& name, int64_t n, bool owned) {
-    return config_.bias ? parameter(name, {n}, owned) : Tensor{};
-  };
-  auto indices_from = [&](std::size_t first) {
-    std::vector<int> group;
-    for (std::size_t i = first; i < parameters_.size(); ++i) group.push_back(static_cast<int>(i));
-    return group;
-  };
-  // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
-  // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.
-  wte_ = parameter("transformer.wte.weight", {V, C}, part_.embedding || part_.head);
-  wpe_ = parameter("transformer.wpe.weight", {config_.block_size, C}, part_.embedding);
-  if (part_.embedding) embedding_group_ = indices_from(0);
-  for (int64_t l = 0; l < L; ++l) {
+Tensor GPT::init_bias(Rng& rng, const std::string& name, int64_t n, bool owned) {
+  return config_.bias ? init_parameter(rng, name, {n}, owned) : Tensor{};
+}
+
+std::vector<int> GPT::indices_from(std::size_t first) const {
+  std::vector<int> group;
+  for (std::size_t i = first; i < parameters_.size(); ++i) group.push_back(static_cast<int>(i));
+  return group;
+}
+
+void GPT::init_blocks(Rng& rng) {
+  const int64_t C = config_.n_embd;
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
     const bool owned = l >= part_.first_block && l < part_.end_block;
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     const std::size_t first = parameters_.size();
     BlockWeights b;
     for (const BlockTensor& t : block_tensors()) {
       const Shape shape = t.columns ? Shape{t.rows * C, t.columns * C} : Shape{t.rows * C};
-      b.*t.field = t.bias ? optional_bias(p + t.name, t.rows * C, owned) : parameter(p + t.name, shape, owned);
+      b.*t.field =
+          t.bias ? init_bias(rng, p + t.name, t.rows * C, owned) : init_parameter(rng, p + t.name, shape, owned);
     }
     if (!owned) continue;
     blocks_.push_back(b);
     block_groups_.push_back(indices_from(first));
   }
+}
+
+// The draws run over the *whole* model in state_dict order; a part keeps the values of the
+// parameters it owns and skips the others' — so every part starts from exactly the whole
+// model's numbers, and the copies of wte on the first and last stage are identical.
+GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
+    : config_(config), part_(part), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
+  config_.validate();
+  const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  if (part_.first_block < 0 || part_.end_block > L || part_.first_block > part_.end_block)
+    fail("GPT part: blocks [{}, {}) are not a range of the {} blocks", part_.first_block, part_.end_block, L);
+  Rng rng(seed);
+  // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
+  // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.
+  wte_ = init_parameter(rng, "transformer.wte.weight", {V, C}, part_.embedding || part_.head);
+  wpe_ = init_parameter(rng, "transformer.wpe.weight", {config_.block_size, C}, part_.embedding);
+  if (part_.embedding) embedding_group_ = indices_from(0);
+  init_blocks(rng);
   const std::size_t ln_f_first = parameters_.size();
-  ln_f_weight_ = parameter("transformer.ln_f.weight", {C}, part_.head);
-  ln_f_bias_ = optional_bias("transformer.ln_f.bias", C, part_.head);
+  ln_f_weight_ = init_parameter(rng, "transformer.ln_f.weight", {C}, part_.head);
+  ln_f_bias_ = init_bias(rng, "transformer.ln_f.bias", C, part_.head);
   if (part_.head) {
     ln_f_group_ = indices_from(ln_f_first);
     if (!part_.embedding) ln_f_group_.push_back(0);  // this stage's wte serves only lm_head, in the same group

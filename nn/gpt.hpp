@@ -152,6 +152,12 @@ class GPT {
 
  private:
   Tensor add_parameter(const std::string& name, Shape shape);
+  // nanoGPT's initialisation of one parameter, drawn from `rng` in state_dict order; one this
+  // part does not own still draws its numbers (keeping the stream in step) and is not made.
+  Tensor init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned);
+  Tensor init_bias(Rng& rng, const std::string& name, int64_t n, bool owned);  // none without --bias
+  std::vector<int> indices_from(std::size_t first) const;  // parameters first … last
+  void init_blocks(Rng& rng);  // the part's blocks and their groups
   Tensor final_norm(const Tensor& x);  // ln_f
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);

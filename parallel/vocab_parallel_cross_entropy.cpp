@@ -9,6 +9,42 @@
 #include "nn/error.hpp"
 
 namespace parallel {
+namespace {
+
+// The rows that count (target ≠ ignore_index); fails on a target outside the vocabulary.
+int64_t counted_rows(std::span<const int32_t> targets, int64_t vocab_size, int32_t ignore_index) {
+  int64_t counted = 0;
+  for (int32_t t : targets) {
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= vocab_size)
+      nn::fail("vocab_parallel_cross_entropy: target {} outside the {} classes", t, vocab_size);
+    ++counted;
+  }
+  return counted;
+}
+
+// Each row's max over every rank's `real` columns of z [N, Vr].
+std::vector<float> row_maxima(const float* z, int64_t N, int64_t Vr, int64_t real, comm::Communicator& tp) {
+  std::vector<float> max(static_cast<std::size_t>(N), -std::numeric_limits<float>::infinity());
+  for (int64_t r = 0; r < N; ++r)
+    if (real > 0) max[r] = *std::max_element(z + r * Vr, z + r * Vr + real);
+  tp.allreduce(std::span(max), comm::ReduceOp::max);
+  return max;
+}
+
+// Each row's target logit: the rank whose columns hold it contributes it, the others 0.
+std::vector<float> target_logits(const float* z, int64_t N, int64_t Vr, int64_t real, std::span<const int32_t> targets,
+                                 int64_t vocab_start, int32_t ignore_index, comm::Communicator& tp) {
+  std::vector<float> target_logit(static_cast<std::size_t>(N), 0.0f);
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
+    if (targets[r] != ignore_index && local >= 0 && local < real) target_logit[r] = z[r * Vr + local];
+  }
+  tp.allreduce(std::span(target_logit));
+  return target_logit;
+}
+
+}  // namespace
 
 // forward:  M_r = max over all ranks' real columns of z_rj;  S_r = Σ_all exp(z_rj − M_r)
 //           loss = (1/n) Σ_{counted rows} (log S_r + M_r − z_r,target)
@@ -21,29 +57,11 @@ nn::Tensor vocab_parallel_cross_entropy(const nn::Tensor& local_logits, std::spa
     nn::fail("vocab_parallel_cross_entropy: {} targets for {} rows of logits {}", targets.size(), N,
              nn::shape_string(local_logits.shape()));
   const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, Vr);  // this rank's non-padding columns
-  int64_t counted = 0;
-  for (int32_t t : targets) {
-    if (t == ignore_index) continue;
-    if (t < 0 || t >= vocab_size)
-      nn::fail("vocab_parallel_cross_entropy: target {} outside the {} classes", t, vocab_size);
-    ++counted;
-  }
+  const int64_t counted = counted_rows(targets, vocab_size, ignore_index);
   const float* z = local_logits.data();
-  const float lowest = -std::numeric_limits<float>::infinity();
-
-  // 1. Row maxima over every rank's real columns.
-  std::vector<float> max(static_cast<std::size_t>(N), lowest);
-  for (int64_t r = 0; r < N; ++r)
-    if (real > 0) max[r] = *std::max_element(z + r * Vr, z + r * Vr + real);
-  tp.allreduce(std::span(max), comm::ReduceOp::max);
-
-  // 2. The target's logit: its owner contributes it, the others 0.
-  std::vector<float> target_logit(static_cast<std::size_t>(N), 0.0f);
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
-    if (targets[r] != ignore_index && local >= 0 && local < real) target_logit[r] = z[r * Vr + local];
-  }
-  tp.allreduce(std::span(target_logit));
+  // 1. Row maxima over every rank's real columns; 2. the target's logit.
+  const std::vector<float> max = row_maxima(z, N, Vr, real, tp);
+  const std::vector<float> target_logit = target_logits(z, N, Vr, real, targets, vocab_start, ignore_index, tp);
 
   // 3. Sums of exp(z − max); the exponentials are kept for the backward.
   nn::Tensor probabilities = nn::Tensor::zeros({N, Vr});  // exp(z − M), then divided by S

@@ -7,8 +7,8 @@ file of its own layer or of a lower one, never of a higher one:
   numeric/                      the bf16 type and its codec, shared by comm/ and nn/
   comm/ basics                  types, errors, the command-line checks
   comm/watchdog/                deadlines, the status board and its exchange, termination, abort hooks
-  comm/ transport and kernels   point-to-point under the watchdog, reduce kernels, device memory, staging,
-                                the Backend interface
+  comm/ transport and kernels   MPI handles, point-to-point under the watchdog, reduce kernels, device
+                                memory, staging, the Backend interface
   comm/algorithms/, comm/shm/   the hand-written schedules and the shared-memory segment
   comm/backends/                mpi, ring, naive, shm, nccl
   comm/ communicator            the collectives every program calls
@@ -28,8 +28,8 @@ LAYERS = [
     ("numeric", ["numeric/"]),
     ("comm basics", ["comm/types.hpp", "comm/error.hpp", "comm/cli_forward.hpp", "comm/cli_checks."]),
     ("comm watchdog wing", ["comm/watchdog/"]),
-    ("comm transport and kernels", ["comm/transport.", "comm/reduce_kernels.", "comm/device_memory.",
-                                    "comm/staging.", "comm/backend."]),
+    ("comm transport and kernels", ["comm/mpi_comm.hpp", "comm/transport.", "comm/reduce_kernels.",
+                                    "comm/device_memory.", "comm/staging.", "comm/backend."]),
     ("comm algorithms and shm", ["comm/algorithms/", "comm/shm/"]),
     ("comm backends", ["comm/backends/"]),
     ("comm communicator", ["comm/communicator."]),

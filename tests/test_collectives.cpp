@@ -86,11 +86,11 @@ Backends& backends() {
   // a static's destructor would run after MPI_Finalize, too late to free communicators.
   static Backends& b = *new Backends([] {
     Communicator& world = comm::runtime().world();
-    Backends made{world.with_backend("mpi"), {}};
-    made.tested.push_back(world.with_backend("mpi"));
-    made.tested.push_back(world.with_backend("ring"));
-    made.tested.push_back(world.with_backend("naive"));
-    made.tested.push_back(world.with_backend("shm"));
+    Backends made{world.with_backend(comm::BackendKind::mpi), {}};
+    made.tested.push_back(world.with_backend(comm::BackendKind::mpi));
+    made.tested.push_back(world.with_backend(comm::BackendKind::ring));
+    made.tested.push_back(world.with_backend(comm::BackendKind::naive));
+    made.tested.push_back(world.with_backend(comm::BackendKind::shm));
     return made;
   }());
   return b;
@@ -222,9 +222,9 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
   auto& b = backends();
   Communicator& world = comm::runtime().world();
   setenv("NANODIST_SHM_SINGLE_COPY", "0", 1);
-  Communicator copy_in = world.with_backend("shm");
+  Communicator copy_in = world.with_backend(comm::BackendKind::shm);
   unsetenv("NANODIST_SHM_SINGLE_COPY");
-  Communicator single_copy = world.with_backend("shm");
+  Communicator single_copy = world.with_backend(comm::BackendKind::shm);
   for (Communicator* tested : {&single_copy, &copy_in}) {
     INFO((tested == &copy_in ? "copy-in forced" : "single copy where permitted"));
     // (one form per type: the sanitizer build runs this on 5 ranks too)
@@ -243,7 +243,7 @@ TEST_CASE("shm across nodes: hierarchical collectives give the mpi backend's ans
   for (const char* per_node : {"1", "2"}) {
     INFO("NANODIST_SHM_RANKS_PER_NODE=" << per_node);
     setenv("NANODIST_SHM_RANKS_PER_NODE", per_node, 1);
-    Communicator nodes = world.with_backend("shm");
+    Communicator nodes = world.with_backend(comm::BackendKind::shm);
     unsetenv("NANODIST_SHM_RANKS_PER_NODE");
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}})
       for (bool in_place : {false, true}) {
@@ -270,10 +270,10 @@ TEST_CASE("sub-communicators from split() run every backend correctly", "[collec
   Communicator& world = comm::runtime().world();
   for (const char* name : {"mpi", "ring", "naive", "shm"}) {
     INFO("backend " << name);
-    Communicator backend_world = world.with_backend(name);
+    Communicator backend_world = world.with_backend(comm::parse_backend(name));
     // Even and odd world ranks, ordered backwards to make the new ranks differ from the old.
     Communicator half = backend_world.split(world.rank() % 2, -world.rank());
-    Communicator reference = half.with_backend("mpi");
+    Communicator reference = half.with_backend(comm::BackendKind::mpi);
     const int expected_size = (world.size() + (world.rank() % 2 == 0 ? 1 : 0)) / 2;
     CHECK(half.size() == expected_size);
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}}) {
@@ -293,7 +293,7 @@ TEST_CASE("asynchronous allreduces overlap, complete in any wait order, and matc
   Communicator& world = comm::runtime().world();
   for (const char* name : {"mpi", "ring", "naive", "shm"}) {
     INFO("backend " << name);
-    Communicator c = world.with_backend(name);
+    Communicator c = world.with_backend(comm::parse_backend(name));
     // Several in flight at once, as gradient buckets are; waited for in reverse order.
     std::vector<std::vector<float>> buckets;
     for (std::size_t k = 0; k < 4; ++k) buckets.push_back(inputs<float>(c.rank() + static_cast<int>(k), 1000 + 37 * k));
@@ -316,7 +316,7 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
   const auto n = static_cast<std::size_t>(world.size());
   for (const char* name : {"mpi", "ring", "naive", "shm"}) {
     INFO("backend " << name);
-    Communicator c = world.with_backend(name);
+    Communicator c = world.with_backend(comm::parse_backend(name));
     // Per unit k: a reduce-scatter of n blocks of `count` and an allgather of `count`, all
     // started before any is waited for; counts include 0 and sizes larger than a ring segment.
     const std::vector<std::size_t> counts = {0, 1, 1001, 300'007};
@@ -355,7 +355,7 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
 }
 
 TEST_CASE("the communicator counts its calls and bytes by kind", "[collectives][traffic]") {
-  Communicator c = comm::runtime().world().with_backend("ring");
+  Communicator c = comm::runtime().world().with_backend(comm::BackendKind::ring);
   const auto n = static_cast<std::size_t>(c.size());
   const comm::TrafficByKind before = c.traffic();
   std::vector<float> data(1000), shard(10), gathered(10 * n), all(10 * n);
@@ -401,5 +401,5 @@ TEST_CASE("argument mistakes are errors naming the collective", "[collectives][e
                     Catch::Contains("allreduce") && Catch::Contains("send has 4 elements, recv 3"));
   CHECK_THROWS_WITH(world.broadcast(std::span(a), world.size()), Catch::Contains("root"));
   CHECK_THROWS_WITH(world.allgather(std::span<const float>(a), std::span(b)), Catch::Contains("allgather"));
-  CHECK_THROWS_WITH(comm::make_backend("carrier-pigeon"), Catch::Contains("unknown backend 'carrier-pigeon'"));
+  CHECK_THROWS_WITH(comm::parse_backend("carrier-pigeon"), Catch::Contains("unknown backend 'carrier-pigeon'"));
 }

@@ -149,21 +149,21 @@ void check_every_collective(Communicator& c, Communicator& host) {
 TEMPLATE_TEST_CASE("every collective on device memory equals the same call on host memory", "[gpu]", float,
                    std::int64_t, comm::bfloat16) {
   Communicator& world = comm::runtime().world();
-  Communicator host = world.with_backend("mpi");
+  Communicator host = world.with_backend(comm::BackendKind::mpi);
   for (const auto& name : backends_here()) {
     INFO("backend " << name << ", " << world.size() << " ranks");
-    Communicator c = world.with_backend(name);
+    Communicator c = world.with_backend(comm::parse_backend(name));
     check_every_collective<TestType>(c, host);
   }
 }
 
 TEST_CASE("asynchronous collectives on device memory overlap, complete in any order, and match", "[gpu]") {
   Communicator& world = comm::runtime().world();
-  Communicator host = world.with_backend("mpi");
+  Communicator host = world.with_backend(comm::BackendKind::mpi);
   const auto n = static_cast<std::size_t>(world.size());
   for (const auto& name : backends_here()) {
     INFO("backend " << name);
-    Communicator c = world.with_backend(name);
+    Communicator c = world.with_backend(comm::parse_backend(name));
     // Per unit k: an allreduce, a reduce-scatter and an allgather, all started before any is
     // waited for (gradient buckets, ZeRO's pair); sizes from one element to past a ring segment.
     const std::vector<std::size_t> counts = {1, 1001, 300'007};

@@ -143,7 +143,7 @@ TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (-
   state["train_state"]["options"]["dp"] = "0";
   std::ofstream(state_file) << state.dump(2);
   usage_failure(train_pp(4, common() + " --resume --max-iters 1004 --out-dir " + out("pp_ctrl_c")),
-                state_file.string() + ": options.dp (what --dp sets): --dp must be a whole number ≥ 1, got 0");
+                state_file.string() + ": options.dp (what --dp sets) must be a whole number ≥ 1, got 0");
 }
 
 TEST_CASE("a stage that dies or skips a send is named by the watchdog, and the job ends") {

@@ -117,16 +117,12 @@ std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ra
   return fmt::format(" (ZeRO-{} formula {})", o.zero, nn::format_bytes(parallel::zero_formula_bytes(o.zero, P, ranks)));
 }
 
-void say_zero_traffic(const TrainOptions& o, const nn::GPT& model, const comm::TrafficByKind& sent, int ranks) {
+TrafficFormula zero_traffic_formula(const TrainOptions& o, const nn::GPT& model, int ranks) {
   const auto P = static_cast<double>(model.num_params(false));
   const auto gradient_bytes = static_cast<int>(comm::size_of(parallel::element_type(o.grad_comm)));
-  const double formula_bytes =
-      parallel::zero_traffic(o.zero, P, o.grad_accum).bytes(gradient_bytes) * (ranks - 1) / ranks;
-  comm::say(
-      "communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {} ranks, {} micro-step(s), "
-      "Ψ = {:.2f}M, gradients {})",
-      comm::describe(sent), comm::bytes_sent_per_rank(sent, ranks) / 1e6, formula_bytes / 1e6, ranks, o.grad_accum,
-      P / 1e6, parallel::name_of(o.grad_comm));
+  return {parallel::zero_traffic(o.zero, P, o.grad_accum).bytes(gradient_bytes) * (ranks - 1) / ranks,
+          fmt::format("{} ranks, {} micro-step(s), Ψ = {:.2f}M, gradients {}", ranks, o.grad_accum, P / 1e6,
+                      parallel::name_of(o.grad_comm))};
 }
 
 }  // namespace trainers

@@ -23,6 +23,7 @@
 #include "nn/gpt.hpp"
 #include "parallel/zero_optimizer.hpp"
 #include "trainers/train_options.hpp"
+#include "trainers/training_loop.hpp"  // TrafficFormula
 
 namespace trainers {
 
@@ -51,6 +52,7 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
 // each rank's memory line (" (ZeRO-1 formula 3.1 MiB)"), and rank 0's line on what the step
 // sent ("communication in the step: 2 allreduce (1.6 MB) → each rank sends ≈ 1.6 MB (formula …)").
 std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks);
-void say_zero_traffic(const TrainOptions& o, const nn::GPT& model, const comm::TrafficByKind& sent, int ranks);
+// ZeRO's traffic per step and rank, by the formula (parallel/zero_traffic), with its terms.
+TrafficFormula zero_traffic_formula(const TrainOptions& o, const nn::GPT& model, int ranks);
 
 }  // namespace trainers

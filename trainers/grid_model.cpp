@@ -168,7 +168,7 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
   verify_tied_copies();
 }
 
-std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::groups(const comm::Communicator&) const {
+std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::grid_groups() const {
   return {{"tp", &grid_.tp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
 }
 

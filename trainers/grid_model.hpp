@@ -94,7 +94,6 @@ class GridStrategy : public Strategy {
  public:
   GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed);
 
-  std::vector<std::pair<std::string, const comm::Communicator*>> groups(const comm::Communicator& world) const override;
   void optimizer_step(float lr) override;
   parallel::HeldBytes held() const override;
   std::pair<float, float> evaluate(int64_t step) override;
@@ -105,6 +104,8 @@ class GridStrategy : public Strategy {
 
  protected:
   int T() const { return run_.start.config.block_size; }
+  // The three groups' traffic, named "tp", "pp", "dp" (StrategyFacts::groups).
+  std::vector<std::pair<std::string, const comm::Communicator*>> grid_groups() const;
   void verify_tied_copies();  // check mode: collective over the pipeline
   const RunStart& run_;
   const TrainOptions& o_;

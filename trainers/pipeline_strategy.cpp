@@ -39,20 +39,17 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
   stage_.before_backward = [this](int m) { before_backward(m); };
 }
 
-std::string PipelineStrategy::batch_layout() const {
-  return fmt::format("{} {} × {} micro-batches × {}", grid_.dp, replicas_are_, s_.micro_batches,
-                     o_.batch_size / s_.micro_batches);
-}
-
-StepBatch PipelineStrategy::step_batch() const { return {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size}; }
-
-std::vector<std::string> PipelineStrategy::trace_rows(int world_size) const {
-  std::vector<std::string> rows;
-  for (int r = 0; r < world_size; ++r) {
+StrategyFacts PipelineStrategy::facts() const {
+  StrategyFacts facts{.batch_layout = fmt::format("{} {} × {} micro-batches × {}", grid_.dp, replicas_are_,
+                                                  s_.micro_batches, o_.batch_size / s_.micro_batches),
+                      .step_batch = {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size},
+                      .groups = grid_groups()};
+  for (int r = 0; r < world_.size(); ++r) {
     const int stage = r / grid_.tp % grid_.pp;  // the grid's order: tp fastest, then pp
-    rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") + (stage == grid_.pp - 1 ? " (head)" : ""));
+    facts.trace_rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") +
+                               (stage == grid_.pp - 1 ? " (head)" : ""));
   }
-  return rows;
+  return facts;
 }
 
 void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
@@ -80,13 +77,10 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
   window_peak_in_flight_ = std::max(window_peak_in_flight_, stage_.peak_in_flight());
 }
 
-float PipelineStrategy::step_loss() {
+LogFacts PipelineStrategy::log_facts() {
   std::array<float, 1> loss{stage_.loss()};
   grid_.pp_group.broadcast(std::span<float>(loss), grid_.pp - 1);
-  return mean_over(grid_.dp_group, loss[0]);
-}
-
-void PipelineStrategy::after_log_line() {
+  LogFacts facts{.loss = mean_over(grid_.dp_group, loss[0])};
   // Each stage's share of waiting, its peak activations and micro-batches in flight.
   const double waited = window_times_.wait / std::max(window_times_.wait + window_times_.compute(), 1e-12);
   const std::array<double, 3> mine{waited, static_cast<double>(window_peak_bytes_),
@@ -102,7 +96,7 @@ void PipelineStrategy::after_log_line() {
     flight.push_back(fmt::format("{:.0f}", all[s + 2]));
   }
   const int p = grid_.pp, m = s_.micro_batches;
-  comm::say(
+  facts.note = fmt::format(
       "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula (p−1)/(m+p−1) | peak activations "
       "{} | micro-batches in flight ≤ {}",
       100 * mean, fmt::join(bubble, " "), 100.0 * (p - 1) / (m + p - 1), fmt::join(memory, " "),
@@ -110,6 +104,7 @@ void PipelineStrategy::after_log_line() {
   window_times_ = {};
   window_peak_bytes_ = 0;
   window_peak_in_flight_ = 0;
+  return facts;
 }
 
 }  // namespace trainers

@@ -31,12 +31,12 @@ class PipelineStrategy : public GridStrategy {
   PipelineStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed,
                    const ScheduleOptions& s);
 
-  std::string batch_layout() const override;
-  StepBatch step_batch() const override;
-  std::vector<std::string> trace_rows(int world_size) const override;
+  // The batch, the trace's rows and the groups; train_pp and train_3d add their layout lines.
+  StrategyFacts facts() const override;
   void forward_backward(int64_t step, StepClock& clock) override;
-  float step_loss() override;      // on the last stage: shared along the pipeline, averaged over replicas
-  void after_log_line() override;  // the bubble line
+  // The loss (on the last stage: shared along the pipeline, averaged over replicas) and the
+  // bubble line.
+  LogFacts log_facts() override;
 
  protected:
   // Micro-batch m of `step` is about to run forward on this stage: its dropout masks.

@@ -37,16 +37,19 @@ class ThreeDParallel final : public PipelineStrategy {
   ThreeDParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
       : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s), shape_(shape) {}
 
-  void say_layout() const override {
+  StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
-    comm::say("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}", world_.size(),
-              grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "", parallel::name_of(s_.schedule),
-              s_.micro_batches, o_.batch_size / s_.micro_batches);
-    comm::say("layout: {}", grid_.layout(world_.size()));
-    comm::say(
-        "stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary padded "
-        "to {}",
-        fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp, grid_model_.split().padded_vocab());
+    StrategyFacts facts = PipelineStrategy::facts();
+    facts.layout = {
+        fmt::format("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}", world_.size(),
+                    grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "",
+                    parallel::name_of(s_.schedule), s_.micro_batches, o_.batch_size / s_.micro_batches),
+        fmt::format("layout: {}", grid_.layout(world_.size())),
+        fmt::format("stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
+                    "padded to {}",
+                    fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
+                    grid_model_.split().padded_vocab())};
+    return facts;
   }
   float finish_gradients(float max_norm) override {
     return grid_model_.finish_gradients(max_norm, o_.grad_comm);
@@ -59,7 +62,7 @@ class ThreeDParallel final : public PipelineStrategy {
     const auto replica_stage = static_cast<uint64_t>(grid_.dp_rank * grid_.pp + grid_.pp_rank);
     grid_model_.split().set_dropout_seeds(
         stream_seed(o_.seed, Stream::dropout, replica_stage, micro),
-        stream_seed(o_.seed, Stream::dropout, 1'000'000 + static_cast<uint64_t>(world_.rank()), micro));
+        stream_seed(o_.seed, Stream::dropout, own_dropout_stream(world_.rank()), micro));
   }
 
   GridShape shape_;

@@ -48,13 +48,14 @@ class DataParallel final : public Strategy {
     update_->start(run.load_from, o_.resume);
   }
 
-  void say_layout() const override { comm::say("train_dp: {} replicas, {}", world_.size(), update_->describe()); }
-  std::string batch_layout() const override {
-    return fmt::format("{} ranks × micro-batch {} × {} accumulation step(s)", world_.size(), o_.batch_size,
-                       o_.grad_accum);
-  }
-  StepBatch step_batch() const override {
-    return {world_.size(), static_cast<int64_t>(world_.size()) * o_.batch_size * o_.grad_accum};
+  StrategyFacts facts() const override {
+    const int N = world_.size();
+    return {.layout = {fmt::format("train_dp: {} replicas, {}", N, update_->describe())},
+            .batch_layout =
+                fmt::format("{} ranks × micro-batch {} × {} accumulation step(s)", N, o_.batch_size, o_.grad_accum),
+            .step_batch = {N, static_cast<int64_t>(N) * o_.batch_size * o_.grad_accum},
+            .memory_formula = zero_memory_note(o_, model_, N),
+            .traffic_formula = zero_traffic_formula(o_, model_, N)};
   }
 
   void forward_backward(int64_t step, StepClock& clock) override {
@@ -86,10 +87,8 @@ class DataParallel final : public Strategy {
     return update_->clip_grad_norm(max_norm);
   }
   void optimizer_step(float lr) override { update_->step(lr); }  // 4. the same update everywhere
-  float step_loss() override { return mean_over(world_, step_loss_); }
+  LogFacts log_facts() override { return {mean_over(world_, step_loss_), ""}; }
   parallel::HeldBytes held() const override { return update_->held(); }
-  std::string memory_formula() const override { return zero_memory_note(o_, model_, world_.size()); }
-  void after_first_step(const comm::TrafficByKind& sent) override { say_zero_traffic(o_, model_, sent, world_.size()); }
 
   // Evaluation and samples with every parameter present (ZeRO-3 gathers them).
   std::pair<float, float> evaluate(int64_t step) override {

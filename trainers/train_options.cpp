@@ -271,6 +271,7 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
                             : saved_value.is_string() ? saved_value.get<std::string>()
                                                       : saved_value.dump();
     const bool layout = std::find(o.layout_flags.begin(), o.layout_flags.end(), flag) != o.layout_flags.end();
+    if (layout && !restored_layout) continue;  // another program or rank count: the command line's layout
     if (o.explicit_flags.count(flag) == 0) {
       if (was.empty()) continue;
       give_back(o.app, flag, was, state_file);

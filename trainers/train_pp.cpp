@@ -63,16 +63,17 @@ class PipelineParallel final : public PipelineStrategy {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }
-  std::vector<std::pair<std::string, const comm::Communicator*>> groups(const comm::Communicator&) const override {
-    return {{"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};  // no tp group: each stage's blocks are whole
-  }
-
-  void say_layout() const override {
-    comm::say("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}", world_.size(),
-              grid_.dp, grid_.pp, parallel::name_of(s_.schedule), s_.micro_batches, o_.batch_size / s_.micro_batches);
-    comm::say("layout: {}", grid_.layout(world_.size()));
-    comm::say("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
-              grid_.pp - 1);
+  StrategyFacts facts() const override {
+    StrategyFacts facts = PipelineStrategy::facts();
+    facts.layout = {
+        fmt::format("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}",
+                    world_.size(), grid_.dp, grid_.pp, parallel::name_of(s_.schedule), s_.micro_batches,
+                    o_.batch_size / s_.micro_batches),
+        fmt::format("layout: {}", grid_.layout(world_.size())),
+        fmt::format("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
+                    grid_.pp - 1)};
+    facts.groups = {{"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};  // no tp group: each stage's blocks are whole
+    return facts;
   }
 
   float finish_gradients(float max_norm) override {

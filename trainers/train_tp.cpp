@@ -38,23 +38,22 @@ class TensorParallel final : public GridStrategy {
         // One sampler for the whole group: every rank draws the same batch.
         sampler_(run.data.train, T(), o_.batch_size, o_.grad_accum, o_.sampling, o_.seed, 0, 1) {}
 
-  void say_layout() const override {
+  StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
     const int W = world_.size();
-    comm::say("train_tp: {} tensor-parallel ranks{}", W,
-              model_.sequence_parallel() ? " with sequence parallelism" : "");
-    comm::say("split: {} of {} heads and {} of {} MLP columns per rank; vocabulary {} padded to {} ({} rows each)",
-              c.n_head / W, c.n_head, 4 * c.n_embd / W, 4 * c.n_embd, c.vocab_size, model_.padded_vocab(),
-              model_.padded_vocab() / W);
-  }
-  std::string batch_layout() const override {
-    return fmt::format("1 replica (every rank the same batch) × {} micro-step(s) × {}", o_.grad_accum, o_.batch_size);
-  }
-  StepBatch step_batch() const override { return {1, static_cast<int64_t>(o_.grad_accum) * o_.batch_size}; }
-  std::vector<std::string> trace_rows(int) const override {
-    std::vector<std::string> rows;
-    for (int r = 0; r < world_.size(); ++r) rows.push_back(fmt::format("rank {} = tp {}", r, r));
-    return rows;
+    StrategyFacts facts{
+        .layout = {fmt::format("train_tp: {} tensor-parallel ranks{}", W,
+                               model_.sequence_parallel() ? " with sequence parallelism" : ""),
+                   fmt::format("split: {} of {} heads and {} of {} MLP columns per rank; vocabulary {} padded to {} "
+                               "({} rows each)",
+                               c.n_head / W, c.n_head, 4 * c.n_embd / W, 4 * c.n_embd, c.vocab_size,
+                               model_.padded_vocab(), model_.padded_vocab() / W)},
+        .batch_layout =
+            fmt::format("1 replica (every rank the same batch) × {} micro-step(s) × {}", o_.grad_accum, o_.batch_size),
+        .step_batch = {1, static_cast<int64_t>(o_.grad_accum) * o_.batch_size},
+        .groups = grid_groups()};
+    for (int r = 0; r < W; ++r) facts.trace_rows.push_back(fmt::format("rank {} = tp {}", r, r));
+    return facts;
   }
 
   // 1. Forward and backward of each micro-step; the loss is the same on every rank.
@@ -67,9 +66,8 @@ class TensorParallel final : public GridStrategy {
         Timed data(clock, Phase::data, micro);
         sampler_.fill(step, micro, batch_);
         const auto stream = static_cast<uint64_t>(step * K + micro);
-        const auto own = 1'000'000 + static_cast<uint64_t>(world_.rank());
         model_.set_dropout_seeds(stream_seed(o_.seed, Stream::dropout, 0, stream),
-                                 stream_seed(o_.seed, Stream::dropout, own, stream));
+                                 stream_seed(o_.seed, Stream::dropout, own_dropout_stream(world_.rank()), stream));
       }
       {
         Timed forward(clock, Phase::forward, micro);
@@ -84,7 +82,7 @@ class TensorParallel final : public GridStrategy {
   float finish_gradients(float max_norm) override {
     return grid_model_.finish_gradients(max_norm, o_.grad_comm);
   }
-  float step_loss() override { return loss_sum_; }
+  LogFacts log_facts() override { return {loss_sum_, ""}; }
 
  private:
   parallel::TensorParallelGPT& model_;

@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "comm/termination.hpp"
+#include "comm/watchdog/termination.hpp"
 #include "comm/runtime.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace trainers {
 

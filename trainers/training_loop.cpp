@@ -75,13 +75,15 @@ void StepClock::add(Phase phase, double start_s, double end_s, int micro, const 
   if (trace_.on) trace_.add(name.empty() ? span_name(phase, micro) : name, category(phase), start_s, end_s);
 }
 
-std::vector<std::string> Strategy::trace_rows(int world_size) const {
-  std::vector<std::string> rows;
-  for (int r = 0; r < world_size; ++r) rows.push_back(fmt::format("rank {}", r));
-  return rows;
-}
-
 namespace {
+
+// The facts with the loop's defaults filled in: the world's traffic, "rank r" rows.
+StrategyFacts with_defaults(StrategyFacts facts, comm::Communicator& world) {
+  if (facts.groups.empty()) facts.groups = {{"world", &world}};
+  for (int r = static_cast<int>(facts.trace_rows.size()); r < world.size(); ++r)
+    facts.trace_rows.push_back(fmt::format("rank {}", r));
+  return facts;
+}
 
 // One run of the loop: what it keeps between steps.
 class Loop {
@@ -91,13 +93,14 @@ class Loop {
         o_(run.options),
         strategy_(strategy),
         world_(world),
-        batch_(strategy.step_batch()),
+        facts_(with_defaults(strategy.facts(), world)),
+        batch_(facts_.step_batch),
         first_step_(run.first_step()),
         log_(o_, world, first_step_, batch_.sequences * run.start.config.block_size,
              nn::flops_per_token(run.start.config, run.start.config.block_size), run.checkpoint_dir),
         trace_(world),
         clock_(log_, trace_),
-        traffic_(strategy.groups(world)),
+        traffic_(facts_.groups),
         schedule_(lr_schedule(o_)) {}
 
   void say_start() const;
@@ -114,6 +117,7 @@ class Loop {
   const TrainOptions& o_;
   Strategy& strategy_;
   comm::Communicator& world_;
+  const StrategyFacts facts_;
   const StepBatch batch_;
   const int64_t first_step_;
   TrainingLog log_;
@@ -127,14 +131,14 @@ class Loop {
 
 void Loop::say_start() const {
   const nn::GPTConfig& c = run_.start.config;
-  strategy_.say_layout();
+  for (const std::string& line : facts_.layout) comm::say("{}", line);
   say_compute(world_);
   const double parameters = nn::parameter_count(c) - c.block_size * c.n_embd;  // nanoGPT's count: no wpe
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", c.n_layer, c.n_head,
             c.n_embd, c.block_size, c.vocab_size, parameters / 1e6);
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", run_.data.train.size(), run_.data.val.size(),
             run_.data.dir.string(), run_.data.origin, kSamplingNames[static_cast<std::size_t>(o_.sampling)]);
-  comm::say("global batch: {} × block {} = {} tokens per step", strategy_.batch_layout(), c.block_size,
+  comm::say("global batch: {} × block {} = {} tokens per step", facts_.batch_layout, c.block_size,
             batch_.sequences * c.block_size);
   say_run_notes(run_, world_.size(), batch_);
 }
@@ -189,22 +193,26 @@ float Loop::step(int64_t step, float lr) {
 
   if (first) {
     const comm::TrafficByKind sent = world_.traffic() - traffic_at_start;  // before the report's own allgather
-    memory_.report(held, strategy_.memory_formula(), world_);
-    strategy_.after_first_step(sent);
+    memory_.report(held, facts_.memory_formula, world_);
+    if (const auto& formula = facts_.traffic_formula)
+      comm::say("communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {})",
+                comm::describe(sent), comm::bytes_sent_per_rank(sent, world_.size()) / 1e6,
+                formula->bytes_per_rank / 1e6, formula->terms);
   }
   return norm;
 }
 
 void Loop::after_step(int64_t done, float lr, float norm) {
   if (log_.due(done)) {
-    log_.line(done, strategy_.step_loss(), lr, norm);
-    strategy_.after_log_line();
+    const LogFacts facts = strategy_.log_facts();
+    log_.line(done, facts.loss, lr, norm);
+    if (!facts.note.empty()) comm::say("{}", facts.note);
   }
   if (o_.ckpt_interval > 0 && done % o_.ckpt_interval == 0 && done != o_.max_iters) save(done);
   log_.update_interrupt_note(done);
   if (!o_.trace.empty() && done == first_step_ + o_.trace_steps) {
     trace_.on = false;
-    trace_.write(o_.trace, strategy_.trace_rows(world_.size()));
+    trace_.write(o_.trace, facts_.trace_rows);
     comm::say("trace of steps {}-{} in {} (scripts/plot_trace.py draws it)", first_step_ + 1, done, o_.trace);
   }
 }

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,21 +68,39 @@ class Timed {
   double start_;
 };
 
-// What a parallelism strategy supplies. Every call is collective over the world (each rank
-// calls it at the same point of the loop) unless it says otherwise.
+// What each rank should send in a step, by a formula (ZeRO's), printed beside what it sent.
+struct TrafficFormula {
+  double bytes_per_rank = 0;
+  std::string terms;  // "2 ranks, 1 micro-step(s), Ψ = 0.41M, gradients fp32"
+};
+
+// What the loop says of a strategy: facts, given once before step 0.
+struct StrategyFacts {
+  std::vector<std::string> layout;  // rank 0's first lines: the program, the split (then the loop's "model:")
+  std::string batch_layout;         // "2 ranks × micro-batch 4 × 1 accumulation step(s)"
+  StepBatch step_batch;             // replicas and sequences of one optimizer step
+  // The communicators whose traffic the run reports, with their names ("dp", "tp"); empty: the world.
+  std::vector<std::pair<std::string, const comm::Communicator*>> groups;
+  std::vector<std::string> trace_rows;  // a label per rank in --trace; empty: "rank 2"
+  std::string memory_formula;           // beside the first step's memory: " (ZeRO-1 formula 3.1 MiB)"
+  std::optional<TrafficFormula> traffic_formula;  // beside the first step's traffic
+};
+
+// What the strategy says at each log line: the loss, and a line of its own measurements since
+// the last one (the pipeline's bubble) or "".
+struct LogFacts {
+  float loss = 0;  // the last step's loss, mean over the replicas
+  std::string note;
+};
+
+// What a parallelism strategy supplies: the step, its evaluation and checkpoints, and the facts
+// the loop reports. Every call is collective over the world (each rank calls it at the same
+// point of the loop) unless it says otherwise.
 class Strategy {
  public:
   virtual ~Strategy() = default;
 
-  // ---- before step 0
-  virtual void say_layout() const = 0;           // rank 0's lines: the program, the split (then the loop's "model:")
-  virtual std::string batch_layout() const = 0;  // "2 ranks × micro-batch 4 × 1 accumulation step(s)"
-  virtual StepBatch step_batch() const = 0;      // replicas and sequences of one optimizer step
-  // The communicators whose traffic the run reports, with their names ("dp", "tp", "world").
-  virtual std::vector<std::pair<std::string, const comm::Communicator*>> groups(const comm::Communicator& world) const {
-    return {{"world", &world}};
-  }
-  virtual std::vector<std::string> trace_rows(int world_size) const;  // a label per rank: "rank 2"
+  virtual StrategyFacts facts() const = 0;  // not collective
 
   // ---- a step
   // Forward and backward of the step's micro-batches, each phase timed on `clock`.
@@ -89,12 +108,9 @@ class Strategy {
   // Gradients completed (averaged over replicas, tied and replicated copies summed), then the
   // global norm — the same on every rank — and clipping to max_norm (≤ 0: only measured).
   virtual float finish_gradients(float max_norm) = 0;
-  virtual void optimizer_step(float lr) = 0;                    // AdamW on what this rank holds, gradients zeroed
-  virtual float step_loss() = 0;                                // the last step's loss, mean over the replicas
-  virtual parallel::HeldBytes held() const = 0;                 // not collective: what this rank holds now
-  virtual std::string memory_formula() const { return ""; }     // " (ZeRO-1 formula 3.1 MiB)"
-  virtual void after_first_step(const comm::TrafficByKind&) {}  // rank 0: a line on the step's traffic
-  virtual void after_log_line() {}                              // an extra line (the pipeline's bubble)
+  virtual void optimizer_step(float lr) = 0;     // AdamW on what this rank holds, gradients zeroed
+  virtual LogFacts log_facts() = 0;              // at a log line
+  virtual parallel::HeldBytes held() const = 0;  // not collective: what this rank holds now
 
   // ---- evaluation, samples, checkpoints
   virtual std::pair<float, float> evaluate(int64_t step) = 0;  // nanoGPT's estimate_loss: train, val

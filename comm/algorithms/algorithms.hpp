@@ -49,12 +49,4 @@ void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_
 void barrier(const Transport& t);
 }  // namespace naive
 
-// Byte offset of element `index` of `type` from `base`.
-inline char* at(void* base, std::size_t index, DataType type) {
-  return static_cast<char*>(base) + index * size_of(type);
-}
-inline const char* at(const void* base, std::size_t index, DataType type) {
-  return static_cast<const char*>(base) + index * size_of(type);
-}
-
 }  // namespace comm::algorithms

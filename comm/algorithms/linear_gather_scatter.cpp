@@ -26,7 +26,7 @@ void linear_gather(const Transport& t, const void* send, void* recv, std::size_t
   for (int r = 0; r < t.size(); ++r)
     if (r != root) receives.push_back(t.irecv(at(recv, count * static_cast<std::size_t>(r), type), count, type, r));
   char* mine = at(recv, count * static_cast<std::size_t>(root), type);
-  if (mine != send && count > 0) std::memcpy(mine, send, count * size_of(type));
+  copy_elements(mine, send, count, type);
   t.wait_all(receives);
 }
 
@@ -39,7 +39,7 @@ void linear_scatter(const Transport& t, const void* send, void* recv, std::size_
   for (int r = 0; r < t.size(); ++r)
     if (r != root) sends.push_back(t.isend(at(send, count * static_cast<std::size_t>(r), type), count, type, r));
   const char* mine = at(send, count * static_cast<std::size_t>(root), type);
-  if (mine != recv && count > 0) std::memcpy(recv, mine, count * size_of(type));
+  copy_elements(recv, mine, count, type);
   t.wait_all(sends);
 }
 

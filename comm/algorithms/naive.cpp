@@ -30,7 +30,7 @@ std::vector<char> collect(const Transport& t, const void* send, std::size_t coun
   std::vector<char> all(bytes * static_cast<std::size_t>(t.size()) + 1);
   std::vector<MPI_Request> receives;
   for (int r = 1; r < t.size(); ++r) receives.push_back(t.irecv(all.data() + bytes * r, count, type, r));
-  if (bytes > 0) std::memcpy(all.data(), send, bytes);
+  copy_elements(all.data(), send, count, type);
   t.wait_all(receives);
   return all;
 }
@@ -53,10 +53,6 @@ void send_to_all(const Transport& t, void* data, std::size_t count, DataType typ
   t.wait_all(sends);
 }
 
-void copy(void* to, const void* from, std::size_t count, DataType type) {
-  if (to != from && count > 0) std::memcpy(to, from, count * size_of(type));
-}
-
 }  // namespace
 
 void reduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
@@ -64,7 +60,7 @@ void reduce(const Transport& t, const void* send, void* recv, std::size_t count,
   if (t.rank() == kHub) {
     combine(all, t.size(), count, type, op);
     if (root == kHub)
-      copy(recv, all.data(), count, type);
+      copy_elements(recv, all.data(), count, type);
     else
       t.send(all.data(), count, type, root);
   } else if (t.rank() == root) {
@@ -76,7 +72,7 @@ void allreduce(const Transport& t, const void* send, void* recv, std::size_t cou
   auto all = collect(t, send, count, type);
   if (t.rank() == kHub) {
     combine(all, t.size(), count, type, op);
-    copy(recv, all.data(), count, type);
+    copy_elements(recv, all.data(), count, type);
   }
   send_to_all(t, recv, count, type);
 }
@@ -92,7 +88,7 @@ void broadcast(const Transport& t, void* data, std::size_t count, DataType type,
 void allgather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) {
   const std::size_t total = count * static_cast<std::size_t>(t.size());
   auto all = collect(t, send, count, type);
-  if (t.rank() == kHub) copy(recv, all.data(), total, type);
+  if (t.rank() == kHub) copy_elements(recv, all.data(), total, type);
   send_to_all(t, recv, total, type);
 }
 
@@ -101,7 +97,7 @@ void gather(const Transport& t, const void* send, void* recv, std::size_t count,
   auto all = collect(t, send, count, type);
   if (t.rank() == kHub) {
     if (root == kHub)
-      copy(recv, all.data(), total, type);
+      copy_elements(recv, all.data(), total, type);
     else
       t.send(all.data(), total, type, root);
   } else if (t.rank() == root) {
@@ -115,7 +111,7 @@ void scatter(const Transport& t, const void* send, void* recv, std::size_t count
   if (t.rank() == kHub) {
     all.resize(total * size_of(type) + 1);
     if (root == kHub)
-      copy(all.data(), send, total, type);
+      copy_elements(all.data(), send, total, type);
     else
       t.recv(all.data(), total, type, root);
   } else if (t.rank() == root) {
@@ -127,7 +123,7 @@ void scatter(const Transport& t, const void* send, void* recv, std::size_t count
   }
   std::vector<MPI_Request> sends;
   for (int r = 1; r < t.size(); ++r) sends.push_back(t.isend(at(all.data(), count * r, type), count, type, r));
-  copy(recv, all.data(), count, type);
+  copy_elements(recv, all.data(), count, type);
   t.wait_all(sends);
 }
 
@@ -141,7 +137,7 @@ void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_
   combine(all, t.size(), total, type, op);
   std::vector<MPI_Request> sends;
   for (int r = 1; r < t.size(); ++r) sends.push_back(t.isend(at(all.data(), count * r, type), count, type, r));
-  copy(recv, all.data(), count, type);
+  copy_elements(recv, all.data(), count, type);
   t.wait_all(sends);
 }
 

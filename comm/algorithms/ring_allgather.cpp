@@ -17,7 +17,7 @@ std::unique_ptr<PendingOp> start_ring_allgather(const Transport& t, const void* 
                                                 DataType type) {
   const int n = t.size();
   char* mine = at(recv, count * static_cast<std::size_t>(t.rank()), type);
-  if (send != mine && count > 0) std::memcpy(mine, send, count * size_of(type));
+  copy_elements(mine, send, count, type);
   return std::make_unique<RingPass>(t, recv, BlockLayout{count * static_cast<std::size_t>(n), n}, type,
                                     RingPass::Mode::copy, ReduceOp::sum);
 }

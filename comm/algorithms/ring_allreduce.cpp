@@ -59,7 +59,7 @@ std::unique_ptr<PendingOp> start_ring_allreduce(const Transport& t, void* data, 
 }
 
 void ring_allreduce(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  if (send != recv && count > 0) std::memcpy(recv, send, count * size_of(type));
+  copy_elements(recv, send, count, type);
   RingAllreduce ring(t, recv, count, type, op);
   ring.wait();
 }

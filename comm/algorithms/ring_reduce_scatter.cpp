@@ -29,10 +29,8 @@ class RingReduceScatter : public PendingOp {
   bool test() override {
     if (done_) return true;
     if (!pass_.test()) return false;
-    if (count_ > 0) {  // recv may be null when count is 0 (memcpy must not be given null, even for 0 bytes)
-      std::memcpy(recv_, at(work_, count_ * static_cast<std::size_t>(t_.rank()), type_), count_ * size_of(type_));
-      finish_average(recv_, count_, type_, op_, t_.size());
-    }
+    copy_elements(recv_, at(work_, count_ * static_cast<std::size_t>(t_.rank()), type_), count_, type_);
+    if (count_ > 0) finish_average(recv_, count_, type_, op_, t_.size());
     return done_ = true;
   }
 
@@ -56,7 +54,7 @@ void ring_reduce_scatter(const Transport& t, const void* send, void* recv, std::
   thread_local std::vector<char> work;
   const std::size_t bytes = count * static_cast<std::size_t>(t.size()) * size_of(type);
   if (work.size() < bytes + 1) work.resize(bytes + 1);
-  if (bytes > 0) std::memcpy(work.data(), send, bytes);
+  copy_elements(work.data(), send, count * static_cast<std::size_t>(t.size()), type);
   RingReduceScatter ring(t, work.data(), recv, count, type, op);
   ring.wait();
 }

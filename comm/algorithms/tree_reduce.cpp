@@ -24,7 +24,7 @@ void tree_reduce(const Transport& t, const void* send, void* recv, std::size_t c
   // The partial result: in recv on the root, in a scratch buffer elsewhere.
   std::vector<char> scratch(t.rank() == root ? 1 : bytes + 1);
   void* partial = t.rank() == root ? recv : scratch.data();
-  if (partial != send && bytes > 0) std::memcpy(partial, send, bytes);
+  copy_elements(partial, send, count, type);
   std::vector<char> incoming(bytes + 1);
 
   for (int mask = 1; mask < n; mask <<= 1) {

@@ -11,7 +11,7 @@
 #include "comm/backend.hpp"
 #include "comm/error.hpp"
 #include "comm/reduce_kernels.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 namespace {

@@ -32,8 +32,7 @@
 #include "comm/backend.hpp"
 #include "comm/device_memory.hpp"
 #include "comm/error.hpp"
-#include "comm/runtime.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 namespace {
@@ -212,7 +211,7 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
 
  private:
   void init(const Transport& t) {
-    select_device(runtime().local_rank(), "--backend nccl (one GPU per rank)");
+    select_device(node_local_rank(), "--backend nccl (one GPU per rank)");
     ncclUniqueId id{};
     if (t.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Request shared;

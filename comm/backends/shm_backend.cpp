@@ -22,11 +22,11 @@
 
 #include "comm/algorithms/algorithms.hpp"
 #include "comm/backend.hpp"
-#include "comm/communicator.hpp"
+#include "comm/mpi_comm.hpp"
 #include "comm/error.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "comm/shm/collectives.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 namespace {
@@ -81,7 +81,7 @@ class ShmBackend final : public Backend {
     // allreduce across nodes, 3. node allgather.
     const BlockLayout layout{count, node_->size()};
     const int local = node_->rank();
-    void* shard = algorithms::at(recv, layout.begin(local), type);
+    void* shard = at(recv, layout.begin(local), type);
     const ReduceOp sum_or_op = op == ReduceOp::avg ? ReduceOp::sum : op;
     shm::reduce_scatter_blocks(*node_, send, shard, layout, type, sum_or_op);
     algorithms::ring_allreduce(Transport(across_.get(), across_rank_, across_size_), shard, shard, layout.size(local),
@@ -113,7 +113,7 @@ class ShmBackend final : public Backend {
                                type);
     shm::allgather_blocks(*node_, sorted, BlockLayout{count * static_cast<std::size_t>(t.size()), node_->size()}, type);
     for_each_block([&](std::size_t place, int owner) {
-      std::memcpy(algorithms::at(recv, count * static_cast<std::size_t>(owner), type), sorted + place * bytes, bytes);
+      std::memcpy(at(recv, count * static_cast<std::size_t>(owner), type), sorted + place * bytes, bytes);
     });
   }
   void gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root) override {
@@ -139,7 +139,7 @@ class ShmBackend final : public Backend {
     char* sorted = scratch(2 * bytes * static_cast<std::size_t>(t.size()));
     char* shard = sorted + bytes * static_cast<std::size_t>(t.size());
     for_each_block([&](std::size_t place, int owner) {
-      std::memcpy(sorted + place * bytes, algorithms::at(send, count * static_cast<std::size_t>(owner), type), bytes);
+      std::memcpy(sorted + place * bytes, at(send, count * static_cast<std::size_t>(owner), type), bytes);
     });
     const ReduceOp sum_or_op = op == ReduceOp::avg ? ReduceOp::sum : op;
     shm::reduce_scatter_blocks(*node_, sorted, shard,

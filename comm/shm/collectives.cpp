@@ -16,11 +16,6 @@ void copy_bytes(void* to, const void* from, std::size_t bytes) {
   if (bytes > 0 && to != from) std::memmove(to, from, bytes);
 }
 
-char* at(void* base, std::size_t index, DataType type) { return static_cast<char*>(base) + index * size_of(type); }
-const char* at(const void* base, std::size_t index, DataType type) {
-  return static_cast<const char*>(base) + index * size_of(type);
-}
-
 // Elements of `type` that fit an area cut into `pieces` equal pieces.
 std::size_t per_area(DataType type, int pieces) {
   return NodeGroup::kAreaBytes / (size_of(type) * static_cast<std::size_t>(pieces));

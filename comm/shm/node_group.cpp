@@ -10,7 +10,7 @@
 #include <string>
 
 #include "comm/error.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm::shm {
 namespace {

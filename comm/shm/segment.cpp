@@ -11,7 +11,8 @@
 #include <random>
 
 #include "comm/error.hpp"
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/abort_hooks.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
 namespace comm::shm {
 namespace {
@@ -23,6 +24,7 @@ std::array<std::array<char, kNameBytes>, 16> in_making{};
 std::atomic<int> in_making_count{0};
 
 void remember(const std::string& name) {
+  add_abort_hook(unlink_segments_in_making);  // every way out of the job unlinks them (comm/watchdog/abort_hooks.hpp)
   for (auto& slot : in_making)
     if (slot[0] == 0) {
       std::strncpy(slot.data(), name.c_str(), kNameBytes - 1);

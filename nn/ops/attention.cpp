@@ -65,6 +65,82 @@ Operand square(const float* values, int64_t T, bool bf16, int slot) {
   return {values, scratch[slot].data()};
 }
 
+// P [T,T] = softmax of each row of the scores in place, row t over positions 0..t; the
+// positions above the diagonal (the future) become 0.
+void causal_softmax(float* P, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = P + t * T;
+    float max = *std::max_element(row, row + t + 1), total = 0.0f;
+    for (int64_t j = 0; j <= t; ++j) total += row[j] = std::exp(row[j] - max);
+    for (int64_t j = 0; j <= t; ++j) row[j] /= total;
+    std::fill(row + t + 1, row + T, 0.0f);
+  }
+}
+
+// Softmax's backward in place: dP [T,T] becomes dS = P ⊙ (dP − rowsum(dP ⊙ P)), causal.
+void causal_softmax_backward(float* dP, const float* P, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = dP + t * T;
+    const float* p = P + t * T;
+    float dot = 0.0f;
+    for (int64_t j = 0; j <= t; ++j) dot += row[j] * p[j];
+    for (int64_t j = 0; j <= t; ++j) row[j] = p[j] * (row[j] - dot);
+    std::fill(row + t + 1, row + T, 0.0f);
+  }
+}
+
+// Dropout on the attention weights: the mask of element i is a pure function of (stream, i).
+struct Dropout {
+  uint64_t stream;
+  float p;
+};
+
+// One head's sizes, and what its products and masks need.
+struct Head {
+  int64_t T, C, hs;
+  float scale;               // 1/√hs
+  bool bf16;                 // products on bf16 inputs (--precision bf16)
+  const Dropout* dropout;    // null: none
+  int64_t mask_offset;       // this head's place in the dropout stream: (b·H + h)·T·T
+};
+
+// y_h [T,hs] = drop(softmax(q kᵀ / √hs + mask)) v; P [T,T] is kept for backward.
+void head_forward(const Head& H, Operand q, float* P, float* y) {
+  const int64_t T = H.T, C = H.C;
+  const Operand k = q.at(C), v = q.at(2 * C);
+  product(false, true, T, T, H.hs, H.scale, q, 3 * C, k, 3 * C, 0.0f, P, T);
+  causal_softmax(P, T);
+  const float* weights = P;
+  if (H.dropout) {
+    float* dropped = thread_scratch(T * T);
+    drop(P, dropped, T, H.dropout->stream, H.mask_offset, H.dropout->p);
+    weights = dropped;
+  }
+  product(false, false, T, H.hs, T, 1.0f, square(weights, T, H.bf16, 0), T, v, 3 * C, 0.0f, y, C);
+}
+
+// dv += drop(P)ᵀ dy,  dS = softmax'(drop'(dy vᵀ)),  dq += dS k / √hs,  dk += dSᵀ q / √hs;
+// beta 1 adds to the gradients, 0 writes them.
+void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* dq, float beta) {
+  const int64_t T = H.T, C = H.C;
+  const Operand k = q.at(C), v = q.at(2 * C);
+  float *dk = dq + C, *dv = dq + 2 * C;
+  float* dP = thread_scratch(2 * T * T);
+  float* dropped = dP + T * T;
+  const float* weights = P;
+  if (H.dropout) {
+    drop(P, dropped, T, H.dropout->stream, H.mask_offset, H.dropout->p);
+    weights = dropped;
+  }
+  product(true, false, T, H.hs, T, 1.0f, square(weights, T, H.bf16, 0), T, dy, C, beta, dv, 3 * C);
+  product(false, true, T, T, H.hs, 1.0f, dy, C, v, 3 * C, 0.0f, dP, T);
+  if (H.dropout) drop(dP, dP, T, H.dropout->stream, H.mask_offset, H.dropout->p);  // same mask and scale
+  causal_softmax_backward(dP, P, T);
+  const Operand dS = square(dP, T, H.bf16, 1);
+  product(false, false, T, H.hs, T, H.scale, dS, T, k, 3 * C, beta, dq, 3 * C);
+  product(true, false, T, H.hs, T, H.scale, dS, T, q, 3 * C, beta, dk, 3 * C);
+}
+
 }  // namespace
 
 // Shapes: qkv [B,T,3C] with q = qkv[..., 0:C], k = [C:2C], v = [2C:3C]; head h uses columns
@@ -80,14 +156,14 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
   if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
     fail("attention: qkv {} cannot be split into q, k, v of {} heads", shape_string(qkv.shape()), n_head);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = n_head, hs = C / H;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const bool use_dropout = dropout_p > 0.0f && rng != nullptr;
-  const uint64_t stream = use_dropout ? rng->next_u64() : 0;
+  const Dropout dropout{use_dropout ? rng->next_u64() : 0, dropout_p};
+  const bool bf16 = matmul_precision() == Precision::bf16;
+  const Head head{T, C, hs, 1.0f / std::sqrt(static_cast<float>(hs)), bf16, use_dropout ? &dropout : nullptr, 0};
 
   bool track = autograd::needs_grad({&qkv});
   Tensor y = Tensor::empty({B, T, C}, track);
   Tensor att = Tensor::empty({B, H, T, T});  // P, kept for backward
-  const bool bf16 = matmul_precision() == Precision::bf16;
   Bf16Values qkv16 = bf16 ? cast_to_bf16(qkv.data(), qkv.numel()) : nullptr;  // kept for backward
   const Operand qkv_d{qkv.data(), bf16 ? qkv16->data() : nullptr};
   float *yd = y.data(), *att_d = att.data();
@@ -95,64 +171,30 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
 #pragma omp parallel for schedule(static) collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
-      const Operand q = qkv_d.at(b * T * 3 * C + h * hs), k = q.at(C), v = q.at(2 * C);
-      float* P = att_d + (b * H + h) * T * T;
-      product(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, P, T);
-      for (int64_t t = 0; t < T; ++t) {  // row t attends to positions 0..t
-        float* row = P + t * T;
-        float max = *std::max_element(row, row + t + 1), total = 0.0f;
-        for (int64_t j = 0; j <= t; ++j) total += row[j] = std::exp(row[j] - max);
-        for (int64_t j = 0; j <= t; ++j) row[j] /= total;
-        std::fill(row + t + 1, row + T, 0.0f);
-      }
-      const float* weights = P;
-      if (use_dropout) {
-        float* dropped = thread_scratch(T * T);
-        drop(P, dropped, T, stream, (b * H + h) * T * T, dropout_p);
-        weights = dropped;
-      }
-      product(false, false, T, hs, T, 1.0f, square(weights, T, bf16, 0), T, v, 3 * C, 0.0f, yd + b * T * C + h * hs, C);
+      Head bh = head;
+      bh.mask_offset = (b * H + h) * T * T;
+      head_forward(bh, qkv_d.at(b * T * 3 * C + h * hs), att_d + bh.mask_offset, yd + b * T * C + h * hs);
     }
+  if (!track) return y;
 
-  if (track) {
-    autograd::record([qkv, y, att, B, T, C, H, hs, scale, use_dropout, stream, dropout_p, bf16, qkv16]() mutable {
-      Bf16Values dy16 = bf16 ? cast_to_bf16(y.grad(), y.numel()) : nullptr;
-      const Operand qkv_v{qkv.data(), bf16 ? qkv16->data() : nullptr}, dy{y.grad(), bf16 ? dy16->data() : nullptr};
-      const float* att_v = att.data();
-      auto [dqkv, accumulate] = qkv.grad_target();  // every element is written once per call
-      const float beta = accumulate ? 1.0f : 0.0f;
+  autograd::record([qkv, y, att, B, T, C, H, hs, head, dropout, qkv16]() mutable {
+    Head with_mask = head;
+    if (head.dropout) with_mask.dropout = &dropout;  // this closure's copy
+    Bf16Values dy16 = head.bf16 ? cast_to_bf16(y.grad(), y.numel()) : nullptr;
+    const Operand qkv_v{qkv.data(), head.bf16 ? qkv16->data() : nullptr};
+    const Operand dy{y.grad(), head.bf16 ? dy16->data() : nullptr};
+    auto [dqkv, accumulate] = qkv.grad_target();  // every element is written once per call
+    const float beta = accumulate ? 1.0f : 0.0f;
 #pragma omp parallel for schedule(static) collapse(2)
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-          const int64_t offset = b * T * 3 * C + h * hs;
-          const Operand q = qkv_v.at(offset), k = q.at(C), v = q.at(2 * C);
-          float *dq = dqkv + offset, *dk = dq + C, *dv = dq + 2 * C;
-          const float* P = att_v + (b * H + h) * T * T;
-          const Operand dyh = dy.at(b * T * C + h * hs);
-          float* dP = thread_scratch(2 * T * T);
-          float* dropped = dP + T * T;
-          const float* weights = P;
-          if (use_dropout) {
-            drop(P, dropped, T, stream, (b * H + h) * T * T, dropout_p);
-            weights = dropped;
-          }
-          product(true, false, T, hs, T, 1.0f, square(weights, T, bf16, 0), T, dyh, C, beta, dv, 3 * C);
-          product(false, true, T, T, hs, 1.0f, dyh, C, v, 3 * C, 0.0f, dP, T);
-          if (use_dropout) drop(dP, dP, T, stream, (b * H + h) * T * T, dropout_p);  // same mask and scale
-          for (int64_t t = 0; t < T; ++t) {                                          // dP becomes dS in place
-            float* row = dP + t * T;
-            const float* p = P + t * T;
-            float dot = 0.0f;
-            for (int64_t j = 0; j <= t; ++j) dot += row[j] * p[j];
-            for (int64_t j = 0; j <= t; ++j) row[j] = p[j] * (row[j] - dot);
-            std::fill(row + t + 1, row + T, 0.0f);
-          }
-          const Operand dS = square(dP, T, bf16, 1);
-          product(false, false, T, hs, T, scale, dS, T, k, 3 * C, beta, dq, 3 * C);
-          product(true, false, T, hs, T, scale, dS, T, q, 3 * C, beta, dk, 3 * C);
-        }
-    });
-  }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        Head bh = with_mask;
+        bh.mask_offset = (b * H + h) * T * T;
+        const int64_t offset = b * T * 3 * C + h * hs;
+        head_backward(bh, qkv_v.at(offset), att.data() + bh.mask_offset, dy.at(b * T * C + h * hs), dqkv + offset,
+                      beta);
+      }
+  });
   return y;
 }
 

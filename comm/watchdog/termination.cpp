@@ -1,6 +1,6 @@
-#include "comm/termination.hpp"
+#include "comm/watchdog/termination.hpp"
 
-#include "comm/shm/segment.hpp"
+#include "comm/watchdog/abort_hooks.hpp"
 
 #include <unistd.h>
 
@@ -105,7 +105,7 @@ void end_interrupted(StatusBoard* board, StatusExchange* exchange, int signal) {
       }
   }
   if (exchange) exchange->announce_interrupt();
-  shm::unlink_segments_in_making();
+  run_abort_hooks();
   _exit(128 + signal);
 }
 
@@ -132,7 +132,7 @@ void on_termination_signal(int signal, siginfo_t* info, void*) {
     end_interrupted(board, g_exchange.load(), signal);
   }
   if (!g_waiting) {  // not in a collective: nothing to report, die as usual
-    shm::unlink_segments_in_making();
+    run_abort_hooks();
     std::signal(signal, SIG_DFL);
     std::raise(signal);
     return;

@@ -9,8 +9,8 @@
 #pragma once
 #include <string_view>
 
-#include "comm/status_board.hpp"
-#include "comm/status_exchange.hpp"
+#include "comm/watchdog/status_board.hpp"
+#include "comm/watchdog/status_exchange.hpp"
 
 namespace comm {
 

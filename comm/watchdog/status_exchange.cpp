@@ -1,4 +1,4 @@
-#include "comm/status_exchange.hpp"
+#include "comm/watchdog/status_exchange.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,6 +1,6 @@
-#include "comm/watchdog.hpp"
+#include "comm/watchdog/watchdog.hpp"
 
-#include "comm/shm/segment.hpp"
+#include "comm/watchdog/abort_hooks.hpp"
 
 #include <unistd.h>
 
@@ -17,9 +17,20 @@
 #include <fmt/format.h>
 
 #include "comm/error.hpp"
-#include "comm/termination.hpp"
+#include "comm/watchdog/termination.hpp"
 
 namespace comm {
+
+// The wait loop's pace (Watchdog::wait_until):
+// polls between looks at the clock and the status board: a poll is a few nanoseconds, a look
+// a system call and cache misses on the shared board;
+constexpr unsigned kPollsPerLook = 64;
+// polls before each further one yields the core: a quick collective finishes while spinning,
+// and a rank oversubscribed on a core lets its peer run (4 ranks on 2 cores);
+constexpr unsigned kSpinsBeforeYield = 16;
+// how long a wait lasts before it answers other nodes' questions about this node's board: a
+// collective that finishes sooner pays nothing for listening.
+constexpr std::int64_t kListenAfterNs = 10'000'000;  // 10 ms
 namespace {
 
 Watchdog* g_watchdog = nullptr;
@@ -122,12 +133,11 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
     }
     if (termination_signal()) end_terminated(now_ns());  // even when the wait has just completed
     if (done) break;
-    if (spin % 64 == 0) {  // look at the clock and the board now and then, not every poll
+    if (spin % kPollsPerLook == 0) {
       const std::int64_t now = now_ns();
       const std::int64_t aborting = board_.header().aborting_rank.load();
-      // Another node's watchdog may be asking what this node's board says. Only a wait that
-      // has lasted 10 ms listens: a collective that finishes sooner pays nothing for it.
-      if (exchange_ && now - start_ns_ > 10'000'000) exchange_->serve();
+      // Another node's watchdog may be asking what this node's board says.
+      if (exchange_ && now - start_ns_ > kListenAfterNs) exchange_->serve();
       if (aborting >= 0 && aborting != board_.world_rank()) {
         // Another rank fired first and prints the full report: one line from here, after it.
         linger(0.3);
@@ -144,7 +154,7 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
         end_job(report(now, "timed out", kAskBudget), true);
       }
     }
-    if (spin > 16) std::this_thread::yield();  // let an oversubscribed peer run
+    if (spin > kSpinsBeforeYield) std::this_thread::yield();
   }
   set_waiting(false);
   if (termination_signal()) end_terminated(now_ns());  // the signal came after the last look
@@ -153,7 +163,7 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
 // The launcher is ending the job (SIGTERM while this rank waited) and sends SIGKILL in a
 // second: say why and go — or, when no node saw anything wrong, it was a plain Ctrl-C.
 void Watchdog::end_terminated(std::int64_t now) {
-  shm::unlink_segments_in_making();
+  run_abort_hooks();
   const int signal = termination_signal();
   const bool failed_here = job_failed(&board_);
   const std::string text =
@@ -434,7 +444,7 @@ void Watchdog::verify_same_call(MPI_Comm check_comm) {
 }
 
 void Watchdog::end_job(const std::string& report, bool first) {
-  shm::unlink_segments_in_making();  // a segment not yet unlinked must not outlive the job
+  run_abort_hooks();  // e.g. a shm segment not yet unlinked must not outlive the job
   std::string text = report.empty() ? report : report + "\n";
   if (first) text += fmt::format("[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());

@@ -8,7 +8,7 @@
 //
 // Check mode (optional) exchanges a short description of the call before any data moves
 // and ends the job, naming the ranks, when they disagree on collective, count, type, op
-// or root. Ctrl-C and the launcher's SIGTERM: comm/termination.hpp.
+// or root. Ctrl-C and the launcher's SIGTERM: comm/watchdog/termination.hpp.
 #pragma once
 
 #include <mpi.h>
@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/status_board.hpp"
-#include "comm/status_exchange.hpp"
+#include "comm/watchdog/status_board.hpp"
+#include "comm/watchdog/status_exchange.hpp"
 #include "comm/types.hpp"
 
 namespace comm {

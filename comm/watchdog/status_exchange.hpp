@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/status_board.hpp"
+#include "comm/watchdog/status_board.hpp"
 
 namespace comm {
 

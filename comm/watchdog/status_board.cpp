@@ -1,4 +1,4 @@
-#include "comm/status_board.hpp"
+#include "comm/watchdog/status_board.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
