@@ -22,7 +22,8 @@ void GPTConfig::validate() const {
   positive("block_size", block_size);
   positive("vocab_size", vocab_size);
   if (n_embd % n_head != 0) fail("GPT config: n_embd {} is not divisible by n_head {}", n_embd, n_head);
-  if (!(dropout >= 0.0f && dropout < 1.0f)) fail("GPT config: dropout must be in [0, 1), got {}", dropout);
+  if (!(dropout >= 0.0f && dropout <= static_cast<float>(kMaxDropout)))
+    fail("GPT config: dropout must be a number ≥ 0 and ≤ {}, got {}", kMaxDropout, dropout);
 }
 
 nlohmann::json GPTConfig::to_json() const {

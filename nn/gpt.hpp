@@ -26,6 +26,10 @@
 
 namespace nn {
 
+// The largest dropout rate: one rule for the flag (--dropout) and for a checkpoint's config.
+// 1 would drop everything, and rates just below it scale by huge factors (1/(1 − p)).
+inline constexpr double kMaxDropout = 0.99;  // compared as a float: the rate a model holds
+
 struct GPTConfig {
   int n_layer = 4;
   int n_head = 4;

@@ -5,7 +5,14 @@
 
 #include "catch_session.hpp"
 
+#include <cstdlib>
+
 int run_catch_session(int argc, char** argv) {
+  // The mpiexec jobs the test cases start run as root where CI runs them (in containers):
+  // Open MPI refuses that unless told. Set here, so that a plain `ctest` in any build directory
+  // works without scripts/env.sh (a variable already set is kept).
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   Catch::Session session;
   if (session.applyCommandLine(argc, argv) != 0) return -1;
   return session.run();

@@ -9,6 +9,8 @@
 #include "catch_session.hpp"
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <regex>
 #include <sstream>
@@ -215,8 +217,20 @@ TEST_CASE("two_hosts.sh passes the command's status on, leaves nothing behind, a
   CHECK(failed.status == 7);
   CHECK_THAT(failed.output, Catch::Contains("on nanodist-a"));
   CHECK(namespaces() == before);
-  // Not root: one line, status 77 (what ctest reports as skipped).
-  auto user = run_command("setpriv --reuid=65534 --regid=65534 --clear-groups " + std::string(TWO_HOSTS) + " true");
+  // Not root: one line, status 77 (what ctest reports as skipped). The unprivileged user runs a
+  // copy in a folder of its own: the checkout itself may be one it cannot read (a clone under
+  // /root, run as root — the common case in containers).
+  const fs::path readable = fs::temp_directory_path() / fmt::format("nanodist-two-hosts-{}", ::getpid());
+  fs::remove_all(readable);
+  fs::create_directories(readable);
+  fs::copy_file(TWO_HOSTS, readable / "two_hosts.sh");
+  fs::permissions(readable, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(readable / "two_hosts.sh", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                                 fs::perms::others_read | fs::perms::others_exec);
+  auto user = run_command("cd / && setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                          (readable / "two_hosts.sh").string() + " true");
+  fs::remove_all(readable);
   CHECK(user.status == 77);
   CHECK(user.output == "two_hosts: must run as root (network namespaces need it): try sudo\n");
   // Without ip, unshare or nsenter: says which, and which Debian packages have them.

@@ -446,6 +446,8 @@ TEST_CASE("values loaded from a checkpoint pass their flags' checks: one line na
       resume_edited("/config/vocab_size", 1e12),
       where + "GPT config: field 'vocab_size' must be a whole number from 1 to 2147483647, got 1000000000000.0");
   usage_failure(resume_edited("/optimizer/steps", -3), where + "optimizer.steps must be a whole number ≥ 0, got -3");
+  // The flag's rule for dropout (≤ 0.99), not a looser one of its own.
+  usage_failure(resume_edited("/config/dropout", 0.995), "dropout must be a number ≥ 0 and ≤ 0.99, got 0.995");
   usage_failure(resume_edited("/train_state", 5), where + "train_state must be an object, got 5");
   usage_failure(resume_edited("/train_state/vocabulary", 5), "the checkpoint's vocabulary is not text: 5");
   // Training from a checkpoint's weights (no --resume, no --eval-only) is said, not silent.
@@ -523,7 +525,8 @@ TEST_CASE("Ctrl-C: one line with the step, the last checkpoint and how to resume
   INFO(r.output);
   CHECK_THAT(r.output, Catch::Contains("interrupted at step"));
   CHECK_THAT(r.output, Catch::Contains("the last checkpoint (step "));
-  CHECK_THAT(r.output, Catch::Contains("resume with: mpiexec -n 2 " + std::string(TRAIN_DP) + " --resume --out-dir"));
+  // The launcher as it was run, its own flags too (mpirun() adds --oversubscribe).
+  CHECK_THAT(r.output, Catch::Contains("resume with: " + mpirun(2, TRAIN_DP, "--resume --out-dir")));
   CHECK_THAT(r.output, !Catch::Contains("exit=0"));
   CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
   // And the checkpoint it names resumes; a checkpoint.tmp that an interrupt left half-written

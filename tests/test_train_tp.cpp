@@ -227,6 +227,8 @@ TEST_CASE("gradients as bf16 on the wire (--grad-comm bf16) halve what the dp gr
       auto r = run_trainer(
           program, 4, one_step + layout + " --grad-comm " + wire + " --out-dir " + out(std::string("dp_wire_") + wire));
       REQUIRE(r.status == 0);
+      // The layout line says how gradients travel, as train_dp's does.
+      CHECK((r.output.find("gradients sent as bf16") != std::string::npos) == (wire == "bf16"));
       std::smatch m;
       REQUIRE(std::regex_search(r.output, m, dp_group));
       megabytes[wire] = std::stod(m[1]);

@@ -107,6 +107,9 @@ void say_sample(int64_t step, const std::string& text, comm::Communicator& world
 
 // The command that continues this run, for the interrupt note.
 std::string resume_command(const TrainOptions& o, int ranks);
+// The launcher's part of the command that started this process ("mpiexec --oversubscribe -n 4",
+// shell-quoted), read from the parent process; "" when the parent is not mpiexec/mpirun.
+std::string launcher_prefix(const std::string& program);
 
 // ---- the start of a training run -----------------------------------------------------------
 

@@ -41,9 +41,10 @@ class ThreeDParallel final : public PipelineStrategy {
     const nn::GPTConfig& c = run_.start.config;
     StrategyFacts facts = PipelineStrategy::facts();
     facts.layout = {
-        fmt::format("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}", world_.size(),
-                    grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "",
-                    parallel::name_of(s_.schedule), s_.micro_batches, o_.batch_size / s_.micro_batches),
+        fmt::format("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}{}",
+                    world_.size(), grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "",
+                    parallel::name_of(s_.schedule), s_.micro_batches, o_.batch_size / s_.micro_batches,
+                    parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
         fmt::format("stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
                     "padded to {}",

@@ -40,7 +40,7 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--n-head", o.model.n_head, "attention heads")->check(whole(1))->capture_default_str();
   app.add_option("--n-embd", o.model.n_embd, "embedding width")->check(whole(1))->capture_default_str();
   app.add_option("--block-size", o.model.block_size, "context length T")->check(whole(1))->capture_default_str();
-  app.add_option("--dropout", o.model.dropout, "dropout rate")->check(real(0.0, 0.99))->capture_default_str();
+  app.add_option("--dropout", o.model.dropout, "dropout rate")->check(real(0.0, nn::kMaxDropout))->capture_default_str();
   app.add_option("--bias", o.model.bias, "biases in Linear and LayerNorm")->capture_default_str();
 }
 

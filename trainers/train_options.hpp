@@ -83,6 +83,7 @@ struct TrainOptions {
   int crash_rank = 1;
 
   std::string program = "train_dp";               // argv[0], for the commands the program suggests
+  std::string launcher;                           // "mpiexec --oversubscribe -n 4": how it was launched, or ""
   std::set<std::string> explicit_flags;           // every flag the user typed, e.g. "--max-iters"
   std::vector<std::string> explicit_model_flags;  // model flags the user typed, e.g. "n_layer"
   CLI::App* app = nullptr;                        // the parsed command line: its checks apply to loaded values

@@ -66,9 +66,9 @@ class PipelineParallel final : public PipelineStrategy {
   StrategyFacts facts() const override {
     StrategyFacts facts = PipelineStrategy::facts();
     facts.layout = {
-        fmt::format("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}",
+        fmt::format("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}{}",
                     world_.size(), grid_.dp, grid_.pp, parallel::name_of(s_.schedule), s_.micro_batches,
-                    o_.batch_size / s_.micro_batches),
+                    o_.batch_size / s_.micro_batches, parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
         fmt::format("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
                     grid_.pp - 1)};
