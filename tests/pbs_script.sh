@@ -28,7 +28,7 @@ run_job() {  # $1: job id; the rest: the job's environment (qsub -v)
 
 # The first job: stopped before its "walltime", submits itself again.
 run_job 1 STOP_AFTER=8s CKPT_INTERVAL=20 OUT_DIR="$work/out" DATA_DIR="$data_dir" BUILD_DIR="$build_dir" \
-  TRAIN_DP_ARGS="--max-iters 100000 --n-layer 1 --n-embd 32 --log-interval 20 --eval-interval 0 --sample-tokens 40" ||
+  TRAIN_DP_ARGS="--max-iters 100000 --n-layer 1 --n-embd 32 --log-interval 20 --eval-interval 0 --sample-tokens 40 --prompt 'to be%2C or'" ||
   fail "the first job exited with $?"
 note=$(grep "interrupted at step" "$work/run1.out") || fail "rank 0 did not say where it stopped"
 echo "$note"
@@ -40,14 +40,21 @@ grep -q "submitting it again to resume" "$work/run1.out" || fail "the job did no
 variables=$(sed -n 2p "$work/qsub.args")
 grep -q "TRAIN_DP_ARGS=--max-iters 100000 --n-layer 1 --n-embd 32 --log-interval 20" <<< "$variables" || fail "qsub -v lost TRAIN_DP_ARGS: $variables"
 grep -q "OUT_DIR=$work/out" <<< "$variables" || fail "qsub -v lost OUT_DIR: $variables"
+# The comma inside --prompt's value travels encoded: -v's list splits into whole variables.
+grep -q "TRAIN_DP_ARGS=.*--prompt 'to be%2C or'" <<< "$variables" || fail "qsub -v would cut the prompt at its comma: $variables"
 [ "$(sed -n 3p "$work/qsub.args")" = "$source_dir/hostfiles/train_dp.pbs" ] || fail "qsub submits $(sed -n 3p "$work/qsub.args")"
 
 # The second job, as qsub would start it (its -v variables; a shorter run so that it ends).
 IFS=, read -r -a submitted <<< "$variables"
-run_job 2 "${submitted[@]}" TRAIN_DP_ARGS="--max-iters $((stopped_at + 20)) --sample-tokens 40" ||
+prompt=""
+for variable in "${submitted[@]}"; do  # the submitted prompt, with a shorter run
+  [[ $variable == TRAIN_DP_ARGS=* ]] && prompt=$(sed -n "s/.*\(--prompt '.*'\).*/\1/p" <<< "$variable")
+done
+run_job 2 "${submitted[@]}" TRAIN_DP_ARGS="--max-iters $((stopped_at + 20)) --sample-tokens 40 $prompt" ||
   fail "the resubmitted job exited with $?"
 grep -q "pbs: job 2 resumes $work/out/checkpoint" "$work/run2.out" || fail "the resubmitted job did not resume"
 grep -q "resuming from $work/out/checkpoint at step $stopped_at of $((stopped_at + 20))" "$work/run2.out" ||
   fail "train_dp did not resume at step $stopped_at"
 grep -q "val_loss_full=" "$work/run2.out" || fail "no final val loss"
+grep -q "^to be, or" "$work/run2.out" || fail "the sample does not start from the prompt with its comma"
 echo "train_dp.pbs: stopped at step $stopped_at's checkpoint, submitted itself again, resumed, ended at step $((stopped_at + 20))"
