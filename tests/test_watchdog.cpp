@@ -3,6 +3,10 @@
 // (check mode) passes a different count. Each run must end with a non-zero status within
 // deadline + 10 s, and its report must name the operation and the rank that is missing or
 // differs.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -11,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/watchdog/status_board.hpp"
 #include "run_command.hpp"
 
 namespace {
@@ -177,4 +182,23 @@ TEST_CASE(
     CHECK_THAT(r.output, Catch::Contains(expected));
     CHECK(shm_segments().empty());
   }
+}
+
+// The watchdog knows a rank's process by its pid and its start time: once the rank is gone, a
+// new process given the same pid (pids are reused) must not pass for it.
+TEST_CASE("a rank's process is its pid and its start time: a reused pid is not the rank") {
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  const std::int64_t started = comm::process_start_time(child);
+  CHECK(started > 0);
+  CHECK(comm::process_state(child, started) == comm::ProcessState::running);
+  CHECK(comm::process_state(child, started + 1) == comm::ProcessState::gone);  // the same pid, another process
+  CHECK(comm::process_state(child) == comm::ProcessState::running);            // no start time: any process
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  CHECK(comm::process_state(child, started) == comm::ProcessState::gone);
+  CHECK(comm::process_start_time(child) == 0);
 }

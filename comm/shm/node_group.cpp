@@ -145,7 +145,7 @@ void NodeGroup::read(int peer, std::uint64_t address, void* into, std::size_t by
     iovec local{to, bytes};
     iovec remote{reinterpret_cast<void*>(address), bytes};
     const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == ESRCH) watchdog().wait_until([] { return false; });  // gone: the report names it
+    if (got < 0 && errno == ESRCH) watchdog().give_up("found a peer's process gone");  // the report names it
     if (got < 0)
       fail("shm: reading {} bytes of rank {} (pid {}) in place failed: {}", bytes, peer, pid, std::strerror(errno));
     if (got == 0) fail("shm: reading {} bytes of rank {} (pid {}) in place read nothing", bytes, peer, pid);

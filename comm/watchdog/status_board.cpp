@@ -92,6 +92,7 @@ StatusBoard::StatusBoard(MPI_Comm world) {
     header_->world_size = world_size_;
     header_->aborting_rank = -1;
   }
+  mine().started = process_start_time(getpid());
   mine().pid = getpid();
   mine().state = static_cast<std::int64_t>(RankState::running);
   MPI_Barrier(node);
@@ -116,7 +117,7 @@ RankView StatusBoard::view(int world_rank, std::int64_t comm_id) {
   v.world_rank = world_rank;
   v.pid = s.pid;
   if (v.pid == 0) return v;
-  v.process = process_state(v.pid);
+  v.process = process_state(v.pid, s.started.load());
   v.state = static_cast<RankState>(s.state.load());
   v.entered = entered(world_rank, comm_id);
   v.current = s.current.view(now);
@@ -151,9 +152,17 @@ void StatusBoard::forget(std::int64_t comm_id) {
   }
 }
 
+namespace {
+
+// What /proc/<pid>/stat says: the state letter and the start time; state 0 when it is gone.
 // Async-signal-safe (the SIGTERM handler asks it): open()/read() into a stack buffer, no
 // allocation — a handler that allocates while the rank was inside malloc deadlocks.
-ProcessState process_state(std::int64_t pid) {
+struct StatFields {
+  char state = 0;
+  std::int64_t started = 0;
+};
+
+StatFields read_stat(std::int64_t pid) {
   char path[40] = "/proc/";
   std::size_t n = 6;
   char digits[24];
@@ -163,20 +172,36 @@ ProcessState process_state(std::int64_t pid) {
   while (k > 0) path[n++] = digits[--k];
   std::memcpy(path + n, "/stat", 6);
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ProcessState::gone;
-  char text[512];  // "pid (name) S ...": the name is at most 64 bytes, the state follows it
+  if (fd < 0) return {};
+  char text[512];  // "pid (name) S ...": the name is at most 64 bytes, the fields after it ~300
   const ssize_t got = read(fd, text, sizeof text);
   close(fd);
-  if (got <= 0) return ProcessState::gone;
+  if (got <= 0) return {};
   const char* paren = nullptr;  // the last ')': a name may contain one
   for (ssize_t i = 0; i < got; ++i)
     if (text[i] == ')') paren = text + i;
-  if (!paren || paren + 2 >= text + got) return ProcessState::gone;
-  const char state = paren[2];
-  if (state == 'Z' || state == 'X') return ProcessState::gone;
-  return state == 't' || state == 'T' ? ProcessState::stopped : ProcessState::running;
+  const char* end = text + got;
+  if (!paren || paren + 2 >= end) return {};
+  StatFields fields{paren[2], 0};
+  // Field 3 is the state; field 22 the start time: 19 spaces further on.
+  const char* at = paren + 2;
+  for (int spaces = 0; at < end && spaces < 19; ++at)
+    if (*at == ' ') ++spaces;
+  for (; at < end && *at >= '0' && *at <= '9'; ++at) fields.started = fields.started * 10 + (*at - '0');
+  return fields;
 }
 
-bool process_alive(std::int64_t pid) { return process_state(pid) != ProcessState::gone; }
+}  // namespace
+
+ProcessState process_state(std::int64_t pid, std::int64_t started) {
+  const StatFields stat = read_stat(pid);
+  if (stat.state == 0 || stat.state == 'Z' || stat.state == 'X') return ProcessState::gone;
+  if (started != 0 && stat.started != started) return ProcessState::gone;  // the pid is another process's now
+  return stat.state == 't' || stat.state == 'T' ? ProcessState::stopped : ProcessState::running;
+}
+
+bool process_alive(std::int64_t pid, std::int64_t started) { return process_state(pid, started) != ProcessState::gone; }
+
+std::int64_t process_start_time(std::int64_t pid) { return read_stat(pid).started; }
 
 }  // namespace comm

@@ -66,7 +66,8 @@ struct RankSlot {
   static constexpr int kTrackedComms = 32;
 
   std::atomic<std::int64_t> pid{0};
-  std::atomic<std::int64_t> state{0};  // RankState
+  std::atomic<std::int64_t> started{0};  // its start time (/proc/<pid>/stat, clock ticks): a reused pid is another process
+  std::atomic<std::int64_t> state{0};    // RankState
   OpRecord current;                    // valid while state == in_collective
   OpRecord last;                       // the latest collective entered
   std::array<CommProgress, kTrackedComms> progress;
@@ -124,9 +125,13 @@ class StatusBoard {
   int world_size_ = 0;
 };
 
-// Is the process with this pid (on this machine) still running? Zombies count as dead,
-// stopped ones (SIGSTOP, a debugger) as alive.
-bool process_alive(std::int64_t pid);
-ProcessState process_state(std::int64_t pid);
+// Is the process with this pid (on this machine), started at `started` (0: any start), still
+// running? Zombies count as dead, stopped ones (SIGSTOP, a debugger) as alive, and a process
+// with the pid but another start time as dead: the rank's pid was reused. Async-signal-safe.
+bool process_alive(std::int64_t pid, std::int64_t started = 0);
+ProcessState process_state(std::int64_t pid, std::int64_t started = 0);
+// When the process `pid` started (clock ticks since boot, /proc/<pid>/stat's 22nd field); 0 if
+// it is gone.
+std::int64_t process_start_time(std::int64_t pid);
 
 }  // namespace comm

@@ -83,7 +83,7 @@ bool job_failed(StatusBoard* board) {
   for (int r = 0; r < board->world_size(); ++r) {
     const std::int64_t pid = board->slot(r).pid.load();
     const bool interrupted = board->slot(r).state.load() == static_cast<std::int64_t>(RankState::interrupted);
-    if (pid != 0 && !interrupted && !process_alive(pid)) return true;
+    if (pid != 0 && !interrupted && !process_alive(pid, board->slot(r).started.load())) return true;
   }
   return false;
 }

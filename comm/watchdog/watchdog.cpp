@@ -138,21 +138,8 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       const std::int64_t aborting = board_.header().aborting_rank.load();
       // Another node's watchdog may be asking what this node's board says.
       if (exchange_ && now - start_ns_ > kListenAfterNs) exchange_->serve();
-      if (aborting >= 0 && aborting != board_.world_rank()) {
-        // Another rank fired first and prints the full report: one line from here, after it.
-        linger(0.3);
-        if (on_timeout) on_timeout();
-        end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
-                            describe(board_.mine().current.view(now)), seconds(now - start_ns_)),
-                false);
-      }
-      if (now > deadline) {
-        std::int64_t none = -1;
-        const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank());
-        if (!first) continue;  // another rank won the race: the branch above handles it
-        if (on_timeout) on_timeout();
-        end_job(report(now, "timed out", kAskBudget), true);
-      }
+      if ((aborting >= 0 && aborting != board_.world_rank()) || now > deadline)
+        end_failed_wait(now, "timed out", on_timeout);
     }
     if (spin > kSpinsBeforeYield) std::this_thread::yield();
   }
@@ -441,6 +428,27 @@ void Watchdog::verify_same_call(MPI_Comm check_comm) {
   }
   // Every rank found the same disagreement; the communicator's rank 0 says it.
   end_job(call_.comm_rank == 0 ? text : std::string(), call_.comm_rank == 0);
+}
+
+void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, const std::function<void()>& on_timeout) {
+  std::int64_t none = -1;
+  const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank()) ||
+                     none == board_.world_rank();
+  if (!first) {
+    // Another rank fired first and prints the full report: one line from here, after it.
+    linger(0.3);
+    if (on_timeout) on_timeout();
+    end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
+                        describe(board_.mine().current.view(now)), seconds(now - start_ns_)),
+            false);
+  }
+  if (on_timeout) on_timeout();
+  end_job(report(now, what_happened, kAskBudget), true);
+}
+
+void Watchdog::give_up(const char* what_happened) {
+  set_waiting(true);  // as in a wait: a Ctrl-C now is part of this ending
+  end_failed_wait(now_ns(), what_happened, {});
 }
 
 void Watchdog::end_job(const std::string& report, bool first) {

@@ -69,6 +69,9 @@ class Watchdog {
   // calls done() until it returns true. Past the deadline, before the report, on_timeout()
   // runs (nccl: ncclCommAbort, so nothing is left spinning on the GPU).
   void wait_until(const std::function<bool()>& done, const std::function<void()>& on_timeout = {});
+  // A wait that cannot end well (a peer's process is gone: a single-copy read found no such
+  // process): the report now, as at the deadline, and the job ends — no use waiting it out.
+  [[noreturn]] void give_up(const char* what_happened);
   // Check mode: all ranks of `call`'s communicator compare their calls over `check_comm`.
   void verify_same_call(MPI_Comm check_comm);
   // Records on the status board that this rank entered one more collective on `comm_id`.
@@ -91,6 +94,10 @@ class Watchdog {
   // Waits, answering other nodes' questions meanwhile.
   void linger(double seconds);
   [[noreturn]] void end_job(const std::string& report, bool first);
+  // The end of a wait that failed (`what_happened`: "timed out"): the first rank to get here
+  // reports, a later one adds a line after it.
+  [[noreturn]] void end_failed_wait(std::int64_t now, const char* what_happened,
+                                    const std::function<void()>& on_timeout);
 
   StatusBoard& board_;
   StatusExchange* exchange_;
