@@ -145,7 +145,12 @@ void NodeGroup::read(int peer, std::uint64_t address, void* into, std::size_t by
     iovec local{to, bytes};
     iovec remote{reinterpret_cast<void*>(address), bytes};
     const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == ESRCH) watchdog().give_up("found a peer's process gone");  // the report names it
+    if (got < 0 && errno == ESRCH) {
+      // The peer's memory is gone: it is exiting. Once /proc says so too (it can lag the
+      // read by a moment), the report names it as dead — now, not at the deadline.
+      watchdog().wait_until([pid] { return !process_alive(pid); });
+      watchdog().give_up("found a peer's process gone");
+    }
     if (got < 0)
       fail("shm: reading {} bytes of rank {} (pid {}) in place failed: {}", bytes, peer, pid, std::strerror(errno));
     if (got == 0) fail("shm: reading {} bytes of rank {} (pid {}) in place read nothing", bytes, peer, pid);
