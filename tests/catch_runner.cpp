@@ -13,6 +13,8 @@ int run_catch_session(int argc, char** argv) {
   // works without scripts/env.sh (a variable already set is kept).
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  // Open MPI's session folder, one that ctest keeps (tests/CMakeLists.txt says why).
+  setenv("OMPI_MCA_orte_top_session_dir", NANODIST_OMPI_TEST_SESSION_DIR, 0);
   Catch::Session session;
   if (session.applyCommandLine(argc, argv) != 0) return -1;
   return session.run();
