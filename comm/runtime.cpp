@@ -21,12 +21,14 @@ namespace {
 Runtime* g_runtime = nullptr;
 constexpr std::int64_t kFinalizeId = 2;  // the finalize meeting's own id (communicator ids are odd)
 
-// Help was asked for, or the flags were wrong: leave run() with this status.
+// Help was asked for, the flags were wrong, or the program stops: leave run() with this status.
 struct ExitRequest {
   int status;
 };
 
 }  // namespace
+
+void end_program(int status) { throw ExitRequest{status}; }
 
 Runtime& runtime() {
   if (!g_runtime) fail("no comm::Runtime exists");

@@ -29,6 +29,7 @@
 #include "comm/communicator.hpp"
 #include "comm/error.hpp"
 #include "comm/watchdog/status_board.hpp"
+#include "comm/watchdog/termination.hpp"
 #include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
@@ -47,6 +48,10 @@ CLI::Validator backend_check();
 
 // Parses the command line; help and bad flags end the program through run().
 void parse(CLI::App& app, int argc, char** argv);
+
+// Leaves run() with this exit status, without its last meeting: for a point every rank
+// reaches together (a stop the ranks agreed on, comm/watchdog/termination.hpp).
+[[noreturn]] void end_program(int status);
 
 class Runtime {
  public:
@@ -93,11 +98,13 @@ Runtime& runtime();
 double available_memory_bytes();
 
 // Prints a line on the ranks that print (see Runtime::prints), prefixed "[rank r] " when
-// every rank prints.
+// every rank prints. Not once a stop is under way (stop_on_signals): mpiexec, ending the job
+// after a Ctrl-C, stops reading the ranks' stdout, and a rank that fills the pipe would block
+// there until its SIGKILL instead of saving (seen with a line per step).
 template <class... Args>
 void say(fmt::format_string<Args...> format, Args&&... args) {
   Runtime& rt = runtime();
-  if (!rt.prints()) return;
+  if (!rt.prints() || stop_signal() != 0) return;
   std::string line = fmt::format(format, std::forward<Args>(args)...);
   if (rt.options().all_ranks_print) line = fmt::format("[rank {}] {}", rt.world_rank(), line);
   fmt::print("{}\n", line);

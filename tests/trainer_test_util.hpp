@@ -159,6 +159,13 @@ inline CommandResult interrupt_until_noted(const std::string& command, const fs:
   return r;
 }
 
+// The step an interrupted run's note names: "interrupted at step S; …" → S (-1 if none).
+inline long interrupted_step(const std::string& output) {
+  const std::string marker = "interrupted at step ";
+  const auto at = output.find(marker);
+  return at == std::string::npos ? -1 : std::stol(output.substr(at + marker.size()));
+}
+
 // The command an interrupted run printed after "resume with: " (empty if it printed none).
 inline std::string printed_resume_command(const std::string& output) {
   const std::string marker = "resume with: ";
@@ -176,8 +183,15 @@ inline CommandResult ctrl_c_then_printed_resume(const char* program, int ranks, 
                                                 const std::string& straight, const std::string& stopped) {
   REQUIRE(run_trainer(program, ranks, run + " --out-dir " + out(straight)).status == 0);
   auto interrupted =
-      interrupt_until_noted(mpirun(ranks, program, run + " --out-dir " + out(stopped)), checkpoint(stopped));
+      // Fewer log lines: after a Ctrl-C mpiexec reads no output until it ends the ranks, and a
+      // rank that fills its pipe blocks there instead of saving (docs/trainers.md).
+      interrupt_until_noted(mpirun(ranks, program, run + " --log-interval 20 --out-dir " + out(stopped)),
+                            checkpoint(stopped));
   REQUIRE_THAT(interrupted.output, Catch::Contains("interrupted at step"));
+  // Nothing finished is lost: the ranks saved the step they stopped at, and the resumed run
+  // begins with the step after it.
+  const long stopped_at = interrupted_step(interrupted.output);
+  CHECK_THAT(interrupted.output, Catch::Contains(fmt::format("the last checkpoint (step {})", stopped_at)));
   const std::string command = printed_resume_command(interrupted.output);
   // The launcher as it was run, with its own flags (mpirun() adds --oversubscribe: more ranks
   // than cores here), run as it is — without the variable (scripts/env.sh, the test presets)
@@ -186,6 +200,7 @@ inline CommandResult ctrl_c_then_printed_resume(const char* program, int ranks, 
   auto resumed = run_command("env -u OMPI_MCA_rmaps_base_oversubscribe " + command);
   UNSCOPED_INFO("$ " << command << "\n" << resumed.output);
   REQUIRE(resumed.status == 0);
+  CHECK_THAT(resumed.output, Catch::Contains(fmt::format("at step {} of", stopped_at)));
   CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));
   for (const char* file : {"model.safetensors", "optimizer.safetensors"})
     CHECK(same_bytes(checkpoint(straight) / file, checkpoint(stopped) / file));

@@ -1,6 +1,7 @@
 #include "trainers/training_log.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -87,13 +88,25 @@ void TrainingLog::check_finite(int64_t step, const char* what, double value) con
                        : std::string("no checkpoint was written")));
 }
 
-void TrainingLog::update_interrupt_note(int64_t step) const {
-  if (world_.rank() != 0) return;
+std::string TrainingLog::interrupt_note(int64_t step) const {
   const std::string saved = last_saved_ >= 0
                                 ? fmt::format("the last checkpoint (step {}) is in {}; resume with: {}", last_saved_,
                                               checkpoint_dir_.string(), resume_command(o_, world_.size()))
                                 : std::string("no checkpoint was written yet");
-  comm::set_interrupt_note(fmt::format("interrupted at step {}; {}", step, saved));
+  return fmt::format("interrupted at step {}; {}", step, saved);
+}
+
+void TrainingLog::update_interrupt_note(int64_t step) const {
+  if (world_.rank() == 0) comm::set_interrupt_note(interrupt_note(step));
+}
+
+void TrainingLog::stopped(int64_t step) const {
+  // On stderr, as the signal handler's notes: mpiexec may be ending the job (a Ctrl-C), and
+  // then it no longer forwards the ranks' stdout.
+  if (world_.rank() == 0) {
+    fmt::print(stderr, "{}\n", interrupt_note(step));
+    std::fflush(stderr);
+  }
 }
 
 }  // namespace trainers

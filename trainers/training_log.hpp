@@ -45,10 +45,16 @@ class TrainingLog {
   void check_finite(int64_t step, const char* what, double value) const;
   // A checkpoint of step `step` is on disk now (for the notes above).
   void saved(int64_t step) { last_saved_ = step; }
+  int64_t last_saved() const { return last_saved_; }
   // After each step: what rank 0 prints if the user interrupts the job now.
   void update_interrupt_note(int64_t step) const;
+  // The job stops after step `step`, saved there (a stop a signal asked for): rank 0 says so,
+  // in the interrupt note's words.
+  void stopped(int64_t step) const;
 
  private:
+  std::string interrupt_note(int64_t step) const;  // "interrupted at step S; the last checkpoint …"
+
   const TrainOptions& o_;
   comm::Communicator& world_;
   int64_t first_step_, tokens_per_step_;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "comm/runtime.hpp"
+#include "comm/watchdog/termination.hpp"
 #include "nn/autocast.hpp"
 #include "nn/gemm.hpp"
 #include "nn/memory_estimate.hpp"
@@ -101,7 +103,8 @@ class Loop {
         trace_(world),
         clock_(log_, trace_),
         traffic_(facts_.groups),
-        schedule_(lr_schedule(o_)) {}
+        schedule_(lr_schedule(o_)),
+        stop_vote_(world.with_backend(comm::BackendKind::mpi)) {}
 
   void say_start() const;
   void train();
@@ -111,6 +114,8 @@ class Loop {
   void after_step(int64_t done, float lr, float norm);  // log line, checkpoint, interrupt note, trace
   void evaluate(int64_t step);
   void save(int64_t steps_done);
+  int stop_asked();  // the signal any rank was asked to stop by (Ctrl-C, SIGTERM, SIGUSR1), or 0
+  [[noreturn]] void stop(int64_t steps_done, int signal);
   void end();
 
   const RunStart& run_;
@@ -127,6 +132,9 @@ class Loop {
   StepMemory memory_;  // reported after the first step, with what the step sent
   const nn::LrSchedule schedule_;
   std::optional<float> last_val_;
+  // The ranks' vote on stopping, once per step: a communicator of its own, so that the step's
+  // traffic stays the strategy's alone.
+  comm::Communicator stop_vote_;
 };
 
 void Loop::say_start() const {
@@ -157,8 +165,27 @@ void Loop::train() {
     const float lr = schedule_.at(static_cast<int>(step));
     const float norm = this->step(step, lr);
     after_step(step + 1, lr, norm);
+    if (const int signal = stop_asked()) stop(step + 1, signal);
   }
   end();
+}
+
+// A signal reaches the ranks at different moments (mpiexec sends one to each; someone may
+// signal one rank alone), so each step ends with a vote: the largest signal number any rank
+// holds. Every rank gets the same answer after the same step, and they stop there together.
+int Loop::stop_asked() {
+  int signal = comm::stop_signal();
+  stop_vote_.allreduce(std::span(&signal, 1), comm::ReduceOp::max);
+  return signal;
+}
+
+// Saved at the step the ranks agreed on (unless its checkpoint is already there), the note,
+// and the exit status: 0 for SIGUSR1 (a scheduler's "save and stop", done as asked), 128 + the
+// signal for an interrupt, as a shell says it.
+void Loop::stop(int64_t steps_done, int signal) {
+  if (log_.last_saved() != steps_done) save(steps_done);
+  log_.stopped(steps_done);
+  comm::end_program(signal == SIGUSR1 ? 0 : 128 + signal);
 }
 
 float Loop::step(int64_t step, float lr) {
@@ -246,6 +273,10 @@ void Loop::end() {
 void training_loop(const RunStart& run, Strategy& strategy, comm::Communicator& world) {
   Loop loop(run, strategy, world);
   loop.say_start();
+  // A Ctrl-C, mpiexec's SIGTERM or a scheduler's SIGUSR1 stops the run after the step in
+  // progress, with a checkpoint there; a second Ctrl-C stops it at once.
+  comm::stop_on_signals("the job stops after this step and saves a checkpoint there (interrupt again to stop at "
+                        "once, without saving)");
   loop.train();
 }
 

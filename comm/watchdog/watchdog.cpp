@@ -131,7 +131,7 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       set_waiting(false);
       throw;
     }
-    if (termination_signal()) end_terminated(now_ns());  // even when the wait has just completed
+    if (termination_signal()) on_termination_signal(now_ns());  // even when the wait has just completed
     if (done) break;
     if (spin % kPollsPerLook == 0) {
       const std::int64_t now = now_ns();
@@ -144,17 +144,23 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
     if (spin > kSpinsBeforeYield) std::this_thread::yield();
   }
   set_waiting(false);
-  if (termination_signal()) end_terminated(now_ns());  // the signal came after the last look
+  if (termination_signal()) on_termination_signal(now_ns());  // the signal came after the last look
 }
 
 // The launcher is ending the job (SIGTERM while this rank waited) and sends SIGKILL in a
-// second: say why and go — or, when no node saw anything wrong, it was a plain Ctrl-C.
-void Watchdog::end_terminated(std::int64_t now) {
-  run_abort_hooks();
+// second: say why and go — or, when no node saw anything wrong, it was a plain Ctrl-C. Returns
+// only when the signal asked a program that stops when asked to stop, and nothing failed: the
+// wait goes on, and the program stops at its next boundary.
+void Watchdog::on_termination_signal(std::int64_t now) {
   const int signal = termination_signal();
   const bool failed_here = job_failed(&board_);
   const std::string text =
       report(now, "interrupted (the launcher is ending the job: a process failed)", kAskBudgetWhenEnding) + "\n";
+  if (!failed_here && !report_found_trouble_ && stops_when_asked() && stop_signal() == signal) {
+    clear_termination_signal();
+    return;
+  }
+  run_abort_hooks();
   if (!failed_here && !report_found_trouble_) end_interrupted(&board_, exchange_, signal);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
   linger(2.0);  // answer the other nodes' reporters until the launcher's SIGKILL

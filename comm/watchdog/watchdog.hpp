@@ -89,8 +89,9 @@ class Watchdog {
   // The ranks the call in progress waits for, and where each of them is (report's lines).
   std::vector<Awaited> awaited_ranks(double ask_budget_s);
   Awaited where_is(int comm_rank, int world_rank, const RankView& view, bool point_to_point, double ask_budget_s) const;
-  // SIGTERM came while this rank waited: the report, or the interrupt note (see the .cpp).
-  [[noreturn]] void end_terminated(std::int64_t now);
+  // SIGTERM came while this rank waited: the report, or the interrupt note, or (a stop asked
+  // for, nothing failed) back to the wait (see the .cpp).
+  void on_termination_signal(std::int64_t now);
   // Waits, answering other nodes' questions meanwhile.
   void linger(double seconds);
   [[noreturn]] void end_job(const std::string& report, bool first);
