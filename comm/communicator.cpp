@@ -33,7 +33,7 @@ Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, st
   // Which world rank is each of our ranks (the status board is indexed by world rank).
   MPI_Group mine, world;
   MPI_Comm_group(group, &mine);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Comm_group(job_world(), &world);
   std::vector<int> ours(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) ours[static_cast<std::size_t>(r)] = r;
   members_.resize(static_cast<std::size_t>(size_));

@@ -25,4 +25,12 @@ class MpiComm {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
+// The job's world, which the status board indexes: MPI_COMM_WORLD when mpiexec started the
+// ranks; the PyTorch backend (torch_backend/) joins processes started apart (torchrun, spawned
+// tests, each an MPI world of one) into one communicator and names it here.
+inline MPI_Comm& job_world() {
+  static MPI_Comm world = MPI_COMM_WORLD;
+  return world;
+}
+
 }  // namespace comm

@@ -86,11 +86,21 @@ void parse(CLI::App& app, int argc, char** argv) {
 Runtime::Runtime(int& argc, char**& argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  find_local_ranks();
+}
+
+Runtime::Runtime(MPI_Comm world) : world_comm_(world), owns_mpi_(false) {
+  if (g_runtime) fail("a comm::Runtime exists already");
+  job_world() = world;
+  find_local_ranks();
+}
+
+void Runtime::find_local_ranks() {
+  MPI_Comm_set_errhandler(world_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(world_comm_, &world_rank_);
+  MPI_Comm_size(world_comm_, &world_size_);
   MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &local);
+  MPI_Comm_split_type(world_comm_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &local);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
@@ -101,13 +111,13 @@ Runtime::Runtime(int& argc, char**& argv) {
 Communicator& Runtime::start(const Options& options) {
   if (world_) fail("comm::Runtime::start called twice");
   options_ = options;
-  board_ = std::make_unique<StatusBoard>(MPI_COMM_WORLD);
-  exchange_ = std::make_unique<StatusExchange>(MPI_COMM_WORLD, *board_);
+  board_ = std::make_unique<StatusBoard>(world_comm_);
+  exchange_ = std::make_unique<StatusExchange>(world_comm_, *board_);
   watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);
   set_watchdog(watchdog_.get());
   install_termination_report(board_.get(), exchange_.get());
   MPI_Comm world;
-  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(world_comm_, &world), "MPI_Comm_dup");
   world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend));
   return *world_;
 }
@@ -133,7 +143,7 @@ void Runtime::shut_down() {
     OpScope scope(call);
     watchdog_->count_entry(kFinalizeId);
     MPI_Request done;
-    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &done), "MPI_Ibarrier");
+    check_mpi(MPI_Ibarrier(world_comm_, &done), "MPI_Ibarrier");
     watchdog_->wait_all(1, &done);
   }
 }
@@ -147,7 +157,7 @@ Runtime::~Runtime() {
   exchange_.reset();
   board_.reset();
   g_runtime = nullptr;
-  MPI_Finalize();
+  if (owns_mpi_) MPI_Finalize();
 }
 
 int Runtime::run(const std::function<void()>& body) {
@@ -172,7 +182,7 @@ int Runtime::run(const std::function<void()>& body) {
       fmt::print(stderr, "error: {}\n", what);
     std::fflush(stderr);
     run_abort_hooks();
-    if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (world_size_ > 1) MPI_Abort(world_comm_, 1);
     return 1;
   }
 }

@@ -56,6 +56,9 @@ void parse(CLI::App& app, int argc, char** argv);
 class Runtime {
  public:
   Runtime(int& argc, char**& argv);
+  // MPI already started by the caller, who ends it too: `world` is the job's world (the
+  // PyTorch backend's, which may join processes that mpiexec did not start together).
+  explicit Runtime(MPI_Comm world);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -73,14 +76,19 @@ class Runtime {
 
   // Runs the program body; returns the exit status (0, or 2 for bad usage).
   int run(const std::function<void()>& body);
+  // The last, watched, meeting of all ranks (run() holds it after the body): a rank that
+  // ends while others still wait for it in a collective is reported as "waiting in finalize".
+  void shut_down();
 
   // Should this rank print? Rank 0 always; every rank with --all-ranks.
   bool prints() const { return world_rank_ == 0 || options_.all_ranks_print; }
 
  private:
-  void shut_down();
+  void find_local_ranks();
 
   Options options_;
+  MPI_Comm world_comm_ = MPI_COMM_WORLD;
+  bool owns_mpi_ = true;  // started MPI, so ends it
   int world_rank_ = 0;
   int world_size_ = 1;
   int local_rank_ = 0;

@@ -1,0 +1,195 @@
+#include "torch_backend/job.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "comm/runtime.hpp"
+
+namespace nanodist_torch {
+namespace {
+
+struct Job {
+  std::unique_ptr<comm::Runtime> runtime;
+  MPI_Comm world = MPI_COMM_NULL;
+  int rank = -1;
+  int size = 0;
+  pid_t rendezvous_server = 0;  // ompi-server, on rank 0 of a job started apart
+  bool ended = false;
+};
+Job g_job;
+
+std::vector<std::uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+std::string text_of(const std::vector<std::uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+// The NANODIST_* variables, read and checked as every program's flags read them (comm/runtime).
+comm::Options options_from_environment(std::chrono::milliseconds timeout) {
+  comm::Options options;
+  options.timeout_s = static_cast<double>(timeout.count()) / 1000.0;  // init_process_group(timeout=…)
+  CLI::App app{"nanodist_torch"};
+  comm::add_options(app, options);
+  const char* argv[] = {"nanodist_torch"};
+  try {
+    app.parse(1, argv);
+  } catch (const CLI::ParseError& e) {
+    throw comm::UsageError(fmt::format("nanodist: {}", e.what()));
+  }
+  return options;
+}
+
+bool under_mpiexec() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr; }
+
+// Rank 0 of a job started apart: Open MPI's rendezvous server, ended with this process
+// (PR_SET_PDEATHSIG) or by end_job(). Returns its address.
+std::string start_rendezvous_server(std::chrono::milliseconds timeout) {
+  char path[] = "/tmp/nanodist-ompi-server-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) comm::fail("nanodist: cannot make a file in /tmp for ompi-server's address");
+  close(fd);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) comm::fail("nanodist: fork for ompi-server failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    const int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, STDOUT_FILENO);
+    execlp("ompi-server", "ompi-server", "--no-daemonize", "-r", path, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  g_job.rendezvous_server = pid;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::ifstream in(path);
+    std::string uri;
+    if (std::getline(in, uri) && !uri.empty()) {
+      unlink(path);  // read once: nothing left in /tmp, whatever ends the job
+      return uri;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      g_job.rendezvous_server = 0;
+      comm::fail("nanodist: ompi-server (Open MPI's rendezvous server, from openmpi-bin) exited with status {} "
+                 "before giving its address; launch with mpiexec instead",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    if (std::chrono::steady_clock::now() > deadline) comm::fail("nanodist: ompi-server gave no address in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Joins `size` processes, each an MPI world of one, into one communicator ordered by `rank`.
+MPI_Comm join_apart(c10d::Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+  if (rank == 0) store.set("nanodist/server", bytes_of(start_rendezvous_server(timeout)));
+  const std::string server = text_of(store.get("nanodist/server"));
+  setenv("OMPI_MCA_pmix_server_uri", server.c_str(), 1);  // read by MPI_Init
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+
+  char port[MPI_MAX_PORT_NAME] = {};
+  if (rank == 0) {
+    comm::check_mpi(MPI_Open_port(MPI_INFO_NULL, port), "MPI_Open_port");
+    store.set("nanodist/port", bytes_of(port));
+  }
+  const std::string port_name = text_of(store.get("nanodist/port"));
+  // The group so far accepts one newcomer at a time, whoever connects first; each merge makes
+  // it one larger. The order does not matter: the last split sorts by PyTorch's rank.
+  MPI_Comm group = MPI_COMM_SELF;
+  if (rank != 0) {
+    MPI_Comm inter;
+    comm::check_mpi(MPI_Comm_connect(port_name.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter), "MPI_Comm_connect");
+    comm::check_mpi(MPI_Intercomm_merge(inter, 1, &group), "MPI_Intercomm_merge");
+    MPI_Comm_free(&inter);
+  }
+  for (int members = 0; MPI_Comm_size(group, &members) == MPI_SUCCESS && members < size;) {
+    MPI_Comm inter, merged;
+    comm::check_mpi(MPI_Comm_accept(port_name.c_str(), MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+    comm::check_mpi(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");
+    MPI_Comm_free(&inter);
+    if (group != MPI_COMM_SELF) MPI_Comm_free(&group);
+    group = merged;
+  }
+  if (rank == 0) MPI_Close_port(port);
+  MPI_Comm world;
+  comm::check_mpi(MPI_Comm_split(group, 0, rank, &world), "MPI_Comm_split");
+  if (group != MPI_COMM_SELF) MPI_Comm_free(&group);
+  return world;
+}
+
+MPI_Comm join_under_mpiexec(int rank, int size) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int mpi_rank = 0, mpi_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+  if (mpi_size != size || mpi_rank != rank)
+    throw comm::UsageError(fmt::format(
+        "nanodist: mpiexec started this process as rank {} of {}, but init_process_group was given rank {} of {}: "
+        "set RANK and WORLD_SIZE from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (docs/pytorch.md)",
+        mpi_rank, mpi_size, rank, size));
+  return MPI_COMM_WORLD;
+}
+
+}  // namespace
+
+void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+  if (g_job.runtime) {
+    if (rank != g_job.rank || size != g_job.size)
+      throw comm::UsageError(fmt::format("nanodist: this process joined its job as rank {} of {}; it cannot join "
+                                         "again as rank {} of {}",
+                                         g_job.rank, g_job.size, rank, size));
+    return;
+  }
+  if (g_job.ended) throw comm::UsageError("nanodist: the job has ended in this process (MPI cannot start twice)");
+  const comm::Options options = options_from_environment(timeout);  // bad values: before MPI starts
+  g_job.world = under_mpiexec() || size == 1 ? join_under_mpiexec(rank, size) : join_apart(store, rank, size, timeout);
+  g_job.rank = rank;
+  g_job.size = size;
+  g_job.runtime = std::make_unique<comm::Runtime>(g_job.world);
+  g_job.runtime->start(options);
+}
+
+bool job_started() { return g_job.runtime != nullptr; }
+
+std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& world_ranks, const std::string& name) {
+  comm::Communicator& world = g_job.runtime->world();
+  std::vector<int> ranks(world_ranks.begin(), world_ranks.end());
+  if (ranks.empty())
+    for (int r = 0; r < world.size(); ++r) ranks.push_back(r);
+  MPI_Group world_group, group;
+  MPI_Comm_group(g_job.world, &world_group);
+  MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+  // Ids are odd and the same on every member: a hash of the group's name (the world is 1).
+  const std::int64_t id = static_cast<std::int64_t>(std::hash<std::string>{}("torch:" + name) & 0x3FFFFFFFFFFFFFFFull) | 1;
+  MPI_Comm created;
+  comm::check_mpi(MPI_Comm_create_group(g_job.world, group, static_cast<int>(id % 32768), &created),
+                  "MPI_Comm_create_group");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return std::make_unique<comm::Communicator>(created, "pg:" + name, id,
+                                              comm::make_backend(g_job.runtime->options().backend));
+}
+
+void end_job() {
+  if (!g_job.runtime) return;
+  g_job.runtime->shut_down();
+  g_job.runtime.reset();
+  g_job.ended = true;
+  if (g_job.world != MPI_COMM_WORLD) MPI_Comm_free(&g_job.world);
+  MPI_Finalize();
+  if (g_job.rendezvous_server > 0) {
+    kill(g_job.rendezvous_server, SIGTERM);
+    waitpid(g_job.rendezvous_server, nullptr, 0);
+  }
+}
+
+}  // namespace nanodist_torch

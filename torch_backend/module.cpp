@@ -1,0 +1,72 @@
+// The Python module `nanodist_torch`: importing it registers the backend "nanodist" with
+// torch.distributed, so that a PyTorch program changes only its backend's name:
+//
+//   import torch.distributed as dist, nanodist_torch
+//   dist.init_process_group("nanodist", rank=rank, world_size=world_size)
+//
+// Underneath: NANODIST_BACKEND (mpi, ring, naive, shm), NANODIST_TIMEOUT (else
+// init_process_group's timeout), NANODIST_CHECK — read as every nanodist program reads them.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "torch_backend/job.hpp"
+#include "torch_backend/process_group.hpp"
+#include "torch_backend/progress_thread.hpp"
+
+namespace py = pybind11;
+
+namespace nanodist_torch {
+namespace {
+
+// torch.distributed's creator (extended API): called by the ranks of each new group, the
+// default one first. MPI and the runtime start with the default group, on the communication
+// thread; each group gets a communicator of its own.
+c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const py::object& /*pg_options*/) {
+  auto store = options.attr("store").cast<c10::intrusive_ptr<c10d::Store>>();
+  const int rank = options.attr("group_rank").cast<int>();
+  const int size = options.attr("group_size").cast<int>();
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      options.attr("timeout").cast<std::chrono::duration<double>>());
+  const std::string group_id = options.attr("group_id").cast<std::string>();
+  const auto world_ranks = options.attr("global_ranks_in_group").cast<std::vector<std::int64_t>>();
+
+  py::gil_scoped_release release;  // joining waits for the other processes
+  std::unique_ptr<comm::Communicator> communicator;
+  try {
+    ProgressThread::get().run([&] {
+      start_job(*store, rank, size, timeout);
+      communicator = make_group(world_ranks, group_id.empty() ? "default" : group_id);
+    });
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());  // one line in Python: the message alone
+  }
+  return c10::make_intrusive<ProcessGroupNanodist>(rank, size, std::move(communicator));
+}
+
+// At the program's exit: the last meeting of all ranks (under the watchdog), then MPI's end.
+void end() {
+  py::gil_scoped_release release;
+  if (ProgressThread::get().running()) {
+    try {
+      ProgressThread::get().run([] { end_job(); });
+    } catch (...) {
+    }
+    ProgressThread::get().stop();
+  }
+}
+
+}  // namespace
+}  // namespace nanodist_torch
+
+PYBIND11_MODULE(nanodist_torch, m) {
+  m.doc() = "torch.distributed backend 'nanodist': PyTorch's collectives on nanodist's, under its watchdog";
+  py::module_ dist = py::module_::import("torch.distributed");
+  m.def("_create", &nanodist_torch::create, py::arg("options"), py::arg("pg_options") = py::none());
+  m.def("_end", &nanodist_torch::end, "the last meeting of all ranks and MPI's end (run at exit)");
+  py::object backend = dist.attr("Backend");
+  if (!py::hasattr(backend, "NANODIST"))
+    backend.attr("register_backend")("nanodist", m.attr("_create"), py::arg("extended_api") = true);
+  py::module_::import("atexit").attr("register")(m.attr("_end"));
+}

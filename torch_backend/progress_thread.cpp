@@ -1,0 +1,72 @@
+#include "torch_backend/progress_thread.hpp"
+
+#include <exception>
+#include <future>
+#include <stdexcept>
+
+namespace nanodist_torch {
+
+ProgressThread& ProgressThread::get() {
+  // Never destroyed: Python may still drop a process group after the interpreter's atexit.
+  static ProgressThread* thread = new ProgressThread();
+  return *thread;
+}
+
+ProgressThread::ProgressThread() : thread_([this] { loop(); }) {}
+
+bool ProgressThread::post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;
+    queue_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void ProgressThread::run(const std::function<void()>& task) {
+  if (std::this_thread::get_id() == thread_.get_id()) return task();
+  std::promise<void> done;
+  std::future<void> result = done.get_future();
+  const bool queued = post([&] {
+    try {
+      task();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  if (!queued) throw std::runtime_error("nanodist: the communication thread has ended (the program is exiting)");
+  result.get();
+}
+
+void ProgressThread::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ProgressThread::running() const {
+  std::lock_guard lock(mutex_);
+  return !stopping_;
+}
+
+void ProgressThread::loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // tasks catch their own errors (a Work records them)
+  }
+}
+
+}  // namespace nanodist_torch
