@@ -101,22 +101,32 @@ MPI_Comm join_apart(c10d::Store& store, int rank, int size, std::chrono::millise
     store.set("nanodist/port", bytes_of(port));
   }
   const std::string port_name = text_of(store.get("nanodist/port"));
-  // The group so far accepts one newcomer at a time, whoever connects first; each merge makes
-  // it one larger. The order does not matter: the last split sorts by PyTorch's rank.
+  // The group so far (rank 0 alone at first) accepts the newcomers one at a time, in rank order:
+  // rank k connects when rank 0 opens its turn (two connecting at once deadlock Open MPI 4.1's
+  // connect/accept). Each merge puts the newcomer last, so the group ends ordered by rank.
+  auto open_turn = [&](int k) {
+    if (k < size) store.set(fmt::format("nanodist/turn/{}", k), bytes_of("1"));
+  };
   MPI_Comm group = MPI_COMM_SELF;
-  if (rank != 0) {
+  int members = 1;
+  if (rank == 0) {
+    open_turn(1);
+  } else {
+    store.get(fmt::format("nanodist/turn/{}", rank));
     MPI_Comm inter;
     comm::check_mpi(MPI_Comm_connect(port_name.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter), "MPI_Comm_connect");
     comm::check_mpi(MPI_Intercomm_merge(inter, 1, &group), "MPI_Intercomm_merge");
     MPI_Comm_free(&inter);
+    members = rank + 1;
   }
-  for (int members = 0; MPI_Comm_size(group, &members) == MPI_SUCCESS && members < size;) {
+  for (; members < size; ++members) {
     MPI_Comm inter, merged;
     comm::check_mpi(MPI_Comm_accept(port_name.c_str(), MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
     comm::check_mpi(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");
     MPI_Comm_free(&inter);
     if (group != MPI_COMM_SELF) MPI_Comm_free(&group);
     group = merged;
+    if (rank == 0) open_turn(members + 1);
   }
   if (rank == 0) MPI_Close_port(port);
   MPI_Comm world;
@@ -142,13 +152,7 @@ MPI_Comm join_under_mpiexec(int rank, int size) {
 }  // namespace
 
 void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds timeout) {
-  if (g_job.runtime) {
-    if (rank != g_job.rank || size != g_job.size)
-      throw comm::UsageError(fmt::format("nanodist: this process joined its job as rank {} of {}; it cannot join "
-                                         "again as rank {} of {}",
-                                         g_job.rank, g_job.size, rank, size));
-    return;
-  }
+  if (g_job.runtime) return;
   if (g_job.ended) throw comm::UsageError("nanodist: the job has ended in this process (MPI cannot start twice)");
   const comm::Options options = options_from_environment(timeout);  // bad values: before MPI starts
   g_job.world = under_mpiexec() || size == 1 ? join_under_mpiexec(rank, size) : join_apart(store, rank, size, timeout);
@@ -175,17 +179,22 @@ std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& 
                   "MPI_Comm_create_group");
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
-  return std::make_unique<comm::Communicator>(created, "pg:" + name, id,
+  return std::make_unique<comm::Communicator>(created, name, id,
                                               comm::make_backend(g_job.runtime->options().backend));
 }
 
 void end_job() {
   if (!g_job.runtime) return;
-  g_job.runtime->shut_down();
+  g_job.runtime->shut_down();  // every rank has arrived: nobody waits for anyone any more
   g_job.runtime.reset();
   g_job.ended = true;
-  if (g_job.world != MPI_COMM_WORLD) MPI_Comm_free(&g_job.world);
-  MPI_Finalize();
+  if (g_job.rendezvous_server == 0 && g_job.world == MPI_COMM_WORLD) {
+    MPI_Finalize();
+    return;
+  }
+  // Processes joined by connect/accept: Open MPI 4.1's MPI_Finalize waits to disconnect from
+  // every process it was connected to, and hangs once some of them have left (seen with 3
+  // ranks). Every rank has passed the last meeting, so each leaves without it.
   if (g_job.rendezvous_server > 0) {
     kill(g_job.rendezvous_server, SIGTERM);
     waitpid(g_job.rendezvous_server, nullptr, 0);

@@ -24,8 +24,8 @@
 
 namespace nanodist_torch {
 
-// Starts MPI and the runtime once per process (the first init_process_group); later calls
-// check that rank and size agree with the first.
+// Starts MPI and the runtime once per process (the first init_process_group: its rank and
+// size are the world's); later calls find them started.
 void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds timeout);
 bool job_started();
 // A communicator over these ranks of the world (a new_group's global ranks, in group order);

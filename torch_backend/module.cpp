@@ -36,8 +36,9 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const p
   std::unique_ptr<comm::Communicator> communicator;
   try {
     ProgressThread::get().run([&] {
+      const bool first = !job_started();  // the default group: torch.distributed's world
       start_job(*store, rank, size, timeout);
-      communicator = make_group(world_ranks, group_id.empty() ? "default" : group_id);
+      communicator = make_group(world_ranks, first ? "default_pg" : "group " + group_id);
     });
   } catch (const std::exception& e) {
     throw std::runtime_error(e.what());  // one line in Python: the message alone
