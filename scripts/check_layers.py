@@ -13,6 +13,7 @@ file of its own layer or of a lower one, never of a higher one:
   comm/backends/                mpi, ring, naive, shm, nccl
   comm/ communicator            the collectives every program calls
   comm/ runtime                 MPI's start and end, the flags, the world
+  torch_backend/                the PyTorch backend: over comm/ only; nothing includes it
   nn/                           autograd, layers, GPT (beside comm/: neither includes the other)
   parallel/                     DP/PP/TP parts over comm/ and nn/
   trainers/, benchmarks/, examples/   the programs
@@ -34,6 +35,7 @@ LAYERS = [
     ("comm backends", ["comm/backends/"]),
     ("comm communicator", ["comm/communicator."]),
     ("comm runtime", ["comm/runtime."]),
+    ("torch backend", ["torch_backend/"]),
     ("parallel", ["parallel/"]),
     ("programs", ["trainers/", "benchmarks/", "examples/"]),
 ]
@@ -59,7 +61,9 @@ def allowed(source, target):
     if s_name == "nn":
         return t_name in ("nn", "numeric")
     if t_name == "nn":
-        return s_index >= LAYERS.index(("parallel", ["parallel/"]))
+        return s_index >= LAYERS.index(("parallel", ["parallel/"])) and s_name != "torch backend"
+    if t_name == "torch backend":
+        return s_name == "torch backend"  # a room of its own: nothing else uses it
     return t_index <= s_index
 
 
@@ -68,7 +72,7 @@ def main():
     include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
     wrong = []
     checked = 0
-    for room in ["numeric", "comm", "nn", "parallel", "trainers", "benchmarks", "examples"]:
+    for room in ["numeric", "comm", "nn", "parallel", "trainers", "benchmarks", "examples", "torch_backend"]:
         for file in sorted((root / room).rglob("*")):
             if file.suffix not in (".hpp", ".cpp", ".h", ".cu") or "standalone" in file.parts:
                 continue

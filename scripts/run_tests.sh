@@ -4,7 +4,7 @@
 # and the slowest tests (their log: build/ctest.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh --plots --slurm   # the plot scripts and the Slurm script are tested too
+bash scripts/install_deps.sh --plots --slurm --pytorch   # the plot scripts, the Slurm script and the PyTorch backend are tested too
 start=$SECONDS
 bash scripts/build.sh
 build_seconds=$((SECONDS - start))

@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""Starts N processes of a command the way torchrun and PyTorch's own tests do, each on its
+own (no mpiexec: each is an MPI world of one until the nanodist backend joins them), with
+RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT set; exits with the worst status.
+
+    launch_apart.py 3 python3 collectives.py --init env://"""
+import os
+import socket
+import subprocess
+import sys
+
+n = int(sys.argv[1])
+command = sys.argv[2:]
+with socket.socket() as s:  # a free port for PyTorch's TCP store
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+processes = []
+for rank in range(n):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    processes.append(subprocess.Popen(command, env=env))
+statuses = []
+for p in processes:
+    try:
+        statuses.append(p.wait(timeout=300))
+    except subprocess.TimeoutExpired:
+        p.kill()
+        statuses.append(124)
+print(f"launch_apart: exit statuses {statuses}", flush=True)
+sys.exit(max(statuses, key=lambda s: s != 0) if any(statuses) else 0)
