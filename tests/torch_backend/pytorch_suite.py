@@ -30,9 +30,11 @@ DistTestCases.backend_feature["subgroup"].add("nanodist")
 import torch.testing._internal.distributed.distributed_test as suite  # noqa: E402
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 
-# Its _DistTestBase wraps DDP with a replicated-tensor check whose import (torch.distributed._shard)
-# fails on Debian's Python 3.11 with this torch: not a backend matter, so turned off.
-suite._set_ddp_with_replicated_tensor = lambda value: None  # noqa: SLF001
+# Its test runner turns on DDP's replicated-tensor mode, whose import (torch.distributed._shard)
+# fails on Debian's Python 3.11 with this torch: not a backend matter, so it stays off.
+import torch.nn.parallel._replicated_tensor_ddp_utils as replicated  # noqa: E402
+
+replicated._set_ddp_with_replicated_tensor = lambda value: None
 
 
 class TestNanodistBackend(suite.TestDistBackend, suite.DistributedTest._DistTestBase):
