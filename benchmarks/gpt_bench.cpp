@@ -56,7 +56,8 @@ double gemm_peak_gflops(nn::Precision precision) {
 struct BenchOptions {
   std::string preset = "a";
   int steps = 0, warmup = 2, threads = nn::machine_cores(), vocab = 65;
-  nn::Precision precision = nn::Precision::fp32;
+  nn::PrecisionSetting precision_setting = nn::PrecisionSetting::fp32;  // --precision, auto resolved below
+  nn::Precision precision = nn::Precision::fp32;                       // what runs
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
   bool peak = false, json = false;
 };
@@ -66,8 +67,9 @@ void add_flags(CLI::App& app, BenchOptions& o) {
   app.add_option("--steps", o.steps, "timed steps (default: 20 for a, 3 for b)")->check(comm::cli::whole(1));
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(comm::cli::whole(0));
   app.add_option("--threads", o.threads, "compute threads")->check(comm::cli::whole(1));
-  comm::cli::add_choice(app, "--precision", o.precision, nn::kPrecisionNames,
-                        "fp32, or bf16: the linear layers' products in bf16 (nn/autocast.hpp)");
+  comm::cli::add_choice(app, "--precision", o.precision_setting, nn::kPrecisionSettingNames,
+                        "fp32, bf16 (the linear layers' products in bf16: nn/autocast.hpp), or auto (bf16 where the "
+                        "CPU has bf16 units), as the trainers take it");
   comm::cli::add_choice(app, "--attention", o.attention, nn::kAttentionKernelNames,
                         "fused, or naive (eager PyTorch's separate ops)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
@@ -159,8 +161,7 @@ int main(int argc, char** argv) {
     }
     if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
     nn::set_compute_threads(o.threads);
-    nn::set_compute_modes(o.precision == nn::Precision::bf16 ? nn::PrecisionSetting::bf16 : nn::PrecisionSetting::fp32,
-                          o.attention);
+    o.precision = nn::set_compute_modes(o.precision_setting, o.attention).precision;
     c.vocab_size = o.vocab;
     nn::GPT model(c, 1337);
     report(o, model, batch, c.block_size, time_steps(model, batch, c.block_size, o));

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <cstdlib>
 #include <new>
+#include <set>
+#include <cctype>
 
 #include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
@@ -69,16 +71,50 @@ void add_options(CLI::App& app, Options& options) {
       ->envname("NANODIST_ALL_RANKS");
 }
 
+void check_environment_switches() {
+  for (const char* name : {"NANODIST_CHECK", "NANODIST_ALL_RANKS"}) {
+    const char* text = std::getenv(name);
+    if (!text) continue;
+    std::string value(text);
+    for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const std::set<std::string> words = {"", "0", "1", "true", "false", "on", "off", "yes", "no"};
+    if (!words.count(value))
+      throw UsageError(fmt::format("{}='{}' is not a switch: use 1 or 0 (true/false, on/off, yes/no)", name, text));
+  }
+}
+
+namespace {
+// "--timeout must be …" when the value came from NANODIST_TIMEOUT, not from the command line:
+// the variable is named too, or the user looks for a flag they never typed.
+std::string with_variable(const CLI::App& app, std::string why, int argc, char** argv) {
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string& variable = option->get_envname();
+    if (variable.empty() || option->get_lnames().empty() || !std::getenv(variable.c_str())) continue;
+    const std::string flag = "--" + option->get_lnames()[0];
+    bool typed = false;
+    for (int i = 1; i < argc; ++i) typed |= std::string_view(argv[i]).starts_with(flag);
+    if (!typed && (why.starts_with(flag + " ") || why.starts_with(flag + ":"))) return fmt::format("{} (from {}={})", why, variable, std::getenv(variable.c_str()));
+  }
+  return why;
+}
+}  // namespace
+
 void parse(CLI::App& app, int argc, char** argv) {
+  const bool me = g_runtime == nullptr || g_runtime->world_rank() == 0;
+  try {
+    check_environment_switches();
+  } catch (const UsageError& e) {
+    if (me) fmt::print(stderr, "error: {}\n", e.what());
+    throw ExitRequest{2};
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const bool me = g_runtime == nullptr || g_runtime->world_rank() == 0;
     if (e.get_exit_code() == 0) {  // --help
       if (me) app.exit(e);
       throw ExitRequest{0};
     }
-    if (me) fmt::print(stderr, "error: {}\n", cli::readable(e));
+    if (me) fmt::print(stderr, "error: {}\n", with_variable(app, cli::readable(e), argc, argv));
     throw ExitRequest{2};
   }
 }

@@ -46,6 +46,10 @@ void add_options(CLI::App& app, Options& options);
 // Accepts a backend this build has; otherwise says why not (the --backend and --compare check).
 CLI::Validator backend_check();
 
+// NANODIST_CHECK and NANODIST_ALL_RANKS hold a switch (1/0, true/false, on/off, yes/no);
+// anything else throws UsageError naming the variable (parse() checks them first).
+void check_environment_switches();
+
 // Parses the command line; help and bad flags end the program through run().
 void parse(CLI::App& app, int argc, char** argv);
 

@@ -27,6 +27,12 @@ run_job() {  # $1: job id; the rest: the job's environment (qsub -v)
     PBS_JOBID="$id" "$@" bash "$source_dir/hostfiles/train_dp.pbs") > "$work/run$id.out" 2>&1
 }
 
+# A TRAIN_DP_ARGS that is not shell words (an unbalanced quote): one line naming it, exit 2.
+status=0
+run_job 0 OUT_DIR="$work/bad" DATA_DIR="$data_dir" BUILD_DIR="$build_dir" TRAIN_DP_ARGS="--prompt 'abc" || status=$?
+[ "$status" -eq 2 ] || fail "an unbalanced quote in TRAIN_DP_ARGS gave status $status, not 2"
+grep -q "train_dp.pbs: TRAIN_DP_ARGS is not a list of shell words" "$work/run0.out" || fail "TRAIN_DP_ARGS not named"
+
 # The first job: stopped before its "walltime", submits itself again.
 run_job 1 STOP_AFTER=8s CKPT_INTERVAL=20 OUT_DIR="$work/out" DATA_DIR="$data_dir" BUILD_DIR="$build_dir" \
   TRAIN_DP_ARGS="--max-iters 100000 --n-layer 1 --n-embd 32 --log-interval 20 --eval-interval 0 --sample-tokens 40 --prompt 'to be%2C or'" ||

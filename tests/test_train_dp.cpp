@@ -372,6 +372,20 @@ TEST_CASE("bad values: exit status 2 and one readable line") {
   usage_failure(train_dp(2, common + " --crash-at-step 1 --crash-rank 7"), "--crash-rank 7 does not exist");
   usage_failure(run_command("env NANODIST_GEMM=fast " + mpirun(2, TRAIN_DP, common)),
                 "NANODIST_GEMM=fast: expected eigen, openblas, onednn or auto");
+  // The variables are named (a flag the user never typed would send them looking), the shm ones
+  // included (one line and 2, not a line per rank and MPI_ABORT), and a switch takes 1 or 0.
+  usage_failure(run_command("env NANODIST_BACKEND=bogus " + mpirun(2, TRAIN_DP, common)),
+                "--backend: unknown backend 'bogus' (this build has mpi, ring, naive, shm");
+  CHECK_THAT(run_command("env NANODIST_BACKEND=bogus " + mpirun(2, TRAIN_DP, common)).output,
+             Catch::Contains("(from NANODIST_BACKEND=bogus)"));
+  usage_failure(run_command("env NANODIST_SHM_SPIN=-1 " + mpirun(2, TRAIN_DP, common + " --backend shm")),
+                "NANODIST_SHM_SPIN='-1' is not a count of polls");
+  usage_failure(run_command("env NANODIST_SHM_RANKS_PER_NODE=0 " + mpirun(2, TRAIN_DP, common + " --backend shm")),
+                "NANODIST_SHM_RANKS_PER_NODE='0' is not a number of ranks");
+  usage_failure(run_command("env NANODIST_CHECK=2x " + mpirun(2, TRAIN_DP, common)),
+                "NANODIST_CHECK='2x' is not a switch: use 1 or 0");
+  usage_failure(run_command("env NANODIST_ALL_RANKS=-1 " + mpirun(2, TRAIN_DP, common)),
+                "NANODIST_ALL_RANKS='-1' is not a switch");
   // Too big for memory: refused up front with the estimate, not std::bad_alloc or the OOM killer.
   for (const std::string flags : {" --batch-size 100000000", " --n-embd 1000000 --n-head 1", " --n-layer 100000"}) {
     auto r = train_dp(2, common + flags);
@@ -449,6 +463,23 @@ TEST_CASE("values loaded from a checkpoint pass their flags' checks: one line na
   // The flag's rule for dropout (≤ 0.99), not a looser one of its own.
   usage_failure(resume_edited("/config/dropout", 0.995), "dropout must be a number ≥ 0 and ≤ 0.99, got 0.995");
   usage_failure(resume_edited("/train_state", 5), where + "train_state must be an object, got 5");
+  usage_failure(resume_edited("/train_state/options", nlohmann::json::array()),
+                where + "train_state.options must be an object of settings, got []");
+  // An empty value is a value, checked as the flag checks it (null alone means "the default").
+  usage_failure(resume_edited("/train_state/options/grad_comm", ""), where + "options.grad_comm (what --grad-comm sets)");
+  // The two step counters disagree: edited, or mixed from two runs.
+  usage_failure(resume_edited("/train_state/step", 1), where + "train_state.step 1 and optimizer.steps 2 disagree");
+  {  // A setting missing from the checkpoint: the command line's value stands, and the log says so.
+    fs::remove_all(out("edited"));
+    fs::create_directories(out("edited"));
+    fs::copy(checkpoint("edit_me"), checkpoint("edited"));
+    nlohmann::json state = nlohmann::json::parse(std::ifstream(state_file));
+    state["train_state"]["options"].erase("precision");
+    std::ofstream(state_file) << state.dump(2);
+    auto r = train_dp(2, common + " --resume --max-iters 3 --out-dir " + out("edited"));
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("precision (not in the checkpoint) → fp32"));
+  }
   usage_failure(resume_edited("/train_state/vocabulary", 5), "the checkpoint's vocabulary is not text: 5");
   // Training from a checkpoint's weights (no --resume, no --eval-only) is said, not silent.
   auto tuned = train_dp(
@@ -536,8 +567,11 @@ TEST_CASE("Ctrl-C: the ranks save the step they stop at, and one line says it an
   CHECK(stopped_at > 50);
   CHECK_THAT(r.output, Catch::Contains(fmt::format("the last checkpoint (step {})", stopped_at)));
   CHECK(nn::read_checkpoint_info(checkpoint("interrupted")).train_state.at("step") == stopped_at);
-  // The launcher as it was run, its own flags too (mpirun() adds --oversubscribe).
+  // The launcher as it was run, its own flags too (mpirun() adds --oversubscribe), and the
+  // flags typed that the checkpoint does not keep (how often to log, the deadline, …).
   CHECK_THAT(r.output, Catch::Contains("resume with: " + mpirun(2, TRAIN_DP, "--resume --out-dir")));
+  const std::string resume_line = r.output.substr(r.output.find("resume with: "));
+  CHECK_THAT(resume_line.substr(0, resume_line.find('\n')), Catch::Contains("--log-interval 20"));
   CHECK_THAT(r.output, !Catch::Contains("exit=0"));
   CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));
   // And the checkpoint it names resumes; a checkpoint.tmp that an interrupt left half-written

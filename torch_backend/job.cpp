@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/cli_checks.hpp"
 #include "comm/runtime.hpp"
 
 namespace nanodist_torch {
@@ -38,10 +39,11 @@ comm::Options options_from_environment(std::chrono::milliseconds timeout) {
   CLI::App app{"nanodist_torch"};
   comm::add_options(app, options);
   const char* argv[] = {"nanodist_torch"};
+  comm::check_environment_switches();
   try {
     app.parse(1, argv);
   } catch (const CLI::ParseError& e) {
-    throw comm::UsageError(fmt::format("nanodist: {}", e.what()));
+    throw comm::UsageError(fmt::format("nanodist: {}", comm::cli::readable(e)));
   }
   return options;
 }

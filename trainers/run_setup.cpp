@@ -237,6 +237,15 @@ Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Commun
   std::string shared;
   on_rank0_then_agree(world, [&] {
     nn::CheckpointInfo info = nn::read_checkpoint_info(checkpoint);
+    // A checkpoint saves both counters after the same step: one that disagrees was edited or
+    // mixed from two runs, and resuming it would schedule the learning rate from the wrong step.
+    if (o.resume && info.train_state.is_object() && info.train_state.contains("step") &&
+        info.train_state.at("step").is_number_integer() && info.train_state.at("step").get<int64_t>() >= 0 &&
+        info.train_state.at("step") != info.optimizer_steps)
+      throw comm::UsageError(fmt::format("{}: train_state.step {} and optimizer.steps {} disagree (a checkpoint saves "
+                                         "both after the same step)",
+                                         (checkpoint / "state.json").string(), info.train_state.at("step").dump(),
+                                         info.optimizer_steps));
     shared = nlohmann::json{{"config", info.config.to_json()}, {"train_state", info.train_state}}.dump();
   });
   broadcast_text(world, shared);
@@ -301,6 +310,10 @@ std::string resume_command(const TrainOptions& o, int N) {
   if (o.explicit_flags.count("--out-dir")) command += " --out-dir " + shell_quoted(o.out_dir);
   if (o.explicit_flags.count("--data-dir")) command += " --data-dir " + shell_quoted(o.data_dir);
   if (!o.text.empty()) command += " --text " + shell_quoted(o.text);
+  for (const std::string& word : relaunch_flags(o)) {
+    command += ' ';
+    command += shell_quoted(word);
+  }
   return command;
 }
 
@@ -339,6 +352,9 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
     const nlohmann::json writer = saved.contains("program") ? saved.at("program") : nlohmann::json();
     const nlohmann::json ranks = saved.contains("world_size") ? saved.at("world_size") : nlohmann::json();
     const bool same_job = writer == fs::path(o.program).filename().string() && ranks == world.size();
+    if (saved.contains("options") && !saved.at("options").is_object())
+      throw comm::UsageError(fmt::format("{}: train_state.options must be an object of settings, got {}", state_file,
+                                         saved.at("options").dump()));
     run.changed = continue_saved_run(saved.value("options", nlohmann::json::object()), o, state_file,
                                      same_job ? &run.restored_layout : nullptr);
     if (!same_job && !o.layout_flags.empty() && writer.is_string())

@@ -262,7 +262,12 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
   std::vector<std::string> changed;
   for (const std::string& flag : kept_flags(o)) {
     const std::string key = key_of(flag);
-    if (!o.app || !saved.contains(key) || !o.app->get_option_no_throw(flag)) continue;  // an older checkpoint: the flag stands
+    if (!o.app || !o.app->get_option_no_throw(flag)) continue;
+    if (!saved.contains(key)) {  // an older checkpoint, or an edited one: the flag stands, and the log says so
+      if (o.explicit_flags.count(flag) == 0)
+        changed.push_back(fmt::format("{} (not in the checkpoint) → {}", key, shown(as_saved(typed_value(o.app, flag)))));
+      continue;
+    }
     const nlohmann::json& saved_value = saved.at(key);
     if (!saved_value.is_null() && !saved_value.is_string() && !saved_value.is_number() && !saved_value.is_boolean())
       usage("{}: options.{} = {} is not a value {} takes", state_file, key, saved_value.dump(), flag);
@@ -273,7 +278,7 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
     const bool layout = std::find(o.layout_flags.begin(), o.layout_flags.end(), flag) != o.layout_flags.end();
     if (layout && !restored_layout) continue;  // another program or rank count: the command line's layout
     if (o.explicit_flags.count(flag) == 0) {
-      if (was.empty()) continue;
+      if (saved_value.is_null()) continue;  // saved at its default: the default stands
       give_back(o.app, flag, was, state_file);
       if (layout && restored_layout) restored_layout->push_back(flag + " " + was);
     } else if (const std::string now = shown(as_saved(typed_value(o.app, flag))); now != shown(saved_value)) {
@@ -283,6 +288,32 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
   if (o.schedule.min_lr > o.schedule.learning_rate)
     usage("--min-lr {} is above the learning rate {}", o.schedule.min_lr, o.schedule.learning_rate);
   return changed;
+}
+
+std::vector<std::string> relaunch_flags(const TrainOptions& o) {
+  // Given elsewhere: by the checkpoint (its settings and layout), by the command itself, or
+  // only for the run that was stopped (faults, modes).
+  static const std::set<std::string> not_again = {"--resume",     "--out-dir",     "--data-dir",  "--text",
+                                                  "--init-from",  "--eval-only",   "--sample-only", "--crash-at-step",
+                                                  "--crash-rank", "--skip-send-at-step"};
+  const std::vector<std::string> kept = kept_flags(o);
+  std::vector<std::string> words;
+  for (const std::string& flag : o.explicit_flags) {
+    if (not_again.count(flag) || std::find(kept.begin(), kept.end(), flag) != kept.end()) continue;
+    if (std::any_of(std::begin(kModelFlags), std::end(kModelFlags), [&](const ModelFlag& f) { return f.flag == flag; }))
+      continue;
+    const CLI::Option* option = o.app ? o.app->get_option_no_throw(flag) : nullptr;
+    if (!option) continue;
+    if (option->get_expected_min() == 0) {  // a switch: typed or not
+      if (option->as<bool>()) words.push_back(flag);
+      continue;
+    }
+    if (const auto value = typed_value(o.app, flag)) {
+      words.push_back(flag);
+      words.push_back(*value);
+    }
+  }
+  return words;
 }
 
 nn::LrSchedule lr_schedule(const TrainOptions& o) {

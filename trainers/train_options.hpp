@@ -116,6 +116,11 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved_options,
                                             const std::string& state_file,
                                             std::vector<std::string>* restored_layout = nullptr);
 
+// The flags typed for this run that its checkpoint does not keep (--backend shm,
+// --log-interval 200, --timeout 60, …), as words to type again: the interrupt note's resume
+// command carries them, so the resumed run is launched as this one was.
+std::vector<std::string> relaunch_flags(const TrainOptions& options);
+
 // The learning-rate schedule with its defaults resolved (lr_decay_iters 0 → max_iters).
 nn::LrSchedule lr_schedule(const TrainOptions& options);
 

@@ -56,7 +56,7 @@ int ranks_per_node_from_environment() {
   char* end = nullptr;
   const long k = std::strtol(text, &end, 10);
   if (*end != 0 || k < 1 || k > 1'000'000)
-    fail("NANODIST_SHM_RANKS_PER_NODE='{}' is not a number of ranks (1 or more)", text);
+    throw UsageError(fmt::format("NANODIST_SHM_RANKS_PER_NODE='{}' is not a number of ranks (1 or more)", text));
   return static_cast<int>(k);
 }
 
@@ -228,6 +228,12 @@ class ShmBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_shm_backend() { return std::make_unique<ShmBackend>(); }
+std::unique_ptr<Backend> make_shm_backend() {
+  // Bad NANODIST_SHM_* values: one line and exit status 2 from every rank alike, before any
+  // segment exists (they are read again where they are used).
+  shm::check_shm_environment();
+  ranks_per_node_from_environment();
+  return std::make_unique<ShmBackend>();
+}
 
 }  // namespace comm

@@ -32,7 +32,7 @@ std::uint64_t spin_polls_from_environment() {
   const unsigned long long polls = std::strtoull(text, &end, 10);
   // (capped: these polls do not look at the deadline; 10 million is well under a second)
   if (*end != 0 || text[0] == '-' || polls > 10'000'000)
-    fail("NANODIST_SHM_SPIN='{}' is not a count of polls from 0 to 10000000 (try 2000, or 0)", text);
+    throw UsageError(fmt::format("NANODIST_SHM_SPIN='{}' is not a count of polls from 0 to 10000000 (try 2000, or 0)", text));
   return polls;
 }
 
@@ -42,7 +42,7 @@ bool single_copy_allowed() {
   if (!text || !*text) return true;
   if (std::string(text) == "0") return false;
   if (std::string(text) == "1") return true;
-  fail("NANODIST_SHM_SINGLE_COPY='{}' is not 0 or 1", text);
+  throw UsageError(fmt::format("NANODIST_SHM_SINGLE_COPY='{}' is not 0 or 1", text));
 }
 
 // An area holds one piece per rank of the node, of at least one 8-byte element.
@@ -57,6 +57,11 @@ constexpr std::uint64_t kProbeValue = 0x6e616e6f64697374ull;  // "nanodist"
 const volatile std::uint64_t probe_word = kProbeValue;
 
 }  // namespace
+
+void check_shm_environment() {
+  spin_polls_from_environment();
+  single_copy_allowed();
+}
 
 NodeGroup::NodeGroup(const Transport& node)
     : segment_(std::make_unique<Segment>(node, segment_bytes(checked_ranks(node.size())))),

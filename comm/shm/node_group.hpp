@@ -39,6 +39,9 @@
 
 namespace comm::shm {
 
+// Reads NANODIST_SHM_SPIN and NANODIST_SHM_SINGLE_COPY; a bad value throws UsageError.
+void check_shm_environment();
+
 // One rank's line in the segment: what it says to the others.
 struct alignas(128) Flags {
   alignas(64) std::atomic<std::uint64_t> epoch;   // sync points reached; alone on its cache line (polled)
