@@ -65,6 +65,9 @@ PYBIND11_MODULE(nanodist_torch, m) {
   m.doc() = "torch.distributed backend 'nanodist': PyTorch's collectives on nanodist's, under its watchdog";
   py::module_ dist = py::module_::import("torch.distributed");
   m.def("_create", &nanodist_torch::create, py::arg("options"), py::arg("pg_options") = py::none());
+  m.def(
+      "communication_seconds", [] { return nanodist_torch::ProgressThread::get().busy_seconds(); },
+      "seconds the communication thread has spent running collectives so far (this process)");
   m.def("_end", &nanodist_torch::end, "the last meeting of all ranks and MPI's end (run at exit)");
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "NANODIST"))

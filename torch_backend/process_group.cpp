@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 #include "torch_backend/progress_thread.hpp"
 
@@ -117,6 +119,18 @@ void split_into(const at::Tensor& whole, const std::vector<at::Tensor>& parts) {
     put_back(parts[i], whole.narrow(0, static_cast<std::int64_t>(i) * block, block));
 }
 
+// NANODIST_TORCH_OVERLAP=0 makes every call wait for its collective before returning, as a
+// blocking backend would: nothing overlaps. For measuring what the communication thread hides.
+bool overlapped() {
+  static const bool on = [] {
+    const char* text = std::getenv("NANODIST_TORCH_OVERLAP");
+    if (!text || std::string_view(text) == "1" || std::string_view(text).empty()) return true;
+    TORCH_CHECK(std::string_view(text) == "0", "nanodist: NANODIST_TORCH_OVERLAP='", text, "' is not 0 or 1");
+    return false;
+  }();
+  return on;
+}
+
 }  // namespace
 
 NanodistWork::NanodistWork(OpType type, std::vector<at::Tensor> outputs)
@@ -158,6 +172,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, std::v
     }
   });
   TORCH_CHECK(queued, "nanodist: the communication thread has ended (the program is exiting)");
+  if (!overlapped()) work->wait();  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
   return work;
 }
 

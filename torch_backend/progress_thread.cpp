@@ -1,5 +1,6 @@
 #include "torch_backend/progress_thread.hpp"
 
+#include <chrono>
 #include <exception>
 #include <future>
 #include <stdexcept>
@@ -50,6 +51,11 @@ void ProgressThread::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+double ProgressThread::busy_seconds() const {
+  std::lock_guard lock(mutex_);
+  return busy_seconds_;
+}
+
 bool ProgressThread::running() const {
   std::lock_guard lock(mutex_);
   return !stopping_;
@@ -65,7 +71,11 @@ void ProgressThread::loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    const auto start = std::chrono::steady_clock::now();
     task();  // tasks catch their own errors (a Work records them)
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    std::lock_guard lock(mutex_);
+    busy_seconds_ += took.count();
   }
 }
 

@@ -32,6 +32,9 @@ class ProgressThread {
   // Runs what is queued, then ends the thread (at exit). Later posts are dropped.
   void stop();
   bool running() const;
+  // Seconds the thread has spent running tasks (collectives, mostly): against the step time,
+  // what communication costs; against the same run without overlap, how much of it was hidden.
+  double busy_seconds() const;
 
  private:
   ProgressThread();
@@ -41,6 +44,7 @@ class ProgressThread {
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
+  double busy_seconds_ = 0;
   std::thread thread_;
 };
 

@@ -2,9 +2,11 @@
 # examples/pytorch/ddp_tutorial.py on 2 ranks under gloo and under nanodist, in each DDP mode
 # (plain; find_unused_parameters with no_sync accumulation; join with uneven inputs): the losses
 # of every step, and the final weights, must be the same.
-#   ddp_same_losses.sh SOURCE_DIR
+# Then benchmarks/nanogpt_train.py in nanoGPT's DDP mode (seed per rank, require_backward_grad_sync
+# on the last micro-step), with 1 and 2 micro-steps: every step's loss and the weights the same.
+#   ddp_same_losses.sh SOURCE_DIR DATA_DIR (DATA_DIR: holds shakespeare_char/{train,val}.bin)
 set -euo pipefail
-source_dir=$1
+source_dir=$1 data_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 port=$((30000 + RANDOM % 20000))
@@ -22,4 +24,19 @@ for flags in "" "--find-unused --accumulate 2" "--uneven"; do
     exit 1
   fi
   echo "${flags:-plain}: $(grep -c '^step' "$work/nanodist.out") steps, the same losses and weights on gloo and nanodist"
+done
+
+for accum in 1 2; do
+  for backend in gloo nanodist; do
+    port=$((port + 1))
+    MASTER_PORT=$port mpiexec -n 2 python3 "$source_dir/benchmarks/nanogpt_train.py" --backend $backend \
+      --data-dir "$data_dir" --max-iters 12 --eval-interval 6 --eval-iters 2 --grad-accum $accum --log-losses \
+      --no-full-val > "$work/$backend.out" 2>&1 ||
+      { cat "$work/$backend.out"; echo "FAILED: nanoGPT DDP on $backend exited with $?"; exit 1; }
+  done
+  if ! diff <(grep -E "^(iter|step|\|weights)" "$work/gloo.out") <(grep -E "^(iter|step|\|weights)" "$work/nanodist.out"); then
+    echo "FAILED: nanoGPT DDP, $accum micro-steps: gloo and nanodist differ"
+    exit 1
+  fi
+  echo "nanoGPT DDP, $accum micro-step(s): $(grep -c '^iter' "$work/nanodist.out") steps, the same losses and weights"
 done
