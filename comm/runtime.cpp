@@ -151,7 +151,7 @@ Communicator& Runtime::start(const Options& options) {
   exchange_ = std::make_unique<StatusExchange>(world_comm_, *board_);
   watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);
   set_watchdog(watchdog_.get());
-  install_termination_report(board_.get(), exchange_.get());
+  if (options.handle_signals) install_termination_report(board_.get(), exchange_.get());
   MPI_Comm world;
   check_mpi(MPI_Comm_dup(world_comm_, &world), "MPI_Comm_dup");
   world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend));

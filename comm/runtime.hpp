@@ -40,6 +40,9 @@ struct Options {
   double timeout_s = 300;        // --timeout, NANODIST_TIMEOUT: deadline of every collective
   bool check = false;            // --check-collectives, NANODIST_CHECK
   bool all_ranks_print = false;  // --all-ranks, NANODIST_ALL_RANKS
+  // Ctrl-C, SIGTERM and SIGUSR1 handled here (the note, the report, a clean exit); off in a
+  // PyTorch process (torch_backend/), where Python keeps its own (KeyboardInterrupt).
+  bool handle_signals = true;
 };
 
 void add_options(CLI::App& app, Options& options);

@@ -20,6 +20,7 @@ env SLURM_JOB_ID=8 SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 OUT_DIR="$work/out" DA
   bash hostfiles/train_dp.sbatch > "$work/run.out" 2>&1 &
 script=$!
 for _ in $(seq 600); do grep -q "step .*/1000000" "$work/run.out" && break; sleep 0.1; done
+grep -q "step .*/1000000" "$work/run.out" || { cat "$work/run.out"; echo "FAILED: train_dp logged no step"; exit 1; }
 kill -TERM "$script"
 status=0
 wait "$script" || status=$?

@@ -80,11 +80,15 @@ std::string start_rendezvous_server(std::chrono::milliseconds timeout) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       g_job.rendezvous_server = 0;
+      unlink(path);
       comm::fail("nanodist: ompi-server (Open MPI's rendezvous server, from openmpi-bin) exited with status {} "
                  "before giving its address; launch with mpiexec instead",
                  WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
-    if (std::chrono::steady_clock::now() > deadline) comm::fail("nanodist: ompi-server gave no address in time");
+    if (std::chrono::steady_clock::now() > deadline) {
+      unlink(path);
+      comm::fail("nanodist: ompi-server gave no address in time");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -96,6 +100,8 @@ MPI_Comm join_apart(c10d::Store& store, int rank, int size, std::chrono::millise
   setenv("OMPI_MCA_pmix_server_uri", server.c_str(), 1);  // read by MPI_Init
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);  // a failed join raises, not aborts
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
   char port[MPI_MAX_PORT_NAME] = {};
   if (rank == 0) {
@@ -156,7 +162,8 @@ MPI_Comm join_under_mpiexec(int rank, int size) {
 void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds timeout) {
   if (g_job.runtime) return;
   if (g_job.ended) throw comm::UsageError("nanodist: the job has ended in this process (MPI cannot start twice)");
-  const comm::Options options = options_from_environment(timeout);  // bad values: before MPI starts
+  comm::Options options = options_from_environment(timeout);  // bad values: before MPI starts
+  options.handle_signals = false;  // Python's Ctrl-C stays Python's
   g_job.world = under_mpiexec() || size == 1 ? join_under_mpiexec(rank, size) : join_apart(store, rank, size, timeout);
   g_job.rank = rank;
   g_job.size = size;

@@ -37,6 +37,13 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const p
   try {
     ProgressThread::get().run([&] {
       const bool first = !job_started();  // the default group: torch.distributed's world
+      // (nanodist for a subgroup only, the default group on another backend: the first group
+      // must still hold every rank, in order, for its ranks to be the world's)
+      if (first && !world_ranks.empty())
+        for (std::size_t r = 0; r < world_ranks.size(); ++r)
+          if (world_ranks[r] != static_cast<std::int64_t>(r))
+            throw comm::UsageError("nanodist: the first nanodist group must hold every rank of the job, in order "
+                                   "(make the default group nanodist, or a new_group of all ranks)");
       start_job(*store, rank, size, timeout);
       communicator = make_group(world_ranks, first ? "default_pg" : "group " + group_id);
     });

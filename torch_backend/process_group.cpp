@@ -1,6 +1,7 @@
 #include "torch_backend/process_group.hpp"
 
 #include <ATen/ATen.h>
+#include <mpi.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -63,7 +64,8 @@ comm::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* call) {
 
 void require_cpu(const at::Tensor& t, const char* call) {
   TORCH_CHECK(t.device().is_cpu(), "nanodist: ", call, " takes CPU tensors, got one on ", t.device());
-  TORCH_CHECK(!t.is_sparse(), "nanodist: ", call, " takes dense tensors, got a sparse one");
+  TORCH_CHECK(t.layout() == at::kStrided && !t.is_quantized() && !t.is_mkldnn(), "nanodist: ", call,
+              " takes dense (strided) tensors, got layout ", t.layout());
 }
 
 void require_one(const std::vector<at::Tensor>& tensors, const char* call) {
@@ -144,7 +146,7 @@ void NanodistWork::complete() {
 }
 
 void NanodistWork::fail(std::exception_ptr error) {
-  future_->setError(error);
+  future_->setErrorIfNeeded(error);  // (a callback of a completed future may be what threw)
   finish(error);
 }
 
@@ -155,24 +157,43 @@ ProcessGroupNanodist::~ProcessGroupNanodist() {
   // The communicator is freed on the communication thread, after the calls queued before. Once
   // the program has ended MPI (at exit), it is left as it is: MPI can free nothing any more.
   auto last = std::make_shared<std::shared_ptr<comm::Communicator>>(std::move(communicator_));
-  if (!ProgressThread::get().post([last] { last->reset(); }))
-    new std::shared_ptr<comm::Communicator>(std::move(*last));  // NOLINT: kept on purpose
+  auto keep = [](const std::shared_ptr<std::shared_ptr<comm::Communicator>>& c) {
+    new std::shared_ptr<comm::Communicator>(std::move(*c));  // NOLINT: kept on purpose
+  };
+  if (!ProgressThread::get().post([last, keep] {
+        int ended = 0;
+        MPI_Finalized(&ended);
+        if (ended) keep(last); else last->reset();
+      }))
+    keep(last);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, std::vector<at::Tensor> outputs,
                                                              std::function<void(comm::Communicator&)> body) {
+  const bool overlap = overlapped();
   auto work = c10::make_intrusive<NanodistWork>(type, std::move(outputs));
   std::shared_ptr<comm::Communicator> communicator = communicator_;
-  const bool queued = ProgressThread::get().post([work, communicator, body = std::move(body)] {
+  auto task = [work, communicator, body = std::move(body)] {
+    // The results are written in place, as torch.distributed's own backends write them: no
+    // autograd recording (a parameter that requires grad can be broadcast into).
+    at::NoGradGuard no_grad;
     try {
       body(*communicator);
       work->complete();
     } catch (...) {
       work->fail(std::current_exception());
     }
-  });
-  TORCH_CHECK(queued, "nanodist: the communication thread has ended (the program is exiting)");
-  if (!overlapped()) work->wait();  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
+  };
+  // A future's callback runs on the communication thread; a collective it calls (PyTorch's
+  // PowerSGD hook does) runs there at once, in the same place on every rank, instead of
+  // queuing behind the task that waits for it.
+  if (ProgressThread::get().on_thread()) {
+    task();
+    return work;
+  }
+  TORCH_CHECK(ProgressThread::get().post(std::move(task)),
+              "nanodist: the communication thread has ended (the program is exiting)");
+  if (!overlap) work->wait();  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
   return work;
 }
 
@@ -266,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::_allgather_base(at::Tensor&
       using T = decltype(tag);
       c.allgather(std::span<const T>(span_of<T>(send)), span_of<T>(recv));
     });
-    split_into(recv, out.reshape({c.size(), -1}).unbind(0));
+    put_back(out, recv);  // (a buffer shaped like out, copied in whatever its layout)
   });
 }
 
@@ -275,6 +296,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allgather_coalesced(std::ve
                                                                          const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == static_cast<std::size_t>(getSize()), "nanodist: all_gather_coalesced needs ",
               getSize(), " output lists, got ", outputs.size());
+  for (const auto& t : inputs) require_cpu(t, "all_gather_coalesced");
   for (const auto& list : outputs) {
     TORCH_CHECK(list.size() == inputs.size(), "nanodist: all_gather_coalesced: each output list needs ",
                 inputs.size(), " tensors");
@@ -451,6 +473,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::alltoall_base(at::Tensor& o
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), "nanodist: all_to_all: input and output types differ");
   std::vector<at::Tensor> ins = split_by(input, input_split_sizes, getSize(), "input");
   std::vector<at::Tensor> outs = split_by(output, output_split_sizes, getSize(), "output");
+  const auto me = static_cast<std::size_t>(getRank());
+  TORCH_CHECK(ins[me].numel() == outs[me].numel(), "nanodist: all_to_all: this rank sends itself ", ins[me].numel(),
+              " elements but expects ", outs[me].numel());
   return enqueue(OpType::ALLTOALL_BASE, {output},
                  [ins, outs](comm::Communicator& c) { exchange_all(c, ins, outs); });
 }
@@ -466,12 +491,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::alltoall(std::vector<at::Te
     require_cpu(outputs[i], "all_to_all");
     TORCH_CHECK(inputs[i].scalar_type() == outputs[i].scalar_type(), "nanodist: all_to_all: types differ");
   }
+  const auto me = static_cast<std::size_t>(getRank());
+  TORCH_CHECK(inputs[me].numel() == outputs[me].numel(), "nanodist: all_to_all: this rank sends itself ",
+              inputs[me].numel(), " elements but expects ", outputs[me].numel());
   const std::vector<at::Tensor> ins = inputs, outs = outputs;
   return enqueue(OpType::ALLTOALL, outputs, [ins, outs](comm::Communicator& c) { exchange_all(c, ins, outs); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::send(std::vector<at::Tensor>& tensors, int dst, int) {
   require_one(tensors, "send");
+  TORCH_CHECK(dst != getRank(), "nanodist: send to this rank itself (", dst, ") would wait forever");
   const at::Tensor t = tensors[0];
   return enqueue(OpType::SEND, tensors, [t, dst](comm::Communicator& c) {
     const at::Tensor moved = movable(t);
@@ -484,6 +513,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::send(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recv(std::vector<at::Tensor>& tensors, int src, int) {
   require_one(tensors, "recv");
+  TORCH_CHECK(src != getRank(), "nanodist: recv from this rank itself (", src, ") would wait forever");
   const at::Tensor t = tensors[0];
   return enqueue(OpType::RECV, tensors, [t, src](comm::Communicator& c) {
     at::Tensor moved = movable(t);

@@ -1,6 +1,7 @@
 #include "torch_backend/progress_thread.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <future>
 #include <stdexcept>
@@ -72,7 +73,13 @@ void ProgressThread::loop() {
       queue_.pop_front();
     }
     const auto start = std::chrono::steady_clock::now();
-    task();  // tasks catch their own errors (a Work records them)
+    try {
+      task();  // tasks catch their own errors (a Work records them); this is the last net
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nanodist: the communication thread caught: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "nanodist: the communication thread caught an unknown exception\n");
+    }
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     std::lock_guard lock(mutex_);
     busy_seconds_ += took.count();

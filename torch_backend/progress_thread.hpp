@@ -32,6 +32,8 @@ class ProgressThread {
   // Runs what is queued, then ends the thread (at exit). Later posts are dropped.
   void stop();
   bool running() const;
+  // True on the communication thread itself (a future's callback runs there).
+  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
   // Seconds the thread has spent running tasks (collectives, mostly): against the step time,
   // what communication costs; against the same run without overlap, how much of it was hidden.
   double busy_seconds() const;

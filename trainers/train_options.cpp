@@ -263,6 +263,8 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
   for (const std::string& flag : kept_flags(o)) {
     const std::string key = key_of(flag);
     if (!o.app || !o.app->get_option_no_throw(flag)) continue;
+    const bool layout = std::find(o.layout_flags.begin(), o.layout_flags.end(), flag) != o.layout_flags.end();
+    if (layout && !restored_layout) continue;  // another program or rank count: the command line's layout
     if (!saved.contains(key)) {  // an older checkpoint, or an edited one: the flag stands, and the log says so
       if (o.explicit_flags.count(flag) == 0)
         changed.push_back(fmt::format("{} (not in the checkpoint) → {}", key, shown(as_saved(typed_value(o.app, flag)))));
@@ -275,8 +277,6 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
     const std::string was = saved_value.is_null()     ? std::string()
                             : saved_value.is_string() ? saved_value.get<std::string>()
                                                       : saved_value.dump();
-    const bool layout = std::find(o.layout_flags.begin(), o.layout_flags.end(), flag) != o.layout_flags.end();
-    if (layout && !restored_layout) continue;  // another program or rank count: the command line's layout
     if (o.explicit_flags.count(flag) == 0) {
       if (saved_value.is_null()) continue;  // saved at its default: the default stands
       give_back(o.app, flag, was, state_file);
@@ -295,7 +295,7 @@ std::vector<std::string> relaunch_flags(const TrainOptions& o) {
   // only for the run that was stopped (faults, modes).
   static const std::set<std::string> not_again = {"--resume",     "--out-dir",     "--data-dir",  "--text",
                                                   "--init-from",  "--eval-only",   "--sample-only", "--crash-at-step",
-                                                  "--crash-rank", "--skip-send-at-step"};
+                                                  "--crash-rank", "--skip-send-at-step", "--trace"};
   const std::vector<std::string> kept = kept_flags(o);
   std::vector<std::string> words;
   for (const std::string& flag : o.explicit_flags) {
@@ -304,8 +304,13 @@ std::vector<std::string> relaunch_flags(const TrainOptions& o) {
       continue;
     const CLI::Option* option = o.app ? o.app->get_option_no_throw(flag) : nullptr;
     if (!option) continue;
-    if (option->get_expected_min() == 0) {  // a switch: typed or not
-      if (option->as<bool>()) words.push_back(flag);
+    if (option->get_expected_min() == 0) {  // a switch: as it stands (a "--no-…" one holds false when typed)
+      const bool on = option->as<bool>();
+      if (flag.starts_with("--no-")) {
+        if (!on) words.push_back(flag);
+      } else {
+        words.push_back(on ? flag : flag + "=false");
+      }
       continue;
     }
     if (const auto value = typed_value(o.app, flag)) {

@@ -80,6 +80,25 @@ t = data(rank, 9, torch.float64)
 future = dist.all_reduce(t, async_op=True).get_future()
 check("a future's value", future.wait()[0], sum(data(r, 9, torch.float64) for r in range(size)))
 
+# A collective called from a future's callback (PowerSGD's DDP hook does) runs, not deadlocks.
+def in_callback(fut):
+    x = fut.value()[0].clone()
+    dist.all_reduce(x)
+    return x
+
+
+t = data(rank, 5, torch.float32)
+got = dist.all_reduce(t, async_op=True).get_future().then(in_callback).wait()
+check("all_reduce inside a future's callback", got, size * sum(data(r, 5, torch.float32) for r in range(size)))
+# Into a parameter that requires grad (DDP broadcasts its parameters so), and into an output
+# that is not contiguous.
+param = torch.nn.Parameter(data(rank, 4, torch.float32))
+dist.broadcast(param, src=0)
+check("broadcast into a parameter", param.detach(), data(0, 4, torch.float32))
+rows = torch.empty(6, size).t()  # (size, 6), not contiguous
+dist.all_gather_into_tensor(rows, data(rank, 6, torch.float32))
+check("all_gather_into_tensor into a transposed output", rows, torch.stack([data(r, 6, torch.float32) for r in range(size)]))
+
 # broadcast and reduce from every root; types the library cannot reduce still move (uint8, float16, bool).
 for root in range(size):
     for dtype in REDUCIBLE + [torch.uint8, torch.float16, torch.int8, torch.bool]:

@@ -15,7 +15,7 @@ for flags in "" "--find-unused --accumulate 2" "--uneven"; do
     port=$((port + 1))
     # shellcheck disable=SC2086
     MASTER_PORT=$port mpiexec -n 2 python3 "$source_dir/examples/pytorch/ddp_tutorial.py" --backend $backend $flags \
-      > "$work/$backend.out" 2>&1 || { cat "$work/$backend.out"; echo "FAILED: $backend ${flags:-plain} exited with $?"; exit 1; }
+      > "$work/$backend.out" 2>&1 || { status=$?; cat "$work/$backend.out"; echo "FAILED: $backend ${flags:-plain} exited with $status"; exit 1; }
   done
   grep -q "backend nanodist" "$work/nanodist.out" || { cat "$work/nanodist.out"; echo "FAILED: not run on nanodist"; exit 1; }
   if ! diff <(grep -E "^(step|done)" "$work/gloo.out" | sed 's/backend gloo/backend X/') \
@@ -32,7 +32,7 @@ for accum in 1 2; do
     MASTER_PORT=$port mpiexec -n 2 python3 "$source_dir/benchmarks/nanogpt_train.py" --backend $backend \
       --data-dir "$data_dir" --max-iters 12 --eval-interval 6 --eval-iters 2 --grad-accum $accum --log-losses \
       --no-full-val > "$work/$backend.out" 2>&1 ||
-      { cat "$work/$backend.out"; echo "FAILED: nanoGPT DDP on $backend exited with $?"; exit 1; }
+      { status=$?; cat "$work/$backend.out"; echo "FAILED: nanoGPT DDP on $backend exited with $status"; exit 1; }
   done
   if ! diff <(grep -E "^(iter|step|\|weights)" "$work/gloo.out") <(grep -E "^(iter|step|\|weights)" "$work/nanodist.out"); then
     echo "FAILED: nanoGPT DDP, $accum micro-steps: gloo and nanodist differ"

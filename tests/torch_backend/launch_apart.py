@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Starts N processes of a command the way torchrun and PyTorch's own tests do, each on its
 own (no mpiexec: each is an MPI world of one until the nanodist backend joins them), with
-RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT set; exits with the worst status.
+RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT set; exits with the first non-zero status.
 
     launch_apart.py 3 python3 collectives.py --init env://"""
 import os
@@ -21,9 +21,9 @@ for rank in range(n):
 statuses = []
 for p in processes:
     try:
-        statuses.append(p.wait(timeout=300))
+        statuses.append(p.wait(timeout=100))
     except subprocess.TimeoutExpired:
         p.kill()
         statuses.append(124)
 print(f"launch_apart: exit statuses {statuses}", flush=True)
-sys.exit(max(statuses, key=lambda s: s != 0) if any(statuses) else 0)
+sys.exit(next((s for s in statuses if s != 0), 0))  # the first rank that failed
