@@ -121,6 +121,27 @@ void split_into(const at::Tensor& whole, const std::vector<at::Tensor>& parts) {
     put_back(parts[i], whole.narrow(0, static_cast<std::int64_t>(i) * block, block));
 }
 
+// The allgather every all_gather form runs: `in` from every rank, end to end, in one buffer.
+at::Tensor gathered(comm::Communicator& c, const at::Tensor& in) {
+  const at::Tensor send = movable(in);
+  at::Tensor recv = at::empty({send.numel() * c.size()}, send.options());
+  with_element_type(send.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    c.allgather(std::span<const T>(span_of<T>(send)), span_of<T>(recv));
+  });
+  return recv;
+}
+
+// The reduce_scatter both forms run: `send` (size() blocks, movable) reduced, this rank's block into `out`.
+void reduce_scatter_into(comm::Communicator& c, const at::Tensor& send, const at::Tensor& out, comm::ReduceOp op) {
+  at::Tensor recv = movable(out);
+  with_element_type(recv.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    c.reduce_scatter(std::span<const T>(span_of<T>(send)), span_of<T>(recv), op);
+  });
+  put_back(out, recv);
+}
+
 // NANODIST_TORCH_OVERLAP=0 makes every call wait for its collective before returning, as a
 // blocking backend would: nothing overlaps. For measuring what the communication thread hides.
 bool overlapped() {
@@ -262,13 +283,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allgather(std::vector<std::
   const at::Tensor in = inputs[0];
   const std::vector<at::Tensor> outs = outputs[0];
   return enqueue(OpType::ALLGATHER, outs, [in, outs](comm::Communicator& c) {
-    const at::Tensor send = movable(in);
-    at::Tensor recv = at::empty({send.numel() * c.size()}, send.options());
-    with_element_type(send.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      c.allgather(std::span<const T>(span_of<T>(send)), span_of<T>(recv));
-    });
-    split_into(recv, outs);
+    split_into(gathered(c, in), outs);
   });
 }
 
@@ -281,19 +296,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::_allgather_base(at::Tensor&
               " elements of ", input.scalar_type(), "), got ", output.numel(), " of ", output.scalar_type());
   const at::Tensor in = input, out = output;
   return enqueue(OpType::_ALLGATHER_BASE, {output}, [in, out](comm::Communicator& c) {
-    const at::Tensor send = movable(in);
-    at::Tensor recv = at::empty({send.numel() * c.size()}, send.options());
-    with_element_type(send.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      c.allgather(std::span<const T>(span_of<T>(send)), span_of<T>(recv));
-    });
-    put_back(out, recv);  // (a buffer shaped like out, copied in whatever its layout)
+    put_back(out, gathered(c, in));  // (copied into out whatever its layout)
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                          std::vector<at::Tensor>& inputs,
-                                                                         const c10d::AllgatherOptions& opts) {
+                                                                         const c10d::AllgatherOptions&) {
   TORCH_CHECK(outputs.size() == static_cast<std::size_t>(getSize()), "nanodist: all_gather_coalesced needs ",
               getSize(), " output lists, got ", outputs.size());
   for (const auto& t : inputs) require_cpu(t, "all_gather_coalesced");
@@ -304,20 +313,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allgather_coalesced(std::ve
   }
   std::vector<at::Tensor> flat_outputs;
   for (const auto& list : outputs) flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
-  (void)opts;
   const std::vector<std::vector<at::Tensor>> outs = outputs;
   const std::vector<at::Tensor> ins = inputs;
   return enqueue(OpType::ALLGATHER_COALESCED, flat_outputs, [ins, outs](comm::Communicator& c) {
     for (std::size_t i = 0; i < ins.size(); ++i) {
-      const at::Tensor send = movable(ins[i]);
-      at::Tensor recv = at::empty({send.numel() * c.size()}, send.options());
-      with_element_type(send.scalar_type(), [&](auto tag) {
-        using T = decltype(tag);
-        c.allgather(std::span<const T>(span_of<T>(send)), span_of<T>(recv));
-      });
       std::vector<at::Tensor> column;
       for (const auto& list : outs) column.push_back(list[i]);
-      split_into(recv, column);
+      split_into(gathered(c, ins[i]), column);
     }
   });
 }
@@ -390,13 +392,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::reduce_scatter(std::vector<
   const at::Tensor out = outputs[0];
   const std::vector<at::Tensor> ins = inputs[0];
   return enqueue(OpType::REDUCE_SCATTER, outputs, [ins, out, op](comm::Communicator& c) {
-    const at::Tensor send = joined(ins);
-    at::Tensor recv = movable(out);
-    with_element_type(recv.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      c.reduce_scatter(std::span<const T>(span_of<T>(send)), span_of<T>(recv), op);
-    });
-    put_back(out, recv);
+    reduce_scatter_into(c, joined(ins), out, op);
   });
 }
 
@@ -411,13 +407,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::_reduce_scatter_base(at::Te
   const comm::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base");
   const at::Tensor in = input, out = output;
   return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [in, out, op](comm::Communicator& c) {
-    const at::Tensor send = movable(in);
-    at::Tensor recv = movable(out);
-    with_element_type(recv.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      c.reduce_scatter(std::span<const T>(span_of<T>(send)), span_of<T>(recv), op);
-    });
-    put_back(out, recv);
+    reduce_scatter_into(c, movable(in), out, op);
   });
 }
 
