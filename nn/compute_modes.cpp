@@ -16,10 +16,11 @@ Precision resolve(PrecisionSetting setting) {
   return gemm_has_native_bf16() ? Precision::bf16 : Precision::fp32;
 }
 
-ComputeModes set_compute_modes(PrecisionSetting precision, AttentionKernel attention) {
-  const ComputeModes modes{resolve(precision), attention};
+ComputeModes set_compute_modes(PrecisionSetting precision, AttentionKernel attention, Recompute recompute) {
+  const ComputeModes modes{resolve(precision), attention, recompute};
   set_matmul_precision(modes.precision);
   set_attention_kernel(modes.attention);
+  set_recompute(modes.recompute);
   return modes;
 }
 

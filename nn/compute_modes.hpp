@@ -3,6 +3,7 @@
 //   --precision fp32|bf16|auto   the matrix multiplies' inputs (nn/autocast.hpp); auto → bf16
 //                                where the CPU has bf16 units (oneDNN on AVX-512 BF16), else fp32
 //   --attention fused|naive      one kernel per head, or eager PyTorch's separate ops
+//   --recompute none|selective|full  which activations backward recomputes (nn/recompute.hpp)
 //
 // Programs parse the flags into these enums (comm::cli::add_choice with the name tables below)
 // and call set_compute_modes once; the models read the modes, never the flags.
@@ -12,6 +13,7 @@
 
 #include "nn/gemm.hpp"  // Precision, the engines
 #include "nn/ops.hpp"   // AttentionKernel
+#include "nn/recompute.hpp"
 
 namespace nn {
 
@@ -29,8 +31,10 @@ Precision resolve(PrecisionSetting setting);
 struct ComputeModes {
   Precision precision = Precision::fp32;
   AttentionKernel attention = AttentionKernel::fused;
+  Recompute recompute = Recompute::none;
 };
-// Resolves auto and sets both modes for the whole process; returns what runs.
-ComputeModes set_compute_modes(PrecisionSetting precision, AttentionKernel attention);
+// Resolves auto and sets the modes for the whole process; returns what runs.
+ComputeModes set_compute_modes(PrecisionSetting precision, AttentionKernel attention,
+                               Recompute recompute = Recompute::none);
 
 }  // namespace nn

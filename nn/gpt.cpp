@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "nn/autograd.hpp"
+#include "nn/recompute.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/ops.hpp"
@@ -230,24 +231,34 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
 }
 
 Tensor GPT::run_blocks(Tensor x) {
-  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  const bool full = recompute_mode() == Recompute::full;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    BlockWeights& b = blocks_[l];
     mark_grad_ready(block_groups_[l]);
     const int group = part_.first_block + static_cast<int>(l) + 1;
-    begin_use(group);
-    Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
-    h = linear(h, b.c_attn_weight, b.c_attn_bias);                  // [B,T,3C]
-    h = attention(h, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,C]
-    h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias));
-    x = add(x, h);
-    h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
-    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                   // [B,T,4C]
-    h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));  // [B,T,C]
+    begin_use(group);  // outside the recomputed span: ZeRO-3 gathers once for the replay and its backward
+    auto block = [this, l](const Tensor& input) { return block_forward(blocks_[l], input); };
+    x = full ? recomputed(x, block, {&dropout_rng_}) : block(x);
     end_use(group);
-    x = add(x, h);
   }
   return x;
+}
+
+// One block: x [B,T,C] → x + attention sublayer, then + MLP sublayer. Under --recompute
+// selective the attention core is recomputed in backward (nn/recompute.hpp).
+Tensor GPT::block_forward(const BlockWeights& b, Tensor x) {
+  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  auto attention_core = [this, attn_dropout](const Tensor& qkv) {
+    return attention(qkv, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,3C] → [B,T,C]
+  };
+  Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
+  h = linear(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C]
+  h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core, {&dropout_rng_}) : attention_core(h);
+  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias));
+  x = add(x, h);
+  h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                   // [B,T,4C]
+  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));  // [B,T,C]
+  return add(x, h);
 }
 
 Tensor GPT::final_norm(const Tensor& x) {

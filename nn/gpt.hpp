@@ -165,6 +165,7 @@ class GPT {
   Tensor final_norm(const Tensor& x);  // ln_f
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
+  Tensor block_forward(const BlockWeights& b, Tensor x);  // one block, x [B,T,C] → [B,T,C]
   void mark_grad_ready(const std::vector<int>& group);
   void begin_use(int group);  // the group-use hooks around a span of ops, in forward and backward
   void end_use(int group);

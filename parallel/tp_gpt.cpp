@@ -7,6 +7,7 @@
 #include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
+#include "nn/recompute.hpp"
 #include "parallel/sequence_parallel_ops.hpp"
 #include "parallel/tp_conjugate_ops.hpp"
 #include "parallel/tp_linear.hpp"
@@ -170,18 +171,31 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
 }
 
 nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
-  const int local_heads = config_.n_head / tp_.size();
-  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  const bool full = nn::recompute_mode() == nn::Recompute::full;
   for (nn::BlockWeights& b : blocks_) {
-    nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
-    h = column_in(h, b.c_attn_weight, b.c_attn_bias);                                 // [B,T,3C/tp]
-    h = nn::attention(h, local_heads, attn_dropout, &own_rng_);                       // [B,T,C/tp]
-    x = nn::add(x, maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias)));  // [B,T,C] (or [B,T/tp,C])
-    h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
-    h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
-    x = nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
+    auto block = [this, &b](const nn::Tensor& input) { return block_forward(b, input); };
+    // The replay runs the block's collectives again, on every rank of the group alike.
+    x = full ? nn::recomputed(x, block, {&dropout_rng_, &own_rng_}) : block(x);
   }
   return x;
+}
+
+// One block on this rank's slices: x [B,T,C] (or [B,T/tp,C]) → the same shape. Under
+// --recompute selective the attention core on this rank's heads is recomputed in backward.
+nn::Tensor TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tensor x) {
+  const int local_heads = config_.n_head / tp_.size();
+  const float attn_dropout = training_ ? config_.dropout : 0.0f;
+  auto attention_core = [this, local_heads, attn_dropout](const nn::Tensor& qkv) {
+    return nn::attention(qkv, local_heads, attn_dropout, &own_rng_);  // [B,T,3C/tp] → [B,T,C/tp]
+  };
+  nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
+  h = column_in(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C/tp]
+  h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core, {&own_rng_})
+                                                       : attention_core(h);               // [B,T,C/tp]
+  x = nn::add(x, maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias)));  // [B,T,C] (or [B,T/tp,C])
+  h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
+  return nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
 }
 
 // ln_f, then lm_head (tied to wte: a column-parallel linear over the vocabulary) → [B,T,Vr].

@@ -110,6 +110,7 @@ class TensorParallelGPT final : public StageModel {
   nn::Tensor keep(const nn::GPT& whole, const std::string& name, TpSplit split);
   bool sharded() const { return sequence_parallel_ && training_; }
   nn::Tensor maybe_dropout(const nn::Tensor& x);
+  nn::Tensor block_forward(const nn::BlockWeights& b, nn::Tensor x);
   // Into a column-parallel layer (f, or the all-gather of the shards) and out of a row-parallel
   // one (g, or the reduce-scatter into shards), with the bias added once after the sum.
   nn::Tensor column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);

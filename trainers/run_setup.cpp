@@ -42,7 +42,7 @@ uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
   return nn::hash64(nn::hash64(seed ^ (static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL), a), b);
 }
 
-void set_compute_modes(const TrainOptions& o) { nn::set_compute_modes(o.precision, o.attention); }
+void set_compute_modes(const TrainOptions& o) { nn::set_compute_modes(o.precision, o.attention, o.recompute); }
 
 void say_compute(const comm::Communicator& world) {
   const nn::Precision precision = nn::matmul_precision();

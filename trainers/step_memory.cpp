@@ -5,6 +5,7 @@
 #include "comm/runtime.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/memory_estimate.hpp"
+#include "nn/recompute.hpp"
 
 namespace trainers {
 
@@ -23,9 +24,9 @@ void StepMemory::report(const parallel::HeldBytes& held, const std::string& form
     const double* m = all.data() + r * mine.size();
     comm::say(
         "memory rank {} (allocator): parameters {}, gradients {}, optimizer {} = {}{}; step peak {}, {} above the "
-        "step's start (activations, buffers)",
+        "step's start (activations, buffers; recompute {})",
         r, nn::format_bytes(m[0]), nn::format_bytes(m[1]), nn::format_bytes(m[2]), nn::format_bytes(m[0] + m[1] + m[2]),
-        formula, nn::format_bytes(m[3]), nn::format_bytes(m[4]));
+        formula, nn::format_bytes(m[3]), nn::format_bytes(m[4]), nn::name_of(nn::recompute_mode()));
   }
 }
 

@@ -90,6 +90,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
              "or auto (bf16 where the CPU has bf16 units)");
   add_choice(app, "--attention", o.attention, nn::kAttentionKernelNames,
              "fused (one kernel per head) or naive (eager PyTorch's separate ops: the reference, slower)");
+  add_choice(app, "--recompute", o.recompute, nn::kRecomputeNames,
+             "activations recomputed in backward instead of kept: none, selective (the attention core), "
+             "full (all but each block's input)");
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
       ->check(whole(0, 1024));
 }

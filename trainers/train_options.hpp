@@ -58,6 +58,9 @@ struct TrainOptions {
   nn::PrecisionSetting precision = nn::PrecisionSetting::fp32;
   // fused | naive: eager PyTorch's op-per-step attention (nn/ops/attention_naive.cpp)
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
+  // none | selective (the attention core) | full (each block): activations recomputed in
+  // backward instead of kept (nn/recompute.hpp)
+  nn::Recompute recompute = nn::Recompute::none;
   // evaluation, logging, samples
   int eval_interval = 250;
   int eval_iters = 10;
