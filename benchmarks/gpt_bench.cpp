@@ -19,7 +19,9 @@
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/gpt.hpp"
+#include "nn/buffer_pool.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "numeric/bf16.hpp"
@@ -59,6 +61,7 @@ struct BenchOptions {
   nn::PrecisionSetting precision_setting = nn::PrecisionSetting::fp32;  // --precision, auto resolved below
   nn::Precision precision = nn::Precision::fp32;                       // what runs
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
+  nn::Recompute recompute = nn::Recompute::none;
   bool peak = false, json = false;
 };
 
@@ -72,6 +75,9 @@ void add_flags(CLI::App& app, BenchOptions& o) {
                         "CPU has bf16 units), as the trainers take it");
   comm::cli::add_choice(app, "--attention", o.attention, nn::kAttentionKernelNames,
                         "fused, or naive (eager PyTorch's separate ops)");
+  comm::cli::add_choice(app, "--recompute", o.recompute, nn::kRecomputeNames,
+                        "activations recomputed in backward: none, selective (the attention core) or full (each "
+                        "block), as the trainers take it");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
       ->check(comm::cli::whole(1, 1 << 20));
   app.add_flag("--peak", o.peak,
@@ -79,9 +85,11 @@ void add_flags(CLI::App& app, BenchOptions& o) {
   app.add_flag("--json", o.json, "one JSON line instead of the table");
 }
 
-// Per-step seconds of each phase, one entry per timed step.
+// Per-step seconds of each phase, one entry per timed step; and the memory of the last step.
 struct StepTimes {
   std::vector<double> total, forward, backward, update;
+  double kept_bytes = 0;  // allocated by forward and still held when it ends: what backward needs
+  double peak_bytes = 0;  // the allocator's peak during forward + backward, above the step's start
 };
 
 StepTimes time_steps(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o) {
@@ -93,13 +101,17 @@ StepTimes time_steps(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     for (auto& v : ids) v = static_cast<int32_t>(rng.next_u64() % vocab);
     for (auto& v : targets) v = static_cast<int32_t>(rng.next_u64() % vocab);
+    const double start_bytes = static_cast<double>(nn::BufferPool::bytes_in_use());
+    nn::BufferPool::reset_peak();
     auto t0 = Clock::now();
     nn::WeightCastCache weights_cast_once;  // this step's bf16 weights (--precision bf16)
     nn::Tensor loss = model.loss(ids, targets, B, T);
     double f = seconds_since(t0);
+    times.kept_bytes = static_cast<double>(nn::BufferPool::bytes_in_use()) - start_bytes;
     auto t1 = Clock::now();
     nn::autograd::backward(loss);
     double b = seconds_since(t1);
+    times.peak_bytes = static_cast<double>(nn::BufferPool::peak_bytes_in_use()) - start_bytes;
     auto t2 = Clock::now();
     nn::clip_grad_norm(model.parameters(), 1.0f);
     opt.step(1e-3f);
@@ -120,26 +132,32 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   const double tokens = static_cast<double>(B * T), flops = model.flops_per_token(T) * tokens / step;
   const double peak_gflops = o.peak ? gemm_peak_gflops(o.precision) : 0.0;
   const std::string_view precision = nn::name_of(o.precision), attention = nn::name_of(o.attention);
+  const std::string_view recompute = nn::name_of(o.recompute);
+  const double formula_bytes = nn::kept_activation_bytes(c, B, T, o.recompute, o.precision);
   if (o.json) {
     fmt::print(
         "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
-        "\"threads\": {}, \"ms_per_step\": {:.2f}, "
+        "\"recompute\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
         "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
-        "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}}}\n",
-        o.preset, precision, attention, c.vocab_size, o.threads, step * 1e3, best * 1e3, tokens / step,
-        median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9, peak_gflops);
+        "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}, \"kept_mib\": {:.2f}, "
+        "\"kept_formula_mib\": {:.2f}, \"peak_mib\": {:.2f}}}\n",
+        o.preset, precision, attention, c.vocab_size, recompute, o.threads, step * 1e3, best * 1e3, tokens / step,
+        median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9, peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576,
+        t.peak_bytes / 1048576);
     return;
   }
   fmt::print(
       "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-      "{} threads; {} matrix multiplies on {}; {} attention\n",
+      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}\n",
       o.preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, o.threads, precision,
-      nn::gemm_library(o.precision), attention);
+      nn::gemm_library(o.precision), attention, recompute);
   fmt::print(
       "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
       "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
       o.steps, step * 1e3, best * 1e3, median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3,
       tokens / step, flops / 1e9);
+  fmt::print("memory: forward keeps {} for backward (formula {}, docs/memory.md); step peak {} above its start\n",
+             nn::format_bytes(t.kept_bytes), nn::format_bytes(formula_bytes), nn::format_bytes(t.peak_bytes));
   if (o.peak)
     fmt::print("{} GEMM peak (2048³ on {}): {:.0f} GFLOP/s; the step reaches {:.0f}% of it\n", precision,
                nn::gemm_library(o.precision), peak_gflops, 100 * flops / 1e9 / peak_gflops);
@@ -161,7 +179,7 @@ int main(int argc, char** argv) {
     }
     if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
     nn::set_compute_threads(o.threads);
-    o.precision = nn::set_compute_modes(o.precision_setting, o.attention).precision;
+    o.precision = nn::set_compute_modes(o.precision_setting, o.attention, o.recompute).precision;
     c.vocab_size = o.vocab;
     nn::GPT model(c, 1337);
     report(o, model, batch, c.block_size, time_steps(model, batch, c.block_size, o));

@@ -21,6 +21,37 @@ MemoryEstimate estimate_memory(const GPTConfig& c, int64_t batch_size, bool trai
   return e;
 }
 
+double block_activation_floats_per_token(const GPTConfig& c, int64_t T, Recompute recompute, Precision precision,
+                                         int tp, bool sequence_parallel) {
+  const double C = c.n_embd, H = c.n_head, t = tp, r = sequence_parallel ? tp : 1;  // r divides the replicated
+  const double dropout = c.dropout > 0.0f ? 1.0 : 0.0, bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
+  if (recompute == Recompute::full) return C / r;  // the block's input
+  // Every op's output is kept (its closure holds it, for the gradient it carries). Replicated
+  // (or a sequence shard, /r): the input, ln_1, the residual after attention, ln_2 and the two
+  // sublayer outputs = 6C; each layernorm's (μ, σ⁻¹) 2+2; the two dropouts' outputs 2C.
+  // Split by heads or columns (/t): qkv 3C, attention out C, fc 4C, gelu 4C = 12C; the
+  // attention weights n_head·T. Whole on every tp rank (t > 1): the two linears' inputs (f's
+  // copy, or SP's gathered [B,T,C]) and the two row-parallel partial sums = 4C.
+  // Under bf16 the linears' input copies (C + C/t + C + 4C/t)/2 and attention's qkv copy 3C/(2t).
+  const double attention_weights = recompute == Recompute::selective ? 0 : H * static_cast<double>(T) / t;
+  const double qkv_copy = recompute == Recompute::selective ? 0 : 1.5 * C / t;
+  return (tp > 1 ? 4 * C : 0) + 6 * C / r + 12 * C / t + attention_weights + 4 / r + 2 * C * dropout / r +
+         bf16 * (C + 2.5 * C / t + qkv_copy);
+}
+
+double kept_activation_bytes(const GPTConfig& c, int64_t B, int64_t T, Recompute recompute, Precision precision) {
+  const double C = c.n_embd, V = c.vocab_size, L = c.n_layer, tokens = static_cast<double>(B * T);
+  const double dropout = c.dropout > 0.0f ? 1.0 : 0.0, bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
+  const double per_block = block_activation_floats_per_token(c, T, recompute, precision, 1, false);
+  // Token embedding C; the last block's output C, ln_f's C and (μ, σ⁻¹) 2; logits V and the
+  // loss's gradient V kept from forward; before the blocks the embedding sum C (kept by
+  // dropout) with dropout; lm_head's input copy C/2 under bf16. The position rows [T,C] are
+  // one per sequence, C/B per token.
+  const double once = 3 * C + 2 + 2 * V + C * dropout + 0.5 * C * bf16 + C / static_cast<double>(B);
+  const double weight_casts = bf16 * 0.5 * (12 * C * C * L + V * C);  // floats: 2 bytes each
+  return 4 * (tokens * (L * per_block + once) + weight_casts);
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;

@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <string>
 
+#include "nn/gemm.hpp"  // Precision
 #include "nn/gpt.hpp"
+#include "nn/recompute.hpp"
 
 namespace nn {
 
@@ -37,6 +39,23 @@ std::string format_bytes(double bytes);
 double parameter_count(const GPTConfig& config);
 // GPT::flops_per_token without building the model (for trainers that hold only a slice).
 double flops_per_token(const GPTConfig& config, int64_t T);
+
+// What the tape keeps after one forward pass of a micro-batch of B sequences of T tokens, in
+// one process (docs/memory.md derives it op by op), as floats per token:
+//   per block  none       18C + n_head·T + 4 (+ 2C with dropout) (+ 5C of bf16 copies)
+//              selective  18C + 4            (+ 2C with dropout) (+ 3.5C of bf16 copies)
+//              full       C: the block's input
+//   once       the embedding, ln_f and the loss: 3C + 2 + 2V (+ C with dropout) (+ 0.5C bf16)
+// plus, under bf16, the step's cast weights (2 bytes per matrix element). In bytes.
+double kept_activation_bytes(const GPTConfig& config, int64_t B, int64_t T, Recompute recompute, Precision precision);
+// One block's share of it on a rank of a tensor-parallel group of `tp` (with or without
+// sequence parallelism), floats per token of the whole batch; tp = 1 is one process:
+//   none       4C·[tp > 1] + 6C/s + 12C/tp + n_head·T/tp + 4/s (+ 2C/s with dropout)
+//                (+ C + 4C/tp of bf16 copies)                 s = tp with SP, else 1
+//   selective  the same without n_head·T/tp (and 1.5C/tp of the bf16 copies)
+//   full       C/s
+double block_activation_floats_per_token(const GPTConfig& config, int64_t T, Recompute recompute,
+                                         Precision precision, int tp = 1, bool sequence_parallel = false);
 
 // `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
 MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training);

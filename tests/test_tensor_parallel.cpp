@@ -10,8 +10,12 @@
 
 #include "comm/runtime.hpp"
 #include "nn/adamw.hpp"
+#include "nn/autocast.hpp"
 #include "nn/autograd.hpp"
+#include "nn/buffer_pool.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "parallel/tp_conjugate_ops.hpp"
 #include "parallel/tp_gpt.hpp"
@@ -260,4 +264,40 @@ TEST_CASE(
     CHECK(kind(comm::OpKind::reduce_scatter).bytes == 4.0 * (4 * L + 2) * B * S * C);
     CHECK(kind(comm::OpKind::allreduce).calls == 3);  // the loss's, of B·S numbers each
   }
+}
+
+TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every --recompute, with SP, fp32 and bf16") {
+  // docs/memory.md derives what a block keeps for backward; the allocator measures it: what
+  // forward leaves in use with 2 blocks minus with 1 is one block's share.
+  comm::Communicator& world = comm::runtime().world();
+  const int tp = world.size();
+  nn::GPTConfig config;
+  config.n_head = 12, config.n_embd = 48, config.block_size = 12, config.vocab_size = 13;
+  config.dropout = 0.1f;
+  const int64_t B = 2, S = 12;
+  std::vector<int32_t> ids(static_cast<std::size_t>(B * S), 3), targets(ids.size(), 4);
+  for (nn::PrecisionSetting precision : {nn::PrecisionSetting::fp32, nn::PrecisionSetting::bf16})
+    for (nn::Recompute recompute : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full})
+      for (bool sp : {false, true}) {
+        if (sp && tp == 1) continue;  // SP needs 2 ranks or more
+        const nn::Precision runs = nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute).precision;
+        double kept[2];
+        for (int layers : {1, 2}) {
+          config.n_layer = layers;
+          parallel::TensorParallelGPT model(config, 9, world, sp);
+          nn::WeightCastCache casts_once;  // as the training loop: the step's bf16 weights stay
+          const std::size_t before = nn::BufferPool::bytes_in_use();
+          nn::Tensor loss = model.loss(ids, targets, B, S);
+          kept[layers - 1] = static_cast<double>(nn::BufferPool::bytes_in_use() - before);
+          nn::autograd::backward(loss);
+        }
+        // The block's weights cast to bf16 stay in the step's cache too (2 bytes each): 12·C²/tp.
+        const double C = config.n_embd, casts = runs == nn::Precision::bf16 ? 2 * 12 * C * C / tp : 0;
+        const double formula =
+            4.0 * B * S * nn::block_activation_floats_per_token(config, S, recompute, runs, tp, sp) + casts;
+        INFO(tp << " ranks, SP " << sp << ", recompute " << nn::name_of(recompute) << ", " << nn::name_of(runs)
+                << ": a block keeps " << kept[1] - kept[0] << " bytes, the formula says " << formula);
+        CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-9));
+      }
+  nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, nn::Recompute::none);
 }
