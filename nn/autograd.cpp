@@ -35,7 +35,10 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 void record(std::function<void()> backward_step) { state().tape->record(std::move(backward_step)); }
 
 void Tape::run_backward() {
-  for (auto step = steps_.rbegin(); step != steps_.rend(); ++step) (*step)();
+  for (auto step = steps_.rbegin(); step != steps_.rend(); ++step) {
+    (*step)();
+    *step = nullptr;  // its closure's tensors (and their gradients) go now, not at the end
+  }
   steps_.clear();
 }
 
