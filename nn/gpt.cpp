@@ -67,10 +67,21 @@ Tensor GPT::add_parameter(const std::string& name, Shape shape) {
   return t;
 }
 
-GPTPart GPTPart::whole(const GPTConfig& config) { return {true, 0, config.n_layer, true}; }
+GPTPart GPTPart::whole(const GPTConfig& config) { return {true, {{0, config.n_layer}}, true}; }
 
 bool GPTPart::is_whole(const GPTConfig& config) const {
-  return embedding && head && first_block == 0 && end_block == config.n_layer;
+  int next = 0;  // the chunks cover 0 … n_layer − 1 in order
+  for (const BlockRange& c : chunks) {
+    if (c.first != next) return false;
+    next = c.end;
+  }
+  return embedding && head && next == config.n_layer;
+}
+
+bool GPTPart::owns_block(int l) const {
+  for (const BlockRange& c : chunks)
+    if (l >= c.first && l < c.end) return true;
+  return false;
 }
 
 GPT::GPT(const GPTConfig& config, uint64_t seed) : GPT(config, seed, GPTPart::whole(config)) {}
@@ -111,7 +122,7 @@ std::vector<int> GPT::indices_from(std::size_t first) const {
 void GPT::init_blocks(Rng& rng) {
   const int64_t C = config_.n_embd;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    const bool owned = l >= part_.first_block && l < part_.end_block;
+    const bool owned = part_.owns_block(static_cast<int>(l));
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     const std::size_t first = parameters_.size();
     BlockWeights b;
@@ -122,6 +133,7 @@ void GPT::init_blocks(Rng& rng) {
     }
     if (!owned) continue;
     blocks_.push_back(b);
+    block_ids_.push_back(static_cast<int>(l));
     block_groups_.push_back(indices_from(first));
   }
 }
@@ -133,8 +145,12 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
     : config_(config), part_(part), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
   config_.validate();
   const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
-  if (part_.first_block < 0 || part_.end_block > L || part_.first_block > part_.end_block)
-    fail("GPT part: blocks [{}, {}) are not a range of the {} blocks", part_.first_block, part_.end_block, L);
+  int next = 0;  // chunks in model order, each a non-empty range inside the model
+  for (const BlockRange& c : part_.chunks) {
+    if (c.first < next || c.end > L || c.first >= c.end)
+      fail("GPT part: blocks [{}, {}) are not a range of the {} blocks after block {}", c.first, c.end, L, next);
+    next = c.end;
+  }
   Rng rng(seed);
   // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
   // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.
@@ -231,10 +247,17 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
 }
 
 Tensor GPT::run_blocks(Tensor x) {
+  for (int c = 0; c < static_cast<int>(part_.chunks.size()); ++c) x = run_chunk(std::move(x), c);
+  return x;
+}
+
+Tensor GPT::run_chunk(Tensor x, int chunk) {
+  const BlockRange range = part_.chunks.at(static_cast<std::size_t>(chunk));
   const bool full = recompute_mode() == Recompute::full;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    if (block_ids_[l] < range.first || block_ids_[l] >= range.end) continue;
     mark_grad_ready(block_groups_[l]);
-    const int group = part_.first_block + static_cast<int>(l) + 1;
+    const int group = block_ids_[l] + 1;
     begin_use(group);  // outside the recomputed span: ZeRO-3 gathers once for the replay and its backward
     auto block = [this, l](const Tensor& input) { return block_forward(blocks_[l], input); };
     x = full ? recomputed(x, block, {&dropout_rng_}) : block(x);

@@ -46,17 +46,21 @@ struct GPTConfig {
 };
 
 // Which pieces of the model an object holds: the whole model, or what one pipeline stage
-// owns — the embedding (wte + wpe + dropout), the blocks [first_block, end_block) (global
-// numbers, so parameter names stay nanoGPT's), and the head (ln_f + lm_head + loss). The
+// owns — the embedding (wte + wpe + dropout), chunks of blocks (global numbers, so parameter
+// names stay nanoGPT's: one chunk [first, end) per stage, or V of them under interleaved
+// 1F1B, where stage r holds chunks r, r + P, …), and the head (ln_f + lm_head + loss). The
 // head needs wte (lm_head is tied to it): a last stage without the embedding holds its own
 // copy, kept equal to the first stage's by summing their gradients (parallel/tied_embedding).
+struct BlockRange {
+  int first = 0, end = 0;  // blocks [first, end)
+};
 struct GPTPart {
   bool embedding = true;
-  int first_block = 0;
-  int end_block = 0;
+  std::vector<BlockRange> chunks;  // in model order, disjoint
   bool head = true;
   static GPTPart whole(const GPTConfig& config);
   bool is_whole(const GPTConfig& config) const;
+  bool owns_block(int l) const;
 };
 
 struct NamedTensor {
@@ -99,7 +103,8 @@ class GPT {
 
   // The pieces, for a pipeline stage (forward and backward of each are on the tape):
   Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T);     // ids [B,T] → x [B,T,C]
-  Tensor run_blocks(Tensor x);                                          // x [B,T,C] → [B,T,C]
+  Tensor run_blocks(Tensor x);                                          // x [B,T,C] → [B,T,C], every chunk
+  Tensor run_chunk(Tensor x, int chunk);                                // the blocks of part().chunks[chunk]
   Tensor head_logits(const Tensor& x);                                  // ln_f, lm_head → [B,T,V]
   Tensor head_loss(const Tensor& x, std::span<const int32_t> targets);  // → mean cross-entropy
 
@@ -174,7 +179,8 @@ class GPT {
   GPTPart part_;
   std::vector<NamedTensor> parameters_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
-  std::vector<BlockWeights> blocks_;
+  std::vector<BlockWeights> blocks_;  // the blocks it owns, in model order
+  std::vector<int> block_ids_;        // their global numbers
   std::vector<int32_t> positions_;  // 0, 1, …, block_size−1
   bool training_ = true;
   Rng dropout_rng_;

@@ -52,6 +52,7 @@ void run_1f1b(PipelineStage& stage) {
 }
 
 void run_schedule(Schedule schedule, PipelineStage& stage) {
+  if (stage.chunks() > 1) return run_interleaved(stage, schedule == Schedule::gpipe);
   switch (schedule) {
     case Schedule::gpipe:
       return run_gpipe(stage);

@@ -8,19 +8,22 @@
 namespace parallel {
 namespace {
 
-// Stage 0 embeds ids; the others receive x. Every stage runs its blocks and passes x on.
-// Returns x after this stage's blocks.
+// Stage 0 embeds ids; the others receive x. Every stage runs its blocks and passes x on —
+// round the ring once per chunk when stages hold several (interleaved 1F1B: stage P − 1
+// passes chunk v's output to stage 0's chunk v + 1). Returns x after this stage's last chunk.
 nn::Tensor run_to_here(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B, int64_t T) {
-  const int r = pp.rank();
+  const int r = pp.rank(), P = pp.size(), V = model.chunks();
   nn::Tensor x;
-  if (r == 0) {
-    x = model.embed(ids, B, T);
-  } else {
-    x = nn::Tensor::empty(model.activation_shape(B, T));
-    pp.recv(x.values(), r - 1);
+  for (int v = 0; v < V; ++v) {
+    if (r == 0 && v == 0) {
+      x = model.embed(ids, B, T);
+    } else {
+      x = nn::Tensor::empty(model.activation_shape(B, T));
+      pp.recv(x.values(), (r + P - 1) % P);
+    }
+    x = model.run_chunk(x, v);
+    if (!(r == P - 1 && v == V - 1)) pp.send(std::span<const float>(x.values()), (r + 1) % P);
   }
-  x = model.run_blocks(x);
-  if (r < pp.size() - 1) pp.send(std::span<const float>(x.values()), r + 1);
   return x;
 }
 

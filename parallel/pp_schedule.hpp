@@ -7,6 +7,9 @@
 //   1f1b   p − r − 1 warm-up forwards, then one forward, one backward, …, then the remaining
 //          backwards (pp_1f1b.cpp). The same bubble, but at most p − r micro-batches in flight.
 //
+// With V chunks per stage (--virtual-stages V > 1), 1f1b is Megatron's interleaved 1F1B and
+// gpipe all forwards then all backwards over the P·V virtual stages (pp_interleaved.cpp).
+//
 // Both give bit-identical gradients: each micro-batch's forward and backward is the same
 // computation, and both run the backwards in the order 0, 1, …, M−1, so every parameter's
 // gradient sums the micro-batches in the same order (the tests check it bit for bit).
@@ -20,6 +23,7 @@ namespace parallel {
 
 void run_gpipe(PipelineStage& stage);
 void run_1f1b(PipelineStage& stage);
+void run_interleaved(PipelineStage& stage, bool all_forwards_first);
 
 // --schedule, and its names on the command line and in the checkpoint.
 enum class Schedule { gpipe, one_f_one_b };

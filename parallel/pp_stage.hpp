@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,11 +32,13 @@
 
 namespace parallel {
 
-// How n_layer blocks are split over P stages: `given` (e.g. 3,2,2,1: must sum to n_layer, no
-// zeros), or evenly (the first n_layer % P stages take one more). Throws comm::UsageError.
+// How n_layer blocks are split over `stages` (P, or P·V virtual stages under interleaved 1F1B)
+// in model order: `given` (e.g. 3,2,2,1: must sum to n_layer, no zeros), or evenly (the
+// first n_layer % stages take one more). Throws comm::UsageError.
 std::vector<int> stage_layers(int n_layer, int stages, const std::vector<int>& given);
-// Stage s's piece: stage 0 has the embedding, the last stage the head.
-nn::GPTPart stage_part(const std::vector<int>& layers, int stage);
+// Stage r of `stages` (P): the virtual stages r, r + P, … of `layers` (one chunk each); stage 0
+// has the embedding, stage P − 1 the head.
+nn::GPTPart stage_part(const std::vector<int>& layers, int stage, int stages);
 
 // Where the time of a step went on this stage, for the log's bubble and the trace.
 struct StageTimes {
@@ -47,27 +50,37 @@ struct StageTimes {
 // What a stage reports to --trace: the spans it times.
 enum class StageSpan { forward, backward, wait };
 
+// Under interleaved 1F1B a stage holds V chunks of blocks (model chunks r, r + P, …: see
+// parallel/pp_interleaved.cpp). Chunk v of micro-batch m is a slot with its own tape; the
+// activation of chunk v on stage P − 1 goes on to chunk v + 1 on stage 0, and its gradient
+// comes back the same way. With V = 1 (GPipe, 1F1B) every slot is chunk 0.
+struct Slot {
+  int chunk = 0, micro = 0;
+};
+
 class PipelineStage {
  public:
-  // `micro_batch` rows of `block_size` tokens per micro-batch, `micro_batches` of them per step.
+  // `micro_batch` rows of `block_size` tokens per micro-batch, `micro_batches` of them per step;
+  // the model's chunks() chunks.
   PipelineStage(StageModel& model, comm::Communicator& pp_group, int micro_batches, int micro_batch, int block_size);
 
   bool is_first() const { return pp_.rank() == 0; }
   bool is_last() const { return pp_.rank() == pp_.size() - 1; }
   int micro_batches() const { return M_; }
+  int chunks() const { return V_; }
   int stage() const { return pp_.rank(); }
   int stages() const { return pp_.size(); }
 
   // The step's data: rows [m·b, (m+1)·b) of ids/targets [M·b, T] are micro-batch m.
   void set_batch(std::span<const int32_t> ids, std::span<const int32_t> targets);
-  // Called before each forward: sets the model's dropout stream for micro-batch m.
-  std::function<void(int m)> before_forward;
+  // Called before each forward: sets the model's dropout stream for micro-batch m, chunk v.
+  std::function<void(int m, int v)> before_forward;
 
-  // Compute, on micro-batch m's tape.
-  void forward(int m);   // first: embed(ids_m); blocks; last: loss_m / M
-  void backward(int m);  // last: from the loss; others: from the gradient received; frees m
+  // Compute, on the slot's tape.
+  void forward(int m, int v = 0);   // first chunk of the model: embed(ids_m); blocks; last: loss_m / M
+  void backward(int m, int v = 0);  // last chunk: from the loss; others: from the gradient received
 
-  // Point-to-point with the neighbours (no-ops where there is none).
+  // Point-to-point with the neighbours (no-ops where there is none), chunk 0 (GPipe, 1F1B).
   void recv_forward(int m);
   void send_forward(int m);
   void recv_backward(int m);
@@ -75,9 +88,19 @@ class PipelineStage {
   void send_forward_recv_backward(int send_m, int recv_m);  // one paired call: see the deadlock rule
   void send_backward_recv_forward(int send_m, int recv_m);
 
+  // Interleaved 1F1B: one paired call each way around the ring of stages (P − 1 → 0 for the
+  // next chunk). Forward: send `send`'s activation to the next stage, receive `recv`'s from the
+  // previous one. Backward: send `send`'s input gradient to the previous stage, receive
+  // `recv`'s output gradient from the next one. Either may be none.
+  void exchange_forward(std::optional<Slot> send, std::optional<Slot> recv);
+  void exchange_backward(std::optional<Slot> send, std::optional<Slot> recv);
+  // Where the model's first chunk and its last chunk are: no input to receive, no output to send.
+  bool first_chunk(int v) const { return is_first() && v == 0; }
+  bool last_chunk(int v) const { return is_last() && v == V_ - 1; }
+
   // Last stage: Σ over micro-batches of loss_m (the step's mean loss); 0 elsewhere.
   float loss() const { return loss_sum_; }
-  // Micro-batches whose activations are held now / at most since start_step().
+  // Slots (micro-batches × chunks) whose activations are held now / at most since start_step().
   int peak_in_flight() const { return peak_in_flight_; }
   void start_step();  // resets the loss, the times and the peak
   const StageTimes& times() const { return times_; }
@@ -94,15 +117,18 @@ class PipelineStage {
  private:
   void exchange(std::span<const float> out, int dest, std::span<float> in, int source, const char* what);
   nn::Tensor new_input() const { return nn::Tensor::empty(activation_shape_, /*requires_grad=*/true); }
+  std::size_t index(int m, int v = 0) const { return static_cast<std::size_t>(v * M_ + m); }
+  std::span<float> grad_output_buffer(std::size_t i);  // sized to the activation
+  std::string span_name(char kind, int m, int v) const;  // "F3", or "F3c1" with chunks
 
   StageModel& model_;
   comm::Communicator& pp_;
-  int M_, b_, T_;
+  int M_, V_, b_, T_;
   nn::Shape activation_shape_;  // of what passes between stages: [b,T,C] (or [b,T/tp,C])
   std::vector<int32_t> ids_, targets_;
-  std::vector<nn::autograd::Tape> tapes_;
-  std::vector<nn::Tensor> inputs_, outputs_;      // per micro-batch: received x, produced x (or loss)
-  std::vector<std::vector<float>> grad_outputs_;  // per micro-batch: ∂L/∂output from the next stage
+  std::vector<nn::autograd::Tape> tapes_;         // per slot, v·M + m:
+  std::vector<nn::Tensor> inputs_, outputs_;      //   received x, produced x (or loss)
+  std::vector<std::vector<float>> grad_outputs_;  //   ∂L/∂output from the next stage
   std::vector<float> send_buffer_;
   float loss_sum_ = 0;
   int in_flight_ = 0, peak_in_flight_ = 0;

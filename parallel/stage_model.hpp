@@ -17,8 +17,11 @@ class StageModel {
   virtual const nn::GPTConfig& config() const = 0;
   // The first stage: ids [B,T] → the activation passed on.
   virtual nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) = 0;
-  // This stage's blocks: activation → activation.
+  // This stage's blocks: activation → activation. All of them, or one chunk of them
+  // (interleaved 1F1B holds several chunks per stage, parallel/pp_interleaved.cpp).
   virtual nn::Tensor run_blocks(nn::Tensor x) = 0;
+  virtual nn::Tensor run_chunk(nn::Tensor x, int chunk) = 0;
+  virtual int chunks() const = 0;
   // The last stage: activation → the mean cross-entropy against targets [B,T].
   virtual nn::Tensor head_loss(const nn::Tensor& x, std::span<const int32_t> targets) = 0;
   // The last stage, generating: the next token's logits over the whole vocabulary / temperature.
@@ -37,6 +40,8 @@ class GptStage final : public StageModel {
   const nn::GPTConfig& config() const override { return model_.config(); }
   nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) override { return model_.embed(ids, B, T); }
   nn::Tensor run_blocks(nn::Tensor x) override { return model_.run_blocks(std::move(x)); }
+  nn::Tensor run_chunk(nn::Tensor x, int chunk) override { return model_.run_chunk(std::move(x), chunk); }
+  int chunks() const override { return static_cast<int>(model_.part().chunks.size()); }
   nn::Tensor head_loss(const nn::Tensor& x, std::span<const int32_t> targets) override {
     return model_.head_loss(x, targets);
   }

@@ -51,12 +51,13 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
   const nn::GPT whole(config, seed, part_);
   if (part_.embedding || part_.head) wte_rows_ = keep(whole, "transformer.wte.weight", TpSplit::rows);
   if (part_.embedding) wpe_ = keep(whole, "transformer.wpe.weight", TpSplit::replicated);
-  for (int l = part_.first_block; l < part_.end_block; ++l) {
-    const std::string p = "transformer.h." + std::to_string(l) + ".";
-    nn::BlockWeights b;
-    for (const nn::BlockTensor& t : nn::block_tensors()) b.*t.field = keep(whole, p + t.name, block_split(t.name));
-    blocks_.push_back(b);
-  }
+  for (const nn::BlockRange& chunk : part_.chunks)
+    for (int l = chunk.first; l < chunk.end; ++l) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      nn::BlockWeights b;
+      for (const nn::BlockTensor& t : nn::block_tensors()) b.*t.field = keep(whole, p + t.name, block_split(t.name));
+      blocks_.push_back(b);
+    }
   if (part_.head) {
     ln_f_weight_ = keep(whole, "transformer.ln_f.weight", TpSplit::replicated);
     ln_f_bias_ = keep(whole, "transformer.ln_f.bias", TpSplit::replicated);
@@ -171,8 +172,17 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
 }
 
 nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
+  for (int c = 0; c < chunks(); ++c) x = run_chunk(std::move(x), c);
+  return x;
+}
+
+nn::Tensor TensorParallelGPT::run_chunk(nn::Tensor x, int chunk) {
+  int first = 0;  // the chunk's blocks in blocks_ (held chunk after chunk)
+  for (int c = 0; c < chunk; ++c) first += part_.chunks[static_cast<std::size_t>(c)].end - part_.chunks[static_cast<std::size_t>(c)].first;
+  const nn::BlockRange range = part_.chunks.at(static_cast<std::size_t>(chunk));
   const bool full = nn::recompute_mode() == nn::Recompute::full;
-  for (nn::BlockWeights& b : blocks_) {
+  for (int l = first; l < first + range.end - range.first; ++l) {
+    nn::BlockWeights& b = blocks_[static_cast<std::size_t>(l)];
     auto block = [this, &b](const nn::Tensor& input) { return block_forward(b, input); };
     // The replay runs the block's collectives again, on every rank of the group alike.
     x = full ? nn::recomputed(x, block, {&dropout_rng_, &own_rng_}) : block(x);

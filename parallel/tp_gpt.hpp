@@ -71,6 +71,8 @@ class TensorParallelGPT final : public StageModel {
   // [B,T/tp,C] (this rank's positions) while training with sequence parallelism.
   nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) override;
   nn::Tensor run_blocks(nn::Tensor x) override;
+  nn::Tensor run_chunk(nn::Tensor x, int chunk) override;
+  int chunks() const override { return static_cast<int>(part_.chunks.size()); }
   nn::Tensor head_loss(const nn::Tensor& x, std::span<const int32_t> targets) override;
   void next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) override;
   nn::Shape activation_shape(int64_t B, int64_t T) const override;

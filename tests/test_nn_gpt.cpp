@@ -333,8 +333,8 @@ TEST_CASE("GPT in parts: three stages start from the whole model's numbers and g
   const nn::GPTConfig config = three_small_blocks();
   nn::GPT whole(config, 7);
   // Stage 0: embedding + block 0; stage 1: block 1; stage 2: block 2 + head (own copy of wte).
-  nn::GPT first(config, 7, {true, 0, 1, false}), middle(config, 7, {false, 1, 2, false}),
-      last(config, 7, {false, 2, 3, true});
+  nn::GPT first(config, 7, {true, {{0, 1}}, false}), middle(config, 7, {false, {{1, 2}}, false}),
+      last(config, 7, {false, {{2, 3}}, true});
   auto value_of = [](nn::GPT& model, const std::string& name) {
     auto v = model.parameter(name).values();
     return std::vector<float>(v.begin(), v.end());
@@ -350,7 +350,7 @@ TEST_CASE("GPT in parts: three stages start from the whole model's numbers and g
   CHECK(last.parameters().front().name == "transformer.wte.weight");
   CHECK(middle.num_params(false) == 12 * 16 * 16 + 13 * 16);
   CHECK_THROWS_WITH(middle.forward({}, 1, 1), Catch::Contains("needs the whole model"));
-  CHECK_THROWS_WITH(nn::GPT(config, 7, {true, 2, 5, true}), Catch::Contains("not a range of the 3 blocks"));
+  CHECK_THROWS_WITH(nn::GPT(config, 7, {true, {{2, 5}}, true}), Catch::Contains("not a range of the 3 blocks"));
 
   const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1},
                              targets = {2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2};

@@ -55,7 +55,11 @@ class BucketedAllreduce : public GradientAverager {
 
   void before_backward(bool communicate) override {
     communicating_ = communicate;
-    for (Bucket& b : buckets_) b.waiting_for = b.params.size();
+    // Armed once per step: under interleaved 1F1B each chunk's last backward communicates,
+    // and a bucket that spans two chunks counts down across both.
+    if (communicate && !armed_)
+      for (Bucket& b : buckets_) b.waiting_for = b.params.size();
+    armed_ = armed_ || communicate;
   }
 
   void finish() override {
@@ -67,6 +71,7 @@ class BucketedAllreduce : public GradientAverager {
       b.started = false;
     }
     communicating_ = false;
+    armed_ = false;
   }
 
   std::string describe() const override {
@@ -128,6 +133,7 @@ class BucketedAllreduce : public GradientAverager {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   bool communicating_ = false;
+  bool armed_ = false;  // the countdowns were set for this step
 };
 
 }  // namespace

@@ -31,15 +31,15 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
   if (s.sequence_parallel && config.block_size % s.tp != 0)
     throw comm::UsageError(
         fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}", config.block_size, s.tp));
-  parallel::stage_layers(config.n_layer, s.pp, s.stage_layers);  // throws on a bad split
+  parallel::stage_layers(config.n_layer, s.pp * s.virtual_stages, s.stage_layers);  // throws on a bad split
 }
 
 // ---- the model piece ------------------------------------------------------------------------
 
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed)
     : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp)),
-      layers(parallel::stage_layers(config.n_layer, grid.pp, shape.stage_layers)) {
-  const nn::GPTPart part = parallel::stage_part(layers, grid.pp_rank);
+      layers(parallel::stage_layers(config.n_layer, grid.pp * shape.virtual_stages, shape.stage_layers)) {
+  const nn::GPTPart part = parallel::stage_part(layers, grid.pp_rank, grid.pp);
   if (shape.split_matmuls) {
     split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part);
     stage_ = split_.get();

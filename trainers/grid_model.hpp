@@ -32,6 +32,7 @@ struct GridShape {
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
   bool split_matmuls = true;  // false: train_pp's stages hold nn::GPT's blocks whole (tp = 1)
+  int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
 };
 
 // Refuses, in one line, what cannot be built: a world size other than dp·pp·tp, n_head not

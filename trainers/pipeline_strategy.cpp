@@ -17,17 +17,41 @@ namespace trainers {
 
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s) {
   comm::cli::add_choice(app, "--schedule", s.schedule, parallel::kScheduleNames,
-                        "pipeline schedule: gpipe (naive) or 1f1b");
+                        "pipeline schedule: gpipe (naive) or 1f1b (interleaved with --virtual-stages > 1)");
   app.add_option("--micro-batches", s.micro_batches, "micro-batches M per step (must divide --batch-size)")
       ->check(comm::cli::whole(1))
       ->capture_default_str();
+  app.add_option("--virtual-stages", s.virtual_stages,
+                 "chunks of blocks per stage V: stage r holds chunks r, r+P, …; > 1 runs interleaved 1F1B "
+                 "(Megatron), a (P−1)/(V·M+P−1) bubble for V times the messages")
+      ->check(comm::cli::whole(1, 64))
+      ->capture_default_str();
 }
 
-void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program) {
+void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program, int stages) {
   if (o.batch_size % s.micro_batches != 0)
     throw comm::UsageError(
         fmt::format("--micro-batches {} does not divide --batch-size {}", s.micro_batches, o.batch_size));
   if (o.grad_accum != 1) throw comm::UsageError(program + ": use --micro-batches instead of --grad-accum");
+  if (s.virtual_stages > 1 && stages < 2)
+    throw comm::UsageError(fmt::format(
+        "--virtual-stages {} needs 2 or more pipeline stages: the chunks of one stage go round a ring of stages",
+        s.virtual_stages));
+  if (s.virtual_stages > 1 && s.micro_batches % stages != 0)
+    throw comm::UsageError(
+        fmt::format("--virtual-stages {}: --micro-batches {} is not a multiple of the {} pipeline stages (interleaved "
+                    "1F1B runs micro-batches in groups of P)",
+                    s.virtual_stages, s.micro_batches, stages));
+}
+
+std::string PipelineStrategy::virtual_stages_note() const {
+  if (s_.virtual_stages == 1) return "";
+  return fmt::format(" interleaved, {} chunks per stage ({} virtual stages; stage r holds chunks r, r+{}, …)",
+                     s_.virtual_stages, s_.virtual_stages * grid_.pp, grid_.pp);
+}
+
+uint64_t PipelineStrategy::micro_stream(int64_t step, int m, int v) const {
+  return static_cast<uint64_t>((step * s_.micro_batches + m) * s_.virtual_stages + v);
 }
 
 PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape,
@@ -58,7 +82,7 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
     Timed data(clock, Phase::data);
     sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
     stage_.set_batch(batch_.ids, batch_.targets);
-    stage_.before_forward = [this, step](int m) { before_forward(step, m); };
+    stage_.before_forward = [this, step](int m, int v) { before_forward(step, m, v); };
   }
   // Every forward, backward and wait for a neighbour is timed by the stage itself.
   stage_.on_span = [&clock](const std::string& name, parallel::StageSpan kind, double start, double end) {
@@ -95,12 +119,12 @@ LogFacts PipelineStrategy::log_facts() {
     memory.push_back(nn::format_bytes(all[s + 1]));
     flight.push_back(fmt::format("{:.0f}", all[s + 2]));
   }
-  const int p = grid_.pp, m = s_.micro_batches;
+  const int p = grid_.pp, m = s_.micro_batches, v = s_.virtual_stages;
   facts.note = fmt::format(
-      "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula (p−1)/(m+p−1) | peak activations "
-      "{} | micro-batches in flight ≤ {}",
-      100 * mean, fmt::join(bubble, " "), 100.0 * (p - 1) / (m + p - 1), fmt::join(memory, " "),
-      fmt::join(flight, " "));
+      "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula {} | peak activations {} | {} in flight ≤ {}",
+      100 * mean, fmt::join(bubble, " "), 100.0 * (p - 1) / (v * m + p - 1),
+      v == 1 ? "(p−1)/(m+p−1)" : "(p−1)/(v·m+p−1)", fmt::join(memory, " "),
+      v == 1 ? "micro-batches" : "chunk micro-batches", fmt::join(flight, " "));
   window_times_ = {};
   window_peak_bytes_ = 0;
   window_peak_in_flight_ = 0;

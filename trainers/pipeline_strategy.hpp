@@ -19,12 +19,15 @@ namespace trainers {
 struct ScheduleOptions {
   parallel::Schedule schedule = parallel::Schedule::one_f_one_b;
   int micro_batches = 4;
+  int virtual_stages = 1;  // V chunks of blocks per stage: interleaved 1F1B when V > 1
   int skip_send_at_step = -1;  // testing (train_pp): rank --crash-rank skips its sends at this step
 };
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
-// One line for --micro-batches that do not divide --batch-size, and for --grad-accum: the
-// micro-batches are the accumulation.
-void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program);
+// One line for --micro-batches that do not divide --batch-size, for --grad-accum (the
+// micro-batches are the accumulation), and for --virtual-stages on one stage or with
+// micro-batches that are not a multiple of the `stages` (interleaved 1F1B runs them in groups
+// of P).
+void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program, int stages);
 
 class PipelineStrategy : public GridStrategy {
  public:
@@ -39,10 +42,15 @@ class PipelineStrategy : public GridStrategy {
   LogFacts log_facts() override;
 
  protected:
-  // Micro-batch m of `step` is about to run forward on this stage: its dropout masks.
-  virtual void before_forward(int64_t step, int m) = 0;
+  // Micro-batch m of `step` is about to run forward on this stage's chunk v: its dropout
+  // masks, from micro_stream(step, m, v).
+  virtual void before_forward(int64_t step, int m, int v) = 0;
+  // (step·M + m)·V + v: one stream per forward of a chunk (V = 1: step·M + m).
+  uint64_t micro_stream(int64_t step, int m, int v) const;
   virtual void before_backward(int /*m*/) {}
   int micro_batches() const { return s_.micro_batches; }
+  // ", interleaved over 2 chunks per stage (blocks 0-1 | 4-5 on stage 0)"-like, or "" (V = 1).
+  std::string virtual_stages_note() const;
   const char* replicas_are_ = "replica(s)";  // the batch line's word for the dp replicas
 
   const ScheduleOptions s_;

@@ -41,9 +41,10 @@ class ThreeDParallel final : public PipelineStrategy {
     const nn::GPTConfig& c = run_.start.config;
     StrategyFacts facts = PipelineStrategy::facts();
     facts.layout = {
-        fmt::format("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}, {} micro-batches of {}{}",
+        fmt::format("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}{}, {} micro-batches of {}{}",
                     world_.size(), grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "",
-                    parallel::name_of(s_.schedule), s_.micro_batches, o_.batch_size / s_.micro_batches,
+                    parallel::name_of(s_.schedule), virtual_stages_note(), s_.micro_batches,
+                    o_.batch_size / s_.micro_batches,
                     parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
         fmt::format("stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
@@ -57,9 +58,9 @@ class ThreeDParallel final : public PipelineStrategy {
   }
 
  private:
-  void before_forward(int64_t step, int m) override {
+  void before_forward(int64_t step, int m, int v) override {
     // Residual-stream masks shared by the tp group; each rank's own inside tp regions.
-    const auto micro = static_cast<uint64_t>(step * micro_batches() + m);
+    const uint64_t micro = micro_stream(step, m, v);
     const auto replica_stage = static_cast<uint64_t>(grid_.dp_rank * grid_.pp + grid_.pp_rank);
     grid_model_.split().set_dropout_seeds(
         stream_seed(o_.seed, Stream::dropout, replica_stage, micro),
@@ -90,16 +91,18 @@ int main(int argc, char** argv) {
     add_schedule_flags(app, s);
   };
   program.layout_flags = {"--dp",           "--pp",       "--tp",           "--sequence-parallel",
-                          "--stage-layers", "--schedule", "--micro-batches"};
+                          "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions& o, comm::Communicator& world) {
     if (world.size() != shape.dp * shape.pp * shape.tp) check_grid(shape, o.model, world.size());
   };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
+    shape.virtual_stages = s.virtual_stages;
     return load_grid_model(shape, o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     // On --resume, shape and s hold the checkpoint's layout now.
-    check_schedule(run.options, s, "train_3d");
+    check_schedule(run.options, s, "train_3d", shape.pp);
+    shape.virtual_stages = s.virtual_stages;
     check_layout(run, [&] { check_grid(shape, run.start.config, world.size()); });
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
     return std::make_unique<ThreeDParallel>(run, world, shape, s);

@@ -40,7 +40,12 @@ struct PipelineLayout {
 
 // Each stage holds nn::GPT's blocks whole: the grid with tp = 1.
 GridShape grid_shape(const PipelineLayout& p, int world_size) {
-  return {.dp = p.dp, .pp = world_size / p.dp, .tp = 1, .stage_layers = p.stage_layers, .split_matmuls = false};
+  return {.dp = p.dp,
+          .pp = world_size / p.dp,
+          .tp = 1,
+          .stage_layers = p.stage_layers,
+          .split_matmuls = false,
+          .virtual_stages = p.schedule.virtual_stages};
 }
 
 void check_replicas(const PipelineLayout& p, int world_size) {
@@ -66,9 +71,9 @@ class PipelineParallel final : public PipelineStrategy {
   StrategyFacts facts() const override {
     StrategyFacts facts = PipelineStrategy::facts();
     facts.layout = {
-        fmt::format("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}, {} micro-batches of {}{}",
-                    world_.size(), grid_.dp, grid_.pp, parallel::name_of(s_.schedule), s_.micro_batches,
-                    o_.batch_size / s_.micro_batches, parallel::wire_note(o_.grad_comm)),
+        fmt::format("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}{}, {} micro-batches of {}{}",
+                    world_.size(), grid_.dp, grid_.pp, parallel::name_of(s_.schedule), virtual_stages_note(),
+                    s_.micro_batches, o_.batch_size / s_.micro_batches, parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
         fmt::format("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
                     grid_.pp - 1)};
@@ -85,9 +90,9 @@ class PipelineParallel final : public PipelineStrategy {
   }
 
  private:
-  void before_forward(int64_t step, int m) override {
-    const auto micro = static_cast<uint64_t>(step * micro_batches() + m);
-    model_.dropout_rng() = nn::Rng(stream_seed(o_.seed, Stream::dropout, static_cast<uint64_t>(world_.rank()), micro));
+  void before_forward(int64_t step, int m, int v) override {
+    model_.dropout_rng() =
+        nn::Rng(stream_seed(o_.seed, Stream::dropout, static_cast<uint64_t>(world_.rank()), micro_stream(step, m, v)));
   }
   void before_backward(int m) override { averager_->before_backward(m == micro_batches() - 1); }
 
@@ -112,14 +117,14 @@ int main(int argc, char** argv) {
                    "testing: rank --crash-rank skips its sends at this step")
         ->check(comm::cli::whole(0));
   };
-  program.layout_flags = {"--dp", "--stage-layers", "--schedule", "--micro-batches"};
+  program.layout_flags = {"--dp", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { check_replicas(p, world.size()); };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
     return load_grid_model(grid_shape(p, world.size()), o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     check_layout(run, [&] { check_replicas(p, world.size()); });  // on --resume, p holds the checkpoint's layout
-    check_schedule(run.options, p.schedule, "train_pp");
+    check_schedule(run.options, p.schedule, "train_pp", world.size() / p.dp);
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
     return std::make_unique<PipelineParallel>(run, world, p);
   };
