@@ -51,16 +51,22 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
   const nn::GPT whole(config, seed, part_);
   if (part_.embedding || part_.head) wte_rows_ = keep(whole, "transformer.wte.weight", TpSplit::rows);
   if (part_.embedding) wpe_ = keep(whole, "transformer.wpe.weight", TpSplit::replicated);
+  if (part_.embedding) embedding_group_ = indices_from(0);
   for (const nn::BlockRange& chunk : part_.chunks)
     for (int l = chunk.first; l < chunk.end; ++l) {
       const std::string p = "transformer.h." + std::to_string(l) + ".";
+      const std::size_t first = parameters_.size();
       nn::BlockWeights b;
       for (const nn::BlockTensor& t : nn::block_tensors()) b.*t.field = keep(whole, p + t.name, block_split(t.name));
       blocks_.push_back(b);
+      block_groups_.push_back(indices_from(first));
     }
   if (part_.head) {
+    const std::size_t first = parameters_.size();
     ln_f_weight_ = keep(whole, "transformer.ln_f.weight", TpSplit::replicated);
     ln_f_bias_ = keep(whole, "transformer.ln_f.bias", TpSplit::replicated);
+    ln_f_group_ = indices_from(first);
+    if (!part_.embedding) ln_f_group_.push_back(0);  // this stage's wte serves only lm_head
   }
   positions_.resize(static_cast<std::size_t>(config.block_size));
   std::iota(positions_.begin(), positions_.end(), 0);
@@ -158,6 +164,7 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
   if (T <= 0 || B <= 0 || static_cast<int64_t>(ids.size()) != B * T)
     nn::fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) nn::fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
+  mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
   nn::Tensor partial = vocab_parallel_lookup(wte_rows_, rows_per_rank_ * tp_.rank(), ids, {B, T});  // [B,T,C]
   if (!sharded()) {
     nn::Tensor tok = reduce_from_tensor_parallel(partial, tp_);
@@ -183,6 +190,7 @@ nn::Tensor TensorParallelGPT::run_chunk(nn::Tensor x, int chunk) {
   const bool full = nn::recompute_mode() == nn::Recompute::full;
   for (int l = first; l < first + range.end - range.first; ++l) {
     nn::BlockWeights& b = blocks_[static_cast<std::size_t>(l)];
+    mark_grad_ready(block_groups_[static_cast<std::size_t>(l)]);  // outside the recomputed span
     auto block = [this, &b](const nn::Tensor& input) { return block_forward(b, input); };
     // The replay runs the block's collectives again, on every rank of the group alike.
     x = full ? nn::recomputed(x, block, {&dropout_rng_, &own_rng_}) : block(x);
@@ -211,6 +219,7 @@ nn::Tensor TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tenso
 // ln_f, then lm_head (tied to wte: a column-parallel linear over the vocabulary) → [B,T,Vr].
 nn::Tensor TensorParallelGPT::head_local_logits(const nn::Tensor& x) {
   if (!part_.head) nn::fail("TensorParallelGPT: this part has no head");
+  mark_grad_ready(ln_f_group_);
   return column_in(nn::layernorm(x, ln_f_weight_, ln_f_bias_), wte_rows_, {});
 }
 
@@ -241,6 +250,17 @@ void TensorParallelGPT::next_token_logits(const nn::Tensor& x, int64_t T, float 
 std::vector<int32_t> TensorParallelGPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature,
                                                  int top_k, nn::Rng& rng) {
   return nn::generate_tokens(*this, std::move(tokens), max_new_tokens, temperature, top_k, rng);
+}
+
+std::vector<int> TensorParallelGPT::indices_from(std::size_t first) const {
+  std::vector<int> group;
+  for (std::size_t i = first; i < parameters_.size(); ++i) group.push_back(static_cast<int>(i));
+  return group;
+}
+
+void TensorParallelGPT::mark_grad_ready(const std::vector<int>& group) {
+  if (grad_ready_hook_ && nn::autograd::grad_enabled())
+    nn::autograd::record([this, &group] { grad_ready_hook_(group); });  // group: a member, alive as long as *this
 }
 
 std::vector<nn::NamedTensor> TensorParallelGPT::named_parameters() const {

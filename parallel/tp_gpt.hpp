@@ -103,6 +103,11 @@ class TensorParallelGPT final : public StageModel {
   // before clipping; max_norm ≤ 0 only measures.
   float clip_grad_norm(float max_norm);
 
+  // For overlapped data-parallel averaging (train_3d), as nn::GPT's: called during backward
+  // each time a group — the embeddings, one block, ln_f (with a last stage's wte copy) — has
+  // its last gradient, with their indices in parameters().
+  void set_grad_ready_hook(nn::GPT::GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+
   // Dropout masks: `shared` seeds the residual-stream masks (identical on the group's ranks),
   // `own` this rank's masks inside tensor-parallel regions and on its sequence shard.
   void set_dropout_seeds(uint64_t shared, uint64_t own);
@@ -118,6 +123,8 @@ class TensorParallelGPT final : public StageModel {
   nn::Tensor column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);
   nn::Tensor row_out(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);
   nn::Tensor head_local_logits(const nn::Tensor& x);
+  std::vector<int> indices_from(std::size_t first) const;  // parameters first … last
+  void mark_grad_ready(const std::vector<int>& group);     // a marker on the tape: see nn::GPT
 
   nn::GPTConfig config_;
   nn::GPTPart part_;
@@ -127,6 +134,9 @@ class TensorParallelGPT final : public StageModel {
   std::vector<TpParameter> parameters_;
   nn::Tensor wte_rows_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<nn::BlockWeights> blocks_;
+  nn::GPT::GradReadyHook grad_ready_hook_;
+  std::vector<int> embedding_group_, ln_f_group_;  // indices into parameters_
+  std::vector<std::vector<int>> block_groups_;     // per block held
   std::vector<int32_t> positions_;
   bool training_ = true;
   nn::Rng dropout_rng_;  // the same on every rank: residual-stream dropout

@@ -263,3 +263,19 @@ TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp an
           mean_difference(checkpoint(name), reference(4)));
   }
 }
+
+TEST_CASE("train_3d's dp averaging overlaps the backward in buckets (--ddp bucketed) and ends where naive ends") {
+  // 2 replicas × 2 stages × tp 2 (8 ranks would crowd 2 cores): small buckets, so that each
+  // stage's gradients go in several allreduces, each started as backward completes it.
+  const std::string run = common() + " --dp 2 --pp 2 --tp 1 --batch-size 4 --micro-batches 2 --virtual-stages 2";
+  auto bucketed = train_3d(4, run + " --ddp bucketed --bucket-mb 0.02 --out-dir " + out("3d_bucketed"));
+  auto naive = train_3d(4, run + " --ddp naive --out-dir " + out("3d_naive"));
+  REQUIRE(bucketed.status == 0);
+  REQUIRE(naive.status == 0);
+  CHECK_THAT(bucketed.output, Catch::Contains("dp averaging: bucketed:"));
+  CHECK_THAT(naive.output, Catch::Contains("dp averaging: naive:"));
+  CHECK(calls(bucketed.output, "dp", "allreduce") > 2);  // several buckets per stage
+  // Two replicas: (a + b)/2 per element whatever the packing, so the same bytes.
+  CHECK(same_bytes(checkpoint("3d_bucketed") / "model.safetensors", checkpoint("3d_naive") / "model.safetensors"));
+  CHECK(max_difference(checkpoint("3d_bucketed"), reference(8)) <= kTolerance);
+}

@@ -30,7 +30,7 @@ class ReplicatedUpdate : public DataParallelUpdate {
       : model_(model),
         world_(world),
         optimizer_(model.parameters(), o.adamw),
-        averager_(make_gradient_averager(o.ddp, model, world, static_cast<std::size_t>(o.bucket_mb * 1e6),
+        averager_(make_gradient_averager(o.ddp, GradientSource::of(model), world, static_cast<std::size_t>(o.bucket_mb * 1e6),
                                          o.grad_comm)) {}
 
   void start(const fs::path& checkpoint, bool with_optimizer) override {

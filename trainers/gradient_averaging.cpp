@@ -15,19 +15,19 @@ using parallel::GradientWire, parallel::WireBuffer, parallel::wire_note;
 // "Not used in practice, but the starting point": N blocking allreduces after backward.
 class NaiveAllreduce : public GradientAverager {
  public:
-  NaiveAllreduce(nn::GPT& model, comm::Communicator& world, GradientWire wire)
-      : model_(model), world_(world), wire_(wire) {}
+  NaiveAllreduce(GradientSource model, comm::Communicator& world, GradientWire wire)
+      : model_(std::move(model)), world_(world), wire_(wire) {}
   void before_backward(bool) override {}
   void finish() override {
-    for (auto& p : model_.parameters()) parallel::average_on_wire(p.tensor.grad_values(), world_, wire_, scratch_);
+    for (auto& p : model_.tensors) parallel::average_on_wire(p.grad_values(), world_, wire_, scratch_);
   }
   std::string describe() const override {
-    return fmt::format("naive: {} blocking allreduces per step, after backward{}", model_.parameters().size(),
+    return fmt::format("naive: {} blocking allreduces per step, after backward{}", model_.tensors.size(),
                        wire_note(wire_));
   }
 
  private:
-  nn::GPT& model_;
+  GradientSource model_;
   comm::Communicator& world_;
   GradientWire wire_;
   WireBuffer scratch_;  // one tensor's gradients on a bf16 wire
@@ -35,13 +35,13 @@ class NaiveAllreduce : public GradientAverager {
 
 class BucketedAllreduce : public GradientAverager {
  public:
-  BucketedAllreduce(nn::GPT& model, comm::Communicator& world, std::size_t bucket_bytes, GradientWire wire)
-      : model_(model), world_(world), wire_(wire) {
+  BucketedAllreduce(GradientSource model, comm::Communicator& world, std::size_t bucket_bytes, GradientWire wire)
+      : model_(std::move(model)), world_(world), wire_(wire) {
     // Buckets in reverse parameter order: the order in which backward finalises gradients.
-    auto& params = model.parameters();
+    const auto& params = model_.tensors;
     bucket_of_.assign(params.size(), 0);
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
-      const std::size_t bytes = static_cast<std::size_t>(params[static_cast<std::size_t>(i)].tensor.numel()) * 4;
+      const std::size_t bytes = static_cast<std::size_t>(params[static_cast<std::size_t>(i)].numel()) * 4;
       if (buckets_.empty() || (buckets_.back().bytes > 0 && buckets_.back().bytes + bytes > bucket_bytes))
         buckets_.emplace_back();
       buckets_.back().params.push_back(i);
@@ -52,6 +52,8 @@ class BucketedAllreduce : public GradientAverager {
     model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
   }
   ~BucketedAllreduce() override { model_.set_grad_ready_hook({}); }
+  BucketedAllreduce(const BucketedAllreduce&) = delete;
+  BucketedAllreduce& operator=(const BucketedAllreduce&) = delete;
 
   void before_backward(bool communicate) override {
     communicating_ = communicate;
@@ -110,7 +112,7 @@ class BucketedAllreduce : public GradientAverager {
     Bucket& b = buckets_[index];
     std::size_t at = 0;
     for (int p : b.params) {
-      auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
+      auto g = model_.tensors[static_cast<std::size_t>(p)].grad_values();
       b.flat.pack(g, at);
       at += g.size();
     }
@@ -121,13 +123,13 @@ class BucketedAllreduce : public GradientAverager {
   void copy_from_flat(Bucket& b) {
     std::size_t at = 0;
     for (int p : b.params) {
-      auto g = model_.parameters()[static_cast<std::size_t>(p)].tensor.grad_values();
+      auto g = model_.tensors[static_cast<std::size_t>(p)].grad_values();
       b.flat.unpack(at, g);
       at += g.size();
     }
   }
 
-  nn::GPT& model_;
+  GradientSource model_;
   comm::Communicator& world_;
   GradientWire wire_;
   std::vector<Bucket> buckets_;
@@ -138,10 +140,18 @@ class BucketedAllreduce : public GradientAverager {
 
 }  // namespace
 
-std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, nn::GPT& model, comm::Communicator& world,
+GradientSource GradientSource::of(nn::GPT& model) {
+  GradientSource source{.tensors = {}, .set_grad_ready_hook = [&model](nn::GPT::GradReadyHook hook) {
+                          model.set_grad_ready_hook(std::move(hook));
+                        }};
+  for (const nn::NamedTensor& p : model.parameters()) source.tensors.push_back(p.tensor);
+  return source;
+}
+
+std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, GradientSource model, comm::Communicator& world,
                                                          std::size_t bucket_bytes, GradientWire wire) {
-  if (kind == DdpKind::naive) return std::make_unique<NaiveAllreduce>(model, world, wire);
-  return std::make_unique<BucketedAllreduce>(model, world, bucket_bytes, wire);
+  if (kind == DdpKind::naive) return std::make_unique<NaiveAllreduce>(std::move(model), world, wire);
+  return std::make_unique<BucketedAllreduce>(std::move(model), world, bucket_bytes, wire);
 }
 
 void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group, GradientWire wire) {

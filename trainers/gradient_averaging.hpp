@@ -18,6 +18,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,8 +45,16 @@ class GradientAverager {
 enum class DdpKind { naive, bucketed };
 inline constexpr std::array<std::string_view, 2> kDdpKindNames = {"naive", "bucketed"};
 
-// The bucketed one installs itself as `model`'s grad-ready hook.
-std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, nn::GPT& model, comm::Communicator& world,
+// What an averager needs of a model: its parameter tensors (whose indices the hook reports)
+// and a way to install the grad-ready hook (nn::GPT, parallel::TensorParallelGPT).
+struct GradientSource {
+  std::vector<nn::Tensor> tensors;
+  std::function<void(nn::GPT::GradReadyHook)> set_grad_ready_hook;
+  static GradientSource of(nn::GPT& model);
+};
+
+// The bucketed one installs itself as the model's grad-ready hook (and removes it when destroyed).
+std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, GradientSource model, comm::Communicator& world,
                                                          std::size_t bucket_bytes,
                                                          parallel::GradientWire wire = parallel::GradientWire::fp32);
 

@@ -112,14 +112,27 @@ float GridModel::global_grad_norm() {
   return static_cast<float>(std::sqrt(squares));
 }
 
-float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire) {
+float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, GradientAverager* averager) {
+  std::vector<nn::NamedTensor> pieces = parameters();
+  // Averaging over dp first: it is linear, so it commutes with the two sums below, and the
+  // overlapped averager has sent most of it during backward already.
+  if (averager)
+    averager->finish();
+  else if (grid.dp > 1)
+    average_gradients(pieces, grid.dp_group, wire);
   split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
   if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);
-  std::vector<nn::NamedTensor> pieces = parameters();
-  if (grid.dp > 1) average_gradients(pieces, grid.dp_group, wire);
   const float norm = global_grad_norm();
   if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(pieces, max_norm, norm);
   return norm;
+}
+
+GradientSource GridModel::split_gradients() {
+  GradientSource source{.tensors = {}, .set_grad_ready_hook = [this](nn::GPT::GradReadyHook hook) {
+                          split_->set_grad_ready_hook(std::move(hook));
+                        }};
+  for (const nn::NamedTensor& p : split_->named_parameters()) source.tensors.push_back(p.tensor);
+  return source;
 }
 
 // ---- --eval-only and --sample-only ------------------------------------------------------------

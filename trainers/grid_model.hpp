@@ -20,6 +20,7 @@
 #include "parallel/stage_model.hpp"
 #include "parallel/tp_gpt.hpp"
 #include "trainers/evaluation.hpp"
+#include "trainers/gradient_averaging.hpp"
 #include "trainers/inference_modes.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
@@ -77,10 +78,15 @@ class GridModel {
   // This stage's Σ g², the tied embedding counted once (on the first stage), summed over the
   // pipeline: the global norm, every element of the whole model counted once.
   float global_grad_norm();
-  // After backward, for the split model (train_pp finishes its own: overlapped averaging): the sequence-parallel replicated gradients summed
-  // over tp, the tied embedding over first and last stage, everything averaged over the dp
-  // replicas; then the global norm, clipping to max_norm. Returns the norm.
-  float finish_gradients(float max_norm, parallel::GradientWire wire);  // wire: --grad-comm over dp
+  // After backward, for the split model (train_pp finishes its own): the average over the dp
+  // replicas — `averager`'s, overlapped with backward (train_3d), or one blocking allreduce
+  // after it (null: train_tp, whose dp is 1) — the sequence-parallel replicated gradients
+  // summed over tp, the tied embedding over first and last stage; then the global norm,
+  // clipping to max_norm. Returns the norm.
+  float finish_gradients(float max_norm, parallel::GradientWire wire,  // wire: --grad-comm over dp
+                         GradientAverager* averager = nullptr);
+  // The split model as a gradient averager sees it (its tensors and grad-ready hook).
+  GradientSource split_gradients();
 
  private:
   std::unique_ptr<nn::GPT> whole_;

@@ -35,7 +35,10 @@ class ThreeDParallel final : public PipelineStrategy {
  public:
   // Every replica draws the same start from the run's seed (each rank keeps its slice of its stage).
   ThreeDParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
-      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s), shape_(shape) {}
+      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s),
+        shape_(shape),
+        averager_(make_gradient_averager(o_.ddp, grid_model_.split_gradients(), grid_.dp_group,
+                                         static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {}
 
   StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
@@ -51,10 +54,13 @@ class ThreeDParallel final : public PipelineStrategy {
                     "padded to {}",
                     fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
                     grid_model_.split().padded_vocab())};
+    if (grid_.dp > 1) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
     return facts;
   }
+  // The dp averaging overlaps the backward as in train_dp and train_pp (--ddp bucketed): each
+  // bucket is sent as the last micro-batch's backward completes it.
   float finish_gradients(float max_norm) override {
-    return grid_model_.finish_gradients(max_norm, o_.grad_comm);
+    return grid_model_.finish_gradients(max_norm, o_.grad_comm, averager_.get());
   }
 
  private:
@@ -67,7 +73,10 @@ class ThreeDParallel final : public PipelineStrategy {
         stream_seed(o_.seed, Stream::dropout, own_dropout_stream(world_.rank()), micro));
   }
 
+  void before_backward(int m) override { averager_->before_backward(m == micro_batches() - 1); }
+
   GridShape shape_;
+  std::unique_ptr<GradientAverager> averager_;
 };
 
 }  // namespace

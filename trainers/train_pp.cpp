@@ -63,7 +63,7 @@ class PipelineParallel final : public PipelineStrategy {
                              static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
                          p.schedule),
         model_(grid_model_.whole_blocks()),
-        averager_(make_gradient_averager(o_.ddp, model_, grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
+        averager_(make_gradient_averager(o_.ddp, GradientSource::of(model_), grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
                                          o_.grad_comm)) {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
     replicas_are_ = "pipeline(s)";
