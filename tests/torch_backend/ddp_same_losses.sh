@@ -9,10 +9,12 @@ set -euo pipefail
 source_dir=$1 data_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-port=$((30000 + RANDOM % 20000))
+# A port no socket holds now, for each run's rendezvous (a random one can be in the kernel's
+# ephemeral range, held by another test's connection: "Address already in use").
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 for flags in "" "--find-unused --accumulate 2" "--uneven"; do
   for backend in gloo nanodist; do
-    port=$((port + 1))
+    port=$(free_port)
     # shellcheck disable=SC2086
     MASTER_PORT=$port mpiexec -n 2 python3 "$source_dir/examples/pytorch/ddp_tutorial.py" --backend $backend $flags \
       > "$work/$backend.out" 2>&1 || { status=$?; cat "$work/$backend.out"; echo "FAILED: $backend ${flags:-plain} exited with $status"; exit 1; }
@@ -28,7 +30,7 @@ done
 
 for accum in 1 2; do
   for backend in gloo nanodist; do
-    port=$((port + 1))
+    port=$(free_port)
     MASTER_PORT=$port mpiexec -n 2 python3 "$source_dir/benchmarks/nanogpt_train.py" --backend $backend \
       --data-dir "$data_dir" --max-iters 12 --eval-interval 6 --eval-iters 2 --grad-accum $accum --log-losses \
       --no-full-val > "$work/$backend.out" 2>&1 ||
