@@ -45,7 +45,8 @@ double flops_per_token(const GPTConfig& config, int64_t T);
 //   per block  none       18C + n_head·T + 4 (+ 2C with dropout) (+ 5C of bf16 copies)
 //              selective  18C + 4            (+ 2C with dropout) (+ 3.5C of bf16 copies)
 //              full       C: the block's input
-//   once       the embedding, ln_f and the loss: 3C + 2 + 2V (+ C with dropout) (+ 0.5C bf16)
+//   once       the embedding, ln_f and the loss: 3C + 2 + 2V + C/B (the position rows)
+//              (+ C with dropout) (+ 0.5C bf16)
 // plus, under bf16, the step's cast weights (2 bytes per matrix element). In bytes.
 double kept_activation_bytes(const GPTConfig& config, int64_t B, int64_t T, Recompute recompute, Precision precision);
 // One block's share of it on a rank of a tensor-parallel group of `tp` (with or without

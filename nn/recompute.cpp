@@ -26,9 +26,16 @@ Tensor recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> forward,
   output.set_requires_grad(true);
 
   autograd::record([x, output, forward = std::move(forward), generators, before] {
-    std::vector<Rng> now;  // the generators' state in backward, given back after the replay
+    // The generators' state in backward, given back after the replay (also when it throws).
+    struct GiveBack {
+      const std::vector<Rng*>& generators;
+      std::vector<Rng> now;
+      ~GiveBack() {
+        for (std::size_t i = 0; i < generators.size(); ++i) *generators[i] = now[i];
+      }
+    } give_back{generators, {}};
     for (std::size_t i = 0; i < generators.size(); ++i) {
-      now.push_back(*generators[i]);
+      give_back.now.push_back(*generators[i]);
       *generators[i] = before[i];
     }
     // x's alias shares its storage, so the replay's gradient lands in x's gradient buffer
@@ -41,7 +48,6 @@ Tensor recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> forward,
       Tensor replayed = forward(input);
       autograd::backward(replayed, output.grad_values());  // runs `tape`, then empties it
     }
-    for (std::size_t i = 0; i < generators.size(); ++i) *generators[i] = now[i];
   });
   return output;
 }

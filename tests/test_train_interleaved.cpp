@@ -130,8 +130,13 @@ TEST_CASE("virtual stages: layouts the schedule cannot run are refused in one li
                 "--virtual-stages 2: --micro-batches 3 is not a multiple of the 2 pipeline stages (interleaved 1F1B "
                 "runs micro-batches in groups of P)");
   usage_failure(train_pp(1, run + " --micro-batches 2 --virtual-stages 2"), "--virtual-stages 2 needs 2 or more pipeline stages");
-  usage_failure(train_pp(2, run + " --micro-batches 2 --virtual-stages 3"), "6 pipeline stages for 4 blocks");
+  usage_failure(train_pp(2, run + " --micro-batches 2 --virtual-stages 3"),
+                "--virtual-stages 3 × 2 stages = 6 chunks for 4 blocks: every chunk needs at least one block");
   usage_failure(train_pp(2, run + " --micro-batches 2 --virtual-stages 0"), "--virtual-stages must be a whole number");
   usage_failure(train_pp(2, run + " --micro-batches 2 --virtual-stages 2 --stage-layers 2,2"),
-                "--stage-layers lists 2 stages, but the pipeline has 4");
+                "--stage-layers lists 2 numbers, but 2 stages × --virtual-stages 2 make 4 chunks");
+  // Evaluation builds the same layout: refused too, not a hang on a one-stage ring.
+  REQUIRE(train_pp(2, common(4) + " --batch-size 4 --micro-batches 2 --max-iters 1 --out-dir " + out("one")).status == 0);
+  usage_failure(train_pp(1, common(4) + " --eval-only --virtual-stages 2 --init-from " + checkpoint("one").string()),
+                "--virtual-stages 2 needs 2 or more pipeline stages");
 }

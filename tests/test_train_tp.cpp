@@ -265,17 +265,22 @@ TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp an
 }
 
 TEST_CASE("train_3d's dp averaging overlaps the backward in buckets (--ddp bucketed) and ends where naive ends") {
-  // 2 replicas × 2 stages × tp 2 (8 ranks would crowd 2 cores): small buckets, so that each
-  // stage's gradients go in several allreduces, each started as backward completes it.
-  const std::string run = common() + " --dp 2 --pp 2 --tp 1 --batch-size 4 --micro-batches 2 --virtual-stages 2";
-  auto bucketed = train_3d(4, run + " --ddp bucketed --bucket-mb 0.02 --out-dir " + out("3d_bucketed"));
-  auto naive = train_3d(4, run + " --ddp naive --out-dir " + out("3d_naive"));
-  REQUIRE(bucketed.status == 0);
-  REQUIRE(naive.status == 0);
-  CHECK_THAT(bucketed.output, Catch::Contains("dp averaging: bucketed:"));
-  CHECK_THAT(naive.output, Catch::Contains("dp averaging: naive:"));
-  CHECK(calls(bucketed.output, "dp", "allreduce") > 2);  // several buckets per stage
-  // Two replicas: (a + b)/2 per element whatever the packing, so the same bytes.
-  CHECK(same_bytes(checkpoint("3d_bucketed") / "model.safetensors", checkpoint("3d_naive") / "model.safetensors"));
-  CHECK(max_difference(checkpoint("3d_bucketed"), reference(8)) <= kTolerance);
+  // Small buckets, so that each rank's gradients go in several allreduces, each started as
+  // backward completes it: 2 replicas × 2 interleaved stages, and 2 replicas × tp 2 with SP
+  // (its replicated gradients summed over tp after the average). 8 ranks would crowd 2 cores.
+  for (const auto& [name, layout] : std::vector<std::pair<std::string, std::string>>{
+           {"pp", " --dp 2 --pp 2 --tp 1 --virtual-stages 2"}, {"tp_sp", " --dp 2 --pp 1 --tp 2 --sequence-parallel"}}) {
+    const std::string run = common() + layout + " --batch-size 4 --micro-batches 2";
+    auto bucketed = train_3d(4, run + " --ddp bucketed --bucket-mb 0.02 --out-dir " + out("3d_bucketed_" + name));
+    auto naive = train_3d(4, run + " --ddp naive --out-dir " + out("3d_naive_" + name));
+    REQUIRE(bucketed.status == 0);
+    REQUIRE(naive.status == 0);
+    CHECK_THAT(bucketed.output, Catch::Contains("dp averaging: bucketed:"));
+    CHECK_THAT(naive.output, Catch::Contains("dp averaging: naive:"));
+    CHECK(calls(bucketed.output, "dp", "allreduce") > 2);  // several buckets per rank
+    // Two replicas: (a + b)/2 per element whatever the packing, so the same bytes.
+    CHECK(same_bytes(checkpoint("3d_bucketed_" + name) / "model.safetensors",
+                     checkpoint("3d_naive_" + name) / "model.safetensors"));
+    CHECK(max_difference(checkpoint("3d_bucketed_" + name), reference(8)) <= kTolerance);
+  }
 }

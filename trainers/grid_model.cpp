@@ -31,14 +31,31 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
   if (s.sequence_parallel && config.block_size % s.tp != 0)
     throw comm::UsageError(
         fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}", config.block_size, s.tp));
-  parallel::stage_layers(config.n_layer, s.pp * s.virtual_stages, s.stage_layers);  // throws on a bad split
+  chunk_layers(s, config.n_layer);  // throws on a bad split
+}
+
+std::vector<int> chunk_layers(const GridShape& s, int n_layer) {
+  const int V = s.virtual_stages, chunks = s.pp * V;
+  if (V == 1) return parallel::stage_layers(n_layer, s.pp, s.stage_layers);
+  if (s.pp < 2)
+    throw comm::UsageError(fmt::format(
+        "--virtual-stages {} needs 2 or more pipeline stages: the chunks of one stage go round a ring of stages", V));
+  if (chunks > n_layer)
+    throw comm::UsageError(fmt::format("--virtual-stages {} × {} stages = {} chunks for {} blocks: every chunk needs at "
+                                       "least one block (a smaller --virtual-stages, or more --n-layer)",
+                                       V, s.pp, chunks, n_layer));
+  if (!s.stage_layers.empty() && static_cast<int>(s.stage_layers.size()) != chunks)
+    throw comm::UsageError(fmt::format("--stage-layers lists {} numbers, but {} stages × --virtual-stages {} make {} "
+                                       "chunks: give each chunk's blocks, in model order",
+                                       s.stage_layers.size(), s.pp, V, chunks));
+  return parallel::stage_layers(n_layer, chunks, s.stage_layers);
 }
 
 // ---- the model piece ------------------------------------------------------------------------
 
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed)
     : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp)),
-      layers(parallel::stage_layers(config.n_layer, grid.pp * shape.virtual_stages, shape.stage_layers)) {
+      layers(chunk_layers(shape, config.n_layer)) {
   const nn::GPTPart part = parallel::stage_part(layers, grid.pp_rank, grid.pp);
   if (shape.split_matmuls) {
     split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part);
@@ -118,7 +135,7 @@ float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, G
   // overlapped averager has sent most of it during backward already.
   if (averager)
     averager->finish();
-  else if (grid.dp > 1)
+  else if (grid.dp > 1)  // train_tp has dp 1: this is for a caller without an averager
     average_gradients(pieces, grid.dp_group, wire);
   split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
   if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);

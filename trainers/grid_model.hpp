@@ -40,6 +40,9 @@ struct GridShape {
 // divisible by tp, sequence parallelism with tp = 1 or block_size not divisible by tp, more
 // stages than blocks.
 void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_size);
+// The blocks of each of the pp·V chunks in model order (V = 1: of each stage): --stage-layers,
+// or even. Throws comm::UsageError naming the rule (V > 1 needs pp ≥ 2, a block per chunk).
+std::vector<int> chunk_layers(const GridShape& shape, int n_layer);
 
 // --eval-only and --sample-only (inference_modes.hpp) of a checkpoint under this grid: each
 // rank loads its piece; the first replica samples.
@@ -52,7 +55,7 @@ class GridModel {
   GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed);
 
   parallel::Grid grid;
-  std::vector<int> layers;  // blocks per stage
+  std::vector<int> layers;  // blocks per stage (per chunk, in model order, with virtual stages)
 
   parallel::StageModel& stage() { return *stage_; }  // what the pipeline code sees
   // The piece itself: whole blocks (split_matmuls false: train_pp) or split ones (the others);

@@ -37,8 +37,10 @@ class ThreeDParallel final : public PipelineStrategy {
   ThreeDParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
       : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s),
         shape_(shape),
-        averager_(make_gradient_averager(o_.ddp, grid_model_.split_gradients(), grid_.dp_group,
-                                         static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {}
+        // One replica: nothing to average (and no bf16 wire to round the gradients through).
+        averager_(grid_.dp == 1 ? nullptr
+                                : make_gradient_averager(o_.ddp, grid_model_.split_gradients(), grid_.dp_group,
+                                                         static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {}
 
   StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
@@ -50,11 +52,11 @@ class ThreeDParallel final : public PipelineStrategy {
                     o_.batch_size / s_.micro_batches,
                     parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
-        fmt::format("stages: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
+        fmt::format("{}: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
                     "padded to {}",
-                    fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
+                    s_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
                     grid_model_.split().padded_vocab())};
-    if (grid_.dp > 1) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
+    if (averager_) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
     return facts;
   }
   // The dp averaging overlaps the backward as in train_dp and train_pp (--ddp bucketed): each
@@ -73,7 +75,9 @@ class ThreeDParallel final : public PipelineStrategy {
         stream_seed(o_.seed, Stream::dropout, own_dropout_stream(world_.rank()), micro));
   }
 
-  void before_backward(int m) override { averager_->before_backward(m == micro_batches() - 1); }
+  void before_backward(int m) override {
+    if (averager_) averager_->before_backward(m == micro_batches() - 1);
+  }
 
   GridShape shape_;
   std::unique_ptr<GradientAverager> averager_;
@@ -96,7 +100,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("--sequence-parallel", shape.sequence_parallel,
                  "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
-    app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (default: even)")->delimiter(',');
+    app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
     add_schedule_flags(app, s);
   };
   program.layout_flags = {"--dp",           "--pp",       "--tp",           "--sequence-parallel",

@@ -63,8 +63,10 @@ class PipelineParallel final : public PipelineStrategy {
                              static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
                          p.schedule),
         model_(grid_model_.whole_blocks()),
-        averager_(make_gradient_averager(o_.ddp, GradientSource::of(model_), grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
-                                         o_.grad_comm)) {
+        // One replica: nothing to average (and no bf16 wire to round the gradients through).
+        averager_(grid_.dp == 1 ? nullptr
+                                : make_gradient_averager(o_.ddp, GradientSource::of(model_), grid_.dp_group,
+                                                         static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {
     if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }
@@ -75,14 +77,15 @@ class PipelineParallel final : public PipelineStrategy {
                     world_.size(), grid_.dp, grid_.pp, parallel::name_of(s_.schedule), virtual_stages_note(),
                     s_.micro_batches, o_.batch_size / s_.micro_batches, parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
-        fmt::format("stages: {} blocks each (stage 0 + embedding, stage {} + head)", fmt::join(grid_model_.layers, "/"),
+        fmt::format("{}: {} blocks each (stage 0 + embedding, stage {} + head)",
+                    s_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"),
                     grid_.pp - 1)};
     facts.groups = {{"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};  // no tp group: each stage's blocks are whole
     return facts;
   }
 
   float finish_gradients(float max_norm) override {
-    averager_->finish();                                         // 1. over the replicas
+    if (averager_) averager_->finish();                          // 1. over the replicas
     parallel::sum_tied_embedding_grads(model_, grid_.pp_group);  // 2. the two copies
     const float norm = grid_model_.global_grad_norm();           // 3. over the stages
     if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(model_.parameters(), max_norm, norm);
@@ -94,7 +97,9 @@ class PipelineParallel final : public PipelineStrategy {
     model_.dropout_rng() =
         nn::Rng(stream_seed(o_.seed, Stream::dropout, static_cast<uint64_t>(world_.rank()), micro_stream(step, m, v)));
   }
-  void before_backward(int m) override { averager_->before_backward(m == micro_batches() - 1); }
+  void before_backward(int m) override {
+    if (averager_) averager_->before_backward(m == micro_batches() - 1);
+  }
 
   nn::GPT& model_;
   std::unique_ptr<GradientAverager> averager_;
@@ -109,7 +114,7 @@ int main(int argc, char** argv) {
   PipelineLayout p;
   program.add_flags = [&](CLI::App& app, TrainOptions&) {
     add_schedule_flags(app, p.schedule);
-    app.add_option("--stage-layers", p.stage_layers, "blocks per stage, e.g. 3,2,2,1 (default: even)")->delimiter(',');
+    app.add_option("--stage-layers", p.stage_layers, "blocks per stage, e.g. 3,2,2,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
     app.add_option("--dp", p.dp, "data-parallel replicas of the pipeline (world = dp × stages)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
