@@ -1,7 +1,7 @@
 // --recompute selective|full end to end, under mpiexec: with dropout on, every trainer
-// (train_dp with and without ZeRO-3, train_pp on both schedules, train_tp with sequence
-// parallelism, train_3d) ends bit-identical to the same run with --recompute none, in fp32
-// and bf16; the memory line says which setting ran and its step peak falls.
+// (train_dp in fp32 and, with ZeRO-3, bf16; train_pp on both schedules, train_tp with
+// sequence parallelism and train_3d, each in fp32 and bf16) ends bit-identical to the same run
+// with --recompute none; the memory line says which setting ran and its step peak falls.
 #include <regex>
 
 #include "trainer_test_util.hpp"
@@ -12,8 +12,8 @@ constexpr int kSteps = 3;
 
 // 4 heads (tp 2 splits them), 2 blocks (one per stage), dropout on: the replay must draw
 // forward's masks on every rank's generators.
-std::string common() {
-  return tiny(shakespeareish(), "data", 2) + fmt::format(" --n-head 4 --dropout 0.1 --max-iters {}", kSteps);
+std::string common(int layers = 2) {
+  return tiny(shakespeareish(), "data", layers) + fmt::format(" --n-head 4 --dropout 0.1 --max-iters {}", kSteps);
 }
 
 // The step peak above the step's start on rank 0, from the memory line (MiB or KiB).
@@ -54,15 +54,24 @@ TEST_CASE("train_dp: recompute selective and full end bit-identical to none (2 r
   same_under_every_setting(TRAIN_DP, 2, "dp_zero3_bf16", common() + " --batch-size 4 --zero 3 --precision bf16");
 }
 
-TEST_CASE("train_pp: recompute ends bit-identical to none on GPipe and 1F1B (2 stages, 4 micro-batches)") {
-  for (const char* schedule : {"gpipe", "1f1b"})
-    same_under_every_setting(TRAIN_PP, 2, fmt::format("pp_{}", schedule),
-                             common() + fmt::format(" --batch-size 8 --micro-batches 4 --schedule {}", schedule));
+TEST_CASE("train_pp: recompute ends bit-identical to none on GPipe and 1F1B (2 stages, 4 micro-batches), fp32 and bf16") {
+  for (const char* precision : {"fp32", "bf16"})
+    for (const char* schedule : {"gpipe", "1f1b"})
+      same_under_every_setting(
+          TRAIN_PP, 2, fmt::format("pp_{}_{}", schedule, precision),
+          common() + fmt::format(" --batch-size 8 --micro-batches 4 --schedule {} --precision {}", schedule, precision));
+  // Interleaved chunks on 2 replicas with small buckets: each chunk's replay inside the
+  // overlapped averaging (the grad-ready markers stay outside the recomputed blocks).
+  same_under_every_setting(TRAIN_PP, 4, "pp_interleaved_dp2",
+                           common(4) + " --dp 2 --batch-size 4 --micro-batches 2 --virtual-stages 2 --bucket-mb 0.01");
 }
 
 TEST_CASE("train_tp (sequence parallel) and train_3d: recompute ends bit-identical to none, in fp32 and bf16") {
-  same_under_every_setting(TRAIN_TP, 2, "tp_sp", common() + " --batch-size 4 --sequence-parallel");
-  same_under_every_setting(TRAIN_3D, 4, "3d_bf16",
-                           common() + " --dp 1 --tp 2 --pp 2 --batch-size 4 --micro-batches 2 --sequence-parallel "
-                                      "--precision bf16");
+  for (const char* precision : {"fp32", "bf16"}) {
+    same_under_every_setting(TRAIN_TP, 2, fmt::format("tp_sp_{}", precision),
+                             common() + " --batch-size 4 --sequence-parallel --precision " + precision);
+    same_under_every_setting(TRAIN_3D, 4, fmt::format("3d_{}", precision),
+                             common() + " --dp 1 --tp 2 --pp 2 --batch-size 4 --micro-batches 2 --sequence-parallel "
+                                        "--precision " + precision);
+  }
 }
