@@ -33,10 +33,6 @@ void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::
     throw comm::UsageError(
         fmt::format("--micro-batches {} does not divide --batch-size {}", s.micro_batches, o.batch_size));
   if (o.grad_accum != 1) throw comm::UsageError(program + ": use --micro-batches instead of --grad-accum");
-  if (s.virtual_stages > 1 && stages < 2)
-    throw comm::UsageError(fmt::format(
-        "--virtual-stages {} needs 2 or more pipeline stages: the chunks of one stage go round a ring of stages",
-        s.virtual_stages));
   if (s.virtual_stages > 1 && s.micro_batches % stages != 0)
     throw comm::UsageError(
         fmt::format("--virtual-stages {}: --micro-batches {} is not a multiple of the {} pipeline stages (interleaved "

@@ -24,9 +24,9 @@ struct ScheduleOptions {
 };
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
 // One line for --micro-batches that do not divide --batch-size, for --grad-accum (the
-// micro-batches are the accumulation), and for --virtual-stages on one stage or with
-// micro-batches that are not a multiple of the `stages` (interleaved 1F1B runs them in groups
-// of P).
+// micro-batches are the accumulation), and for --virtual-stages with micro-batches that are not
+// a multiple of the `stages` (interleaved 1F1B runs them in groups of P; the chunks' own rules
+// are trainers::chunk_layers').
 void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program, int stages);
 
 class PipelineStrategy : public GridStrategy {
