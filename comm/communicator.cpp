@@ -48,6 +48,8 @@ Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, st
   }
   // A backend with state per communicator (nccl) makes it now, on all our ranks together,
   // watched like a collective (numbered as this communicator's first call, a "split").
+  // nccl's asynchronous forms run on a CUDA stream already: they need no thread of ours.
+  on_thread_ = progress() == Progress::thread && !backend_->takes_device_memory();
   if (backend_->per_communicator())
     collective(OpKind::split, 0, DataType::i32, -1, -1,
                [&](const Transport& t, const OpCall&) { backend_ = backend_->attach(t); });
@@ -58,6 +60,7 @@ Staging Communicator::staging(OpKind kind) const {
 }
 
 Communicator::~Communicator() {
+  settle();  // the communication thread may still be running a collective of ours
   // Its row in the status board's table of communicators can go to the next one.
   if (group_.get() != MPI_COMM_NULL && has_watchdog()) watchdog().forget(id_);
 }
@@ -107,13 +110,27 @@ OpCall Communicator::begin(OpKind kind, std::size_t count, DataType type, int op
 // Every collective: number it, enter the watchdog's scope, check arguments, run the body.
 template <class Body>
 void Communicator::collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body) {
+  settle();
+  run_collective(next_collective(kind, count, type, op, root), std::forward<Body>(body));
+}
+
+OpCall Communicator::next_collective(OpKind kind, std::size_t count, DataType type, int op, int root) {
   OpCall call = begin(kind, count, type, op, root);
   call.seq = next_seq_++;
+  count_traffic(kind, count, type);
+  return call;
+}
+
+template <class Body>
+void Communicator::run_collective(const OpCall& call, Body&& body) {
   OpScope scope(call);
   watchdog().count_entry(id_);
-  count_traffic(kind, count, type);
   if (watchdog().check_mode()) watchdog().verify_same_call(lanes_[kCheckLane].get());
-  body(Transport(lane(kind), rank_, size_), call);
+  body(Transport(lane(call.kind), rank_, size_), call);
+}
+
+void Communicator::settle() {
+  if (in_flight_ && !ProgressThread::is_current()) in_flight_->wait_none();
 }
 
 void Communicator::count_traffic(OpKind kind, std::size_t count, DataType type) {
@@ -267,10 +284,42 @@ void Communicator::barrier() {
              [&](const Transport& transport, const OpCall&) { backend_->barrier(transport); });
 }
 
-template <class Start>
-Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start) {
+namespace {
+Progress g_progress = Progress::caller;
+}  // namespace
+
+void set_progress(Progress p) { g_progress = p; }
+Progress progress() { return g_progress; }
+
+template <class Start, class Run>
+Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start,
+                               Run&& run) {
   Work work;
   work.staged_ = std::make_unique<Staging>(std::move(staged));
+  if (on_thread_ && !ProgressThread::is_current()) {
+    // Numbered here, in program order; run on the communication thread, in that same order.
+    const OpCall call = next_collective(kind, count, type, op, -1);
+    auto done = std::make_shared<Completion>();
+    std::shared_ptr<InFlight> in_flight = in_flight_;
+    in_flight->add();
+    work.queued_ = done;
+    work.call_ = call;
+    work.start_ns_ = now_ns();
+    const bool queued = ProgressThread::get().post([this, call, run, done, in_flight] {
+      try {
+        run_collective(call, [&](const Transport& t, const OpCall&) { run(t); });
+        done->finish();
+      } catch (...) {
+        done->finish(std::current_exception());
+      }
+      in_flight->remove();
+    });
+    if (!queued) {
+      in_flight->remove();
+      usage_error(kind, "the communication thread has ended (the program is exiting)");
+    }
+    return work;
+  }
   collective(kind, count, type, op, -1, [&](const Transport&, const OpCall& call) {
     // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
     const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
@@ -284,8 +333,11 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
 Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
   Staging staged = staging(OpKind::allreduce);
   void* buffer = staged.output(data, count * size_of(type), true, "data");
-  return start_async(OpKind::allreduce, count, type, static_cast<int>(op), std::move(staged),
-                     [&](const Transport& t) { return backend_->start_allreduce(t, buffer, count, type, op); });
+  const std::shared_ptr<Backend> backend = backend_;
+  return start_async(
+      OpKind::allreduce, count, type, static_cast<int>(op), std::move(staged),
+      [&](const Transport& t) { return backend->start_allreduce(t, buffer, count, type, op); },
+      [=](const Transport& t) { backend->allreduce(t, buffer, buffer, count, type, op); });
 }
 
 Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count,
@@ -295,8 +347,11 @@ Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, v
   Staging staged = staging(OpKind::reduce_scatter);
   void* work_space = staged.output(send, bytes * static_cast<std::size_t>(size_), true, "send");
   void* out = staged.output(recv, bytes, false, "recv");
-  return start_async(OpKind::reduce_scatter, count, type, static_cast<int>(op), std::move(staged),
-                     [&](const Transport& t) { return backend_->start_reduce_scatter(t, work_space, out, count, type, op); });
+  const std::shared_ptr<Backend> backend = backend_;
+  return start_async(
+      OpKind::reduce_scatter, count, type, static_cast<int>(op), std::move(staged),
+      [&](const Transport& t) { return backend->start_reduce_scatter(t, work_space, out, count, type, op); },
+      [=](const Transport& t) { backend->reduce_scatter(t, work_space, out, count, type, op); });
 }
 
 Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size,
@@ -306,12 +361,16 @@ Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t
   Staging staged = staging(OpKind::allgather);
   void* out = staged.output(recv, all, overlaps(send, bytes, recv, all), "recv");
   const void* in = staged.input(send, bytes, "send");
-  return start_async(OpKind::allgather, count, type, -1, std::move(staged),
-                     [&](const Transport& t) { return backend_->start_allgather(t, in, out, count, type); });
+  const std::shared_ptr<Backend> backend = backend_;
+  return start_async(
+      OpKind::allgather, count, type, -1, std::move(staged),
+      [&](const Transport& t) { return backend->start_allgather(t, in, out, count, type); },
+      [=](const Transport& t) { backend->allgather(t, in, out, count, type); });
 }
 
 void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer) {
   require_root(kind, peer);
+  settle();
   OpCall call = begin(kind, count, type, -1, peer);
   call.seq = next_p2p_seq_++;
   count_traffic(kind, count, type);
@@ -334,6 +393,7 @@ void Communicator::run_send_recv(const void* out, std::size_t out_count, int des
                                  int source, DataType type) {
   require_root(OpKind::send, dest);
   require_root(OpKind::recv, source);
+  settle();
   OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
   call.seq = next_p2p_seq_++;
   count_traffic(OpKind::sendrecv, out_count, type);
@@ -374,27 +434,38 @@ Communicator Communicator::derive(int color, int key, std::shared_ptr<Backend> b
 }
 
 Work::~Work() {
-  if (op_) wait();
+  if (done()) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    // A destructor cannot throw: say it and end the job, as Runtime::run does with an error.
+    fmt::print(stderr, "error: {}\n", e.what());
+    MPI_Abort(job_world(), 1);
+  }
 }
 
 bool Work::test() {
-  if (op_ && op_->test()) finish();
-  return !op_;
+  if (queued_ ? queued_->finished() : op_ && op_->test()) finish();
+  return done();
 }
 
 void Work::wait() {
-  if (!op_) return;
-  {
+  if (op_ && !queued_) {
     OpScope scope(call_, start_ns_);
     op_->wait();
   }
-  finish();
+  // A queued one: the communication thread runs it under the watchdog (its deadline, its
+  // report); finish() waits for the thread to be done with it.
+  if (!done()) finish();
 }
 
 void Work::finish() {
+  const std::shared_ptr<Completion> queued = std::move(queued_);
+  const std::exception_ptr error = queued ? queued->wait() : nullptr;
   op_.reset();
   if (staged_) staged_->finish();  // device buffers: the results back from their host copies
   staged_.reset();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace comm

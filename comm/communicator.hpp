@@ -9,6 +9,15 @@
 // mode its arguments are compared across ranks before any data moves. Each kind of
 // collective travels on its own MPI communicator (a "lane"), so a rank that calls the wrong
 // collective can never be matched with another's messages: it waits, and is reported.
+//
+// The asynchronous forms (*_async) make progress one of two ways (set_progress, `--progress`):
+//  - caller: the backend starts the operation and it moves when the caller tests or waits for
+//    its Work (MPI requests, a ring step at a time; shm's complete when started);
+//  - thread: the blocking collective is queued on the communication thread
+//    (comm/progress_thread.hpp) and runs there while the caller computes. The communicator's
+//    next blocking call first waits for what it has queued, so its calls still run one at a
+//    time, in the order they were made, with the same results as the blocking forms.
+// Do not move a communicator while its Work is in flight (they point at it).
 #pragma once
 
 #include <mpi.h>
@@ -23,6 +32,7 @@
 #include "comm/backend.hpp"
 #include "comm/error.hpp"
 #include "comm/mpi_comm.hpp"
+#include "comm/progress_thread.hpp"
 #include "comm/staging.hpp"
 #include "comm/types.hpp"
 #include "comm/watchdog/watchdog.hpp"
@@ -30,6 +40,11 @@
 namespace comm {
 
 class Communicator;
+
+// How asynchronous collectives make progress (see above); set before communicators are made.
+enum class Progress : int { caller, thread };
+void set_progress(Progress progress);
+Progress progress();
 
 // Handle of an asynchronous collective: the data must stay alive and untouched until wait().
 class Work {
@@ -43,12 +58,13 @@ class Work {
   bool test();
   // Blocks (under the watchdog, deadline counted from the start) until complete.
   void wait();
-  bool done() const { return !op_; }
+  bool done() const { return !op_ && !queued_; }
 
  private:
   friend class Communicator;
   void finish();
   std::unique_ptr<PendingOp> op_;
+  std::shared_ptr<Completion> queued_;  // --progress thread: the communication thread runs it
   std::unique_ptr<Staging> staged_;  // device buffers' host copies (mpi, ring, naive)
   OpCall call_;
   std::int64_t start_ns_ = 0;
@@ -160,8 +176,10 @@ class Communicator {
                                 ReduceOp op);
   Work run_allgather_async(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type);
   // The next collective on this communicator, started by start(async transport) and handed back as Work.
-  template <class Start>
-  Work start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start);
+  // `start` begins it on the caller's thread (caller progress); `run` is the blocking form,
+  // queued on the communication thread (thread progress).
+  template <class Start, class Run>
+  Work start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start, Run&& run);
   // Host copies of device buffers for a call of `kind` (or, for nccl, the check that they are on the device).
   Staging staging(OpKind kind) const;
 
@@ -172,6 +190,13 @@ class Communicator {
   // Runs body(transport, call) as the next collective on this communicator.
   template <class Body>
   void collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body);
+  // collective()'s two halves: number the call (the caller's thread, in program order), then
+  // run it under the watchdog (there, or on the communication thread).
+  OpCall next_collective(OpKind kind, std::size_t count, DataType type, int op, int root);
+  template <class Body>
+  void run_collective(const OpCall& call, Body&& body);
+  // Waits until the collectives this communicator queued on the communication thread are done.
+  void settle();
   [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
   void count_traffic(OpKind kind, std::size_t count, DataType type);
   void require_root(OpKind kind, int root) const;
@@ -192,6 +217,8 @@ class Communicator {
   std::int64_t next_p2p_seq_ = 0;  // sends and receives, counted per rank
   std::int64_t splits_ = 0;
   TrafficByKind traffic_{};
+  bool on_thread_ = false;  // asynchronous collectives run on the communication thread
+  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();  // queued there, not yet done
 };
 
 // ---- templates: check sizes, forward to the type-erased core ----

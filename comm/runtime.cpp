@@ -69,6 +69,16 @@ void add_options(CLI::App& app, Options& options) {
       ->envname("NANODIST_CHECK");
   app.add_flag("--all-ranks", options.all_ranks_print, "every rank prints, prefixed with its rank")
       ->envname("NANODIST_ALL_RANKS");
+  app.add_option_function<std::string>(
+         "--progress",
+         [&options](const std::string& name) {
+           options.progress = name == "thread" ? Progress::thread : Progress::caller;
+         },
+         "who moves asynchronous collectives: caller (when tested or waited for) or thread (a "
+         "communication thread, while the caller computes)")
+      ->envname("NANODIST_PROGRESS")
+      ->check(CLI::IsMember({"caller", "thread"}))
+      ->default_str("caller");
 }
 
 void check_environment_switches() {
@@ -120,8 +130,8 @@ void parse(CLI::App& app, int argc, char** argv) {
 }
 
 Runtime::Runtime(int& argc, char**& argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // Several threads may call MPI: the program's and the communication thread (--progress thread).
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
   find_local_ranks();
 }
 
@@ -147,6 +157,11 @@ void Runtime::find_local_ranks() {
 Communicator& Runtime::start(const Options& options) {
   if (world_) fail("comm::Runtime::start called twice");
   options_ = options;
+  if (options.progress == Progress::thread && owns_mpi_ && thread_level_ < MPI_THREAD_MULTIPLE)
+    throw UsageError(fmt::format("--progress thread: this MPI gives thread level {}, and the communication "
+                                 "thread needs MPI_THREAD_MULTIPLE ({}); use --progress caller",
+                                 thread_level_, MPI_THREAD_MULTIPLE));
+  set_progress(options.progress);
   board_ = std::make_unique<StatusBoard>(world_comm_);
   exchange_ = std::make_unique<StatusExchange>(world_comm_, *board_);
   watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);

@@ -40,6 +40,9 @@ struct Options {
   double timeout_s = 300;        // --timeout, NANODIST_TIMEOUT: deadline of every collective
   bool check = false;            // --check-collectives, NANODIST_CHECK
   bool all_ranks_print = false;  // --all-ranks, NANODIST_ALL_RANKS
+  // --progress, NANODIST_PROGRESS: who moves the asynchronous collectives (communicator.hpp):
+  // the caller when it tests or waits, or the communication thread while the caller computes.
+  Progress progress = Progress::caller;
   // Ctrl-C, SIGTERM and SIGUSR1 handled here (the note, the report, a clean exit); off in a
   // PyTorch process (torch_backend/), where Python keeps its own (KeyboardInterrupt).
   bool handle_signals = true;
@@ -94,6 +97,7 @@ class Runtime {
   void find_local_ranks();
 
   Options options_;
+  int thread_level_ = MPI_THREAD_SINGLE;  // what MPI_Init_thread gave
   MPI_Comm world_comm_ = MPI_COMM_WORLD;
   bool owns_mpi_ = true;  // started MPI, so ends it
   int world_rank_ = 0;

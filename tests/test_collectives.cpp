@@ -170,6 +170,18 @@ void all_collectives(Communicator& ref, Communicator& comm, std::size_t count, b
   });
 }
 
+// The same ranks running `backend`, whose asynchronous forms progress as `progress` says (the
+// mode is read when a communicator is made).
+Communicator async_communicator(Communicator& world, const char* backend, comm::Progress progress) {
+  comm::set_progress(progress);
+  Communicator made = world.with_backend(comm::parse_backend(backend));
+  comm::set_progress(comm::Progress::caller);
+  return made;
+}
+
+constexpr comm::Progress kProgressModes[] = {comm::Progress::caller, comm::Progress::thread};
+const char* name_of(comm::Progress p) { return p == comm::Progress::thread ? "thread" : "caller"; }
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("every backend matches the mpi backend", "[collectives]", float, double, std::int32_t, std::int64_t,
@@ -291,9 +303,10 @@ TEST_CASE("sub-communicators from split() run every backend correctly", "[collec
 
 TEST_CASE("asynchronous allreduces overlap, complete in any wait order, and match", "[collectives][async]") {
   Communicator& world = comm::runtime().world();
+  for (const comm::Progress progress : kProgressModes)
   for (const char* name : {"mpi", "ring", "naive", "shm"}) {
-    INFO("backend " << name);
-    Communicator c = world.with_backend(comm::parse_backend(name));
+    INFO("backend " << name << ", progress " << name_of(progress));
+    Communicator c = async_communicator(world, name, progress);
     // Several in flight at once, as gradient buckets are; waited for in reverse order.
     std::vector<std::vector<float>> buckets;
     for (std::size_t k = 0; k < 4; ++k) buckets.push_back(inputs<float>(c.rank() + static_cast<int>(k), 1000 + 37 * k));
@@ -314,9 +327,10 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
           "[collectives][async]") {
   Communicator& world = comm::runtime().world();
   const auto n = static_cast<std::size_t>(world.size());
+  for (const comm::Progress progress : kProgressModes)
   for (const char* name : {"mpi", "ring", "naive", "shm"}) {
-    INFO("backend " << name);
-    Communicator c = world.with_backend(comm::parse_backend(name));
+    INFO("backend " << name << ", progress " << name_of(progress));
+    Communicator c = async_communicator(world, name, progress);
     // Per unit k: a reduce-scatter of n blocks of `count` and an allgather of `count`, all
     // started before any is waited for; counts include 0 and sizes larger than a ring segment.
     const std::vector<std::size_t> counts = {0, 1, 1001, 300'007};
@@ -351,6 +365,43 @@ TEST_CASE("asynchronous reduce-scatters and allgathers (ZeRO's pair) interleave,
     c.allgather_async(block, std::span(in_place)).wait();
     for (std::size_t i = 0; i < in_place.size(); ++i)
       CHECK(in_place[i] == static_cast<std::int64_t>(i / 5 * 100 + i % 5));
+  }
+}
+
+TEST_CASE("with --progress thread an asynchronous collective moves while its caller is busy elsewhere",
+          "[collectives][async]") {
+  Communicator& world = comm::runtime().world();
+  if (world.size() < 2) return;  // it needs a partner
+  for (const char* name : {"mpi", "ring", "naive", "shm"}) {
+    INFO("backend " << name);
+    Communicator c = async_communicator(world, name, comm::Progress::thread);
+    const std::size_t count = 1 << 20;  // many ring steps
+    std::vector<float> data = inputs<float>(c.rank(), count), want = data;
+    world.allreduce(std::span(want));
+    std::vector<int> token = {7};
+    // 1. Rank 1 enters the allreduce only after rank 0 has gone on past its start: caller
+    //    progress that does the work at the start (shm, naive) would wait there for ever.
+    if (c.rank() == 0) {
+      comm::Work work = c.allreduce_async(std::span(data));
+      world.send(std::span<const int>(token), 1);
+      work.wait();
+    } else {
+      if (c.rank() == 1) world.recv(std::span(token), 0);
+      c.allreduce(std::span(data));
+    }
+    CHECK(mismatches(data, want) == 0);
+    // 2. Rank 0 blocks in a receive that rank 1 sends only once the allreduce is over: caller
+    //    progress that moves only when tested (the ring) would never finish it.
+    data = inputs<float>(c.rank(), count);
+    if (c.rank() == 0) {
+      comm::Work work = c.allreduce_async(std::span(data));
+      world.recv(std::span(token), 1);
+      work.wait();
+    } else {
+      c.allreduce(std::span(data));
+      if (c.rank() == 1) world.send(std::span<const int>(token), 0);
+    }
+    CHECK(mismatches(data, want) == 0);
   }
 }
 

@@ -82,6 +82,35 @@ TEST_CASE("N ranks with micro-batch B end where 1 rank with batch N·B ends") {
   }
 }
 
+// --progress thread runs each bucket's allreduce (ZeRO's reduce-scatters and allgathers) on the
+// communication thread, as the blocking collective of the same backend: the same sums, so the
+// same bytes as caller progress, on every backend.
+TEST_CASE("the communication thread (--progress thread): the same model and optimizer bytes as caller progress") {
+  const std::string common = tiny(shakespeareish()) + fmt::format(" --batch-size 4 --max-iters {}", kSteps);
+  for (const std::string layout : {"--ddp bucketed --bucket-mb 0.01", "--zero 3"})
+    for (const std::string backend : {"shm", "ring", "mpi"}) {
+      std::string names[2];
+      for (const std::string progress : {"caller", "thread"}) {
+        const std::string name = fmt::format("progress_{}_{}_{}", layout.substr(2, 3), backend, progress);
+        auto r = train_dp(2, common + fmt::format(" {} --backend {} --progress {} --out-dir {}", layout, backend,
+                                                  progress, out(name)));
+        REQUIRE(r.status == 0);
+        if (layout.find("bucketed") != std::string::npos)
+          CHECK_THAT(r.output, Catch::Contains(progress == "thread" ? "moved by the communication thread"
+                                                                    : "moved when backward tests it"));
+        names[progress == "thread"] = name;
+      }
+      INFO(layout << " on " << backend);
+      CHECK(same_bytes(checkpoint(names[0]) / "model.safetensors", checkpoint(names[1]) / "model.safetensors"));
+      CHECK(same_bytes(checkpoint(names[0]) / "optimizer.safetensors",
+                       checkpoint(names[1]) / "optimizer.safetensors"));
+    }
+  SECTION("a bad value is one line naming it") {
+    usage_failure(run_command("env NANODIST_PROGRESS=soon " + mpirun(2, TRAIN_DP, common)),
+                  "--progress: soon not in {caller,thread}");
+  }
+}
+
 TEST_CASE("K accumulation steps of batch B equal one step of batch K·B") {
   const std::string common = tiny(shakespeareish()) + fmt::format(" --sampling partition --max-iters {}", kSteps);
   REQUIRE(train_dp(1, common + " --batch-size 8 --out-dir " + out("acc_ref8")).status == 0);

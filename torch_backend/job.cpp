@@ -164,6 +164,7 @@ void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds
   if (g_job.ended) throw comm::UsageError("nanodist: the job has ended in this process (MPI cannot start twice)");
   comm::Options options = options_from_environment(timeout);  // bad values: before MPI starts
   options.handle_signals = false;  // Python's Ctrl-C stays Python's
+  options.progress = comm::Progress::caller;  // every call already runs on the communication thread
   g_job.world = under_mpiexec() || size == 1 ? join_under_mpiexec(rank, size) : join_apart(store, rank, size, timeout);
   g_job.rank = rank;
   g_job.size = size;

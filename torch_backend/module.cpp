@@ -13,12 +13,14 @@
 
 #include "torch_backend/job.hpp"
 #include "torch_backend/process_group.hpp"
-#include "torch_backend/progress_thread.hpp"
+#include "comm/progress_thread.hpp"
 
 namespace py = pybind11;
 
 namespace nanodist_torch {
 namespace {
+
+using comm::ProgressThread;
 
 // torch.distributed's creator (extended API): called by the ranks of each new group, the
 // default one first. MPI and the runtime start with the default group, on the communication
@@ -73,7 +75,7 @@ PYBIND11_MODULE(nanodist_torch, m) {
   py::module_ dist = py::module_::import("torch.distributed");
   m.def("_create", &nanodist_torch::create, py::arg("options"), py::arg("pg_options") = py::none());
   m.def(
-      "communication_seconds", [] { return nanodist_torch::ProgressThread::get().busy_seconds(); },
+      "communication_seconds", [] { return comm::ProgressThread::get().busy_seconds(); },
       "seconds the communication thread has spent running collectives so far (this process)");
   m.def("_end", &nanodist_torch::end, "the last meeting of all ranks and MPI's end (run at exit)");
   py::object backend = dist.attr("Backend");

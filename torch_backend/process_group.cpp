@@ -8,10 +8,12 @@
 #include <optional>
 #include <string_view>
 
-#include "torch_backend/progress_thread.hpp"
+#include "comm/progress_thread.hpp"
 
 namespace nanodist_torch {
 namespace {
+
+using comm::ProgressThread;
 
 using c10d::OpType;
 

@@ -77,11 +77,14 @@ class BucketedAllreduce : public GradientAverager {
   }
 
   std::string describe() const override {
-    return fmt::format("bucketed: {} buckets of ≤ {:.2f} MB, allreduce overlapped with backward{}", buckets_.size(),
+    return fmt::format("bucketed: {} buckets of ≤ {:.2f} MB, allreduce overlapped with backward ({}){}",
+                       buckets_.size(),
                        static_cast<double>(std::max_element(buckets_.begin(), buckets_.end(),
                                                             [](auto& a, auto& b) { return a.bytes < b.bytes; })
                                                ->bytes) /
                            1e6,
+                       comm::progress() == comm::Progress::thread ? "moved by the communication thread"
+                                                                  : "moved when backward tests it",
                        wire_note(wire_));
   }
 

@@ -16,7 +16,7 @@ namespace {
 
 std::atomic<StatusBoard*> g_board{nullptr};        // read by the signal handler
 volatile std::sig_atomic_t g_terminated = 0;       // the signal (SIGTERM, SIGINT) received while waiting
-volatile std::sig_atomic_t g_waiting = 0;          // inside wait_all
+std::atomic<int> g_waiting{0};  // threads inside wait_all (the program's, the communication thread)
 std::atomic<StatusExchange*> g_exchange{nullptr};  // set when the job runs on several nodes
 volatile std::sig_atomic_t g_stops_at_boundary = 0;  // the program stops cleanly when asked (stop_on_signals)
 volatile std::sig_atomic_t g_stop_signal = 0;        // the signal that asked it to, or 0
@@ -221,6 +221,6 @@ void set_interrupt_note(std::string_view note) {
 
 int termination_signal() { return g_terminated; }
 void clear_termination_signal() { g_terminated = 0; }
-void set_waiting(bool waiting) { g_waiting = waiting ? 1 : 0; }
+void set_waiting(bool waiting) { g_waiting += waiting ? 1 : -1; }
 
 }  // namespace comm

@@ -89,10 +89,16 @@ Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_
   timeout_ns_ = static_cast<std::int64_t>(timeout_s * 1e9);
 }
 
+thread_local OpCall Watchdog::call_;
+thread_local std::int64_t Watchdog::start_ns_ = 0;
+thread_local bool Watchdog::inside_ = false;
+
 void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
   call_ = call;
   start_ns_ = start_ns;
   inside_ = true;
+  std::lock_guard lock(inside_mutex_);
+  calls_inside_.emplace_back(call, start_ns);
   RankSlot& me = board_.mine();
   store(me.current, call, start_ns);
   store(me.last, call, start_ns);
@@ -100,10 +106,21 @@ void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
 }
 
 void Watchdog::leave() {
-  RankSlot& me = board_.mine();
-  me.last.end_ns = now_ns();
-  me.state = static_cast<std::int64_t>(RankState::running);
   inside_ = false;
+  std::lock_guard lock(inside_mutex_);
+  const auto mine = std::find_if(calls_inside_.begin(), calls_inside_.end(), [](const auto& entry) {
+    return entry.first.comm_id == call_.comm_id && entry.first.seq == call_.seq && entry.first.kind == call_.kind;
+  });
+  if (mine != calls_inside_.end()) calls_inside_.erase(mine);
+  RankSlot& me = board_.mine();
+  if (me.last.comm_id == call_.comm_id && me.last.seq == call_.seq) me.last.end_ns = now_ns();
+  if (calls_inside_.empty()) {
+    me.state = static_cast<std::int64_t>(RankState::running);
+  } else {
+    // The other thread is still inside its call: the board shows that one again.
+    const auto& [other, other_start] = calls_inside_.back();
+    store(me.current, other, other_start);
+  }
 }
 
 void Watchdog::mark_finalizing() { board_.mine().state = static_cast<std::int64_t>(RankState::finalizing); }

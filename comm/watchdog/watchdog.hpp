@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,9 +106,15 @@ class Watchdog {
   StatusExchange* exchange_;
   std::int64_t timeout_ns_ = 0;
   bool check_mode_;
-  OpCall call_;  // the call in progress
-  std::int64_t start_ns_ = 0;
-  bool inside_ = false;
+  // The call in progress, per thread: the communication thread (comm/progress_thread.hpp) runs
+  // queued collectives while the program's own thread may be in another one.
+  static thread_local OpCall call_;
+  static thread_local std::int64_t start_ns_;
+  static thread_local bool inside_;
+  // Every call in progress on this rank (at most one per thread), for the status board, which
+  // shows one: the latest entered.
+  std::mutex inside_mutex_;
+  std::vector<std::pair<OpCall, std::int64_t>> calls_inside_;
   bool report_found_trouble_ = false;  // the last report saw a rank dead, stopped, reported or unknown
 };
 

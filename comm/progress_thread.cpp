@@ -1,17 +1,31 @@
-#include "torch_backend/progress_thread.hpp"
+#include "comm/progress_thread.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <future>
 #include <stdexcept>
 
-namespace nanodist_torch {
+namespace comm {
+
+namespace {
+std::atomic<ProgressThread*> g_started{nullptr};
+}  // namespace
 
 ProgressThread& ProgressThread::get() {
   // Never destroyed: Python may still drop a process group after the interpreter's atexit.
-  static ProgressThread* thread = new ProgressThread();
+  static ProgressThread* thread = [] {
+    auto* made = new ProgressThread();
+    g_started = made;
+    return made;
+  }();
   return *thread;
+}
+
+bool ProgressThread::is_current() {
+  const ProgressThread* thread = g_started.load();
+  return thread && thread->on_thread();
 }
 
 ProgressThread::ProgressThread() : thread_([this] { loop(); }) {}
@@ -86,4 +100,42 @@ void ProgressThread::loop() {
   }
 }
 
-}  // namespace nanodist_torch
+void Completion::finish(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    finished_ = true;
+    error_ = std::move(error);
+  }
+  finished_cv_.notify_all();
+}
+
+bool Completion::finished() const {
+  std::lock_guard lock(mutex_);
+  return finished_;
+}
+
+std::exception_ptr Completion::wait() {
+  std::unique_lock lock(mutex_);
+  finished_cv_.wait(lock, [&] { return finished_; });
+  return error_;
+}
+
+void InFlight::add() {
+  std::lock_guard lock(mutex_);
+  ++count_;
+}
+
+void InFlight::remove() {
+  {
+    std::lock_guard lock(mutex_);
+    --count_;
+  }
+  none_cv_.notify_all();
+}
+
+void InFlight::wait_none() {
+  std::unique_lock lock(mutex_);
+  none_cv_.wait(lock, [&] { return count_ == 0; });
+}
+
+}  // namespace comm

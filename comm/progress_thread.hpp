@@ -1,0 +1,87 @@
+// The communication thread: one per process, running every queued task in the order it was
+// queued, as gloo's threads and NCCL's streams do. A collective started here returns at once;
+// it runs on this thread while the caller goes on computing (a bucket's allreduce during
+// backward). Two users:
+//  - the library's own asynchronous collectives, with `--progress thread` (Communicator's
+//    *_async: each is queued here and its Work ends when the thread has run it);
+//  - the PyTorch backend (torch_backend/), which runs every call of a PyTorch program here.
+//
+//   ProgressThread& thread = ProgressThread::get();
+//   thread.post([=] { communicator.allreduce(...); done->finish(); });   // returns at once
+//   thread.run([&] { MPI_Init_thread(...); });                           // waits for it
+//
+// One thread for all communicators means their calls run in the order the program made them:
+// two ranks that queue calls on two groups in opposite orders wait for each other, and the
+// watchdog names them (docs/pytorch.md).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace comm {
+
+class ProgressThread {
+ public:
+  static ProgressThread& get();
+
+  // Queues `task`; it runs after every task queued before it. False once stopped.
+  bool post(std::function<void()> task);
+  // Queues `task` and waits until it has run; rethrows what it threw.
+  void run(const std::function<void()>& task);
+  // Runs what is queued, then ends the thread (at exit). Later posts are dropped.
+  void stop();
+  bool running() const;
+  // True on the communication thread itself (a future's callback runs there).
+  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // The same, without starting the thread when there is none yet.
+  static bool is_current();
+  // Seconds the thread has spent running tasks (collectives, mostly): against the step time,
+  // what communication costs; against the same run without overlap, how much of it was hidden.
+  double busy_seconds() const;
+
+ private:
+  ProgressThread();
+  void loop();
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  double busy_seconds_ = 0;
+  std::thread thread_;
+};
+
+// The end of one queued task, for whoever waits for it (a Work): it came, or it threw.
+class Completion {
+ public:
+  void finish(std::exception_ptr error = nullptr);
+  bool finished() const;
+  // Until finished; returns what the task threw (null: nothing).
+  std::exception_ptr wait();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable finished_cv_;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
+
+// How many tasks one owner (a communicator) has queued and not yet seen finish: before its next
+// blocking call the owner waits for none, so its calls still run one at a time, in order.
+class InFlight {
+ public:
+  void add();
+  void remove();
+  void wait_none();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable none_cv_;
+  int count_ = 0;
+};
+
+}  // namespace comm
