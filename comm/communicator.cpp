@@ -389,6 +389,31 @@ void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count
   staged.finish();
 }
 
+int Communicator::run_recv_from_any(void* data, std::size_t count, DataType type) {
+  if (backend_->takes_device_memory())
+    usage_error(OpKind::recv, "a receive from any rank takes host memory (the nccl backend has none)");
+  settle();
+  OpCall call = begin(OpKind::recv, count, type, -1, /*peer: any*/ -1);
+  call.seq = next_p2p_seq_++;
+  count_traffic(OpKind::recv, count, type);
+  int source = -1;
+  {
+    OpScope scope(call);
+    // Every CPU backend sends over MPI on this lane, with tag 0: the first such message names
+    // its sender, and is then received as a receive from that rank would receive it.
+    const Transport transport(lane(OpKind::recv), rank_, size_);
+    watchdog().wait_until([&] {
+      int found = 0;
+      MPI_Status status;
+      check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, 0, transport.mpi_comm(), &found, &status), "MPI_Iprobe");
+      if (found) source = status.MPI_SOURCE;
+      return found != 0;
+    });
+    backend_->recv(transport, data, count, type, source);
+  }
+  return source;
+}
+
 void Communicator::run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count,
                                  int source, DataType type) {
   require_root(OpKind::send, dest);

@@ -133,6 +133,9 @@ class Communicator {
   void send(std::span<const T> data, int dest);
   template <class T>
   void recv(std::span<T> data, int source);
+  // Receives from whichever rank's send comes first; returns that rank (MPI_ANY_SOURCE).
+  template <class T>
+  int recv_from_any(std::span<T> data);
   // Sends to `dest` and receives from `source` at once (a ring step): cannot deadlock.
   template <class T>
   void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
@@ -169,6 +172,7 @@ class Communicator {
   void run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                           ReduceOp op);
   void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
+  int run_recv_from_any(void* data, std::size_t count, DataType type);
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
                      DataType type);
   Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
@@ -277,6 +281,10 @@ void Communicator::send(std::span<const T> data, int dest) {
 template <class T>
 void Communicator::recv(std::span<T> data, int source) {
   run_point_to_point(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source);
+}
+template <class T>
+int Communicator::recv_from_any(std::span<T> data) {
+  return run_recv_from_any(data.data(), data.size(), datatype_of<T>());
 }
 template <class T>
 void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {

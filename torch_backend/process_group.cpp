@@ -193,6 +193,12 @@ ProcessGroupNanodist::~ProcessGroupNanodist() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, std::vector<at::Tensor> outputs,
                                                              std::function<void(comm::Communicator&)> body) {
+  return enqueue(type, std::move(outputs),
+                 [body = std::move(body)](comm::Communicator& c, NanodistWork&) { body(c); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(
+    OpType type, std::vector<at::Tensor> outputs, std::function<void(comm::Communicator&, NanodistWork&)> body) {
   const bool overlap = overlapped();
   auto work = c10::make_intrusive<NanodistWork>(type, std::move(outputs));
   std::shared_ptr<comm::Communicator> communicator = communicator_;
@@ -201,7 +207,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, std::v
     // autograd recording (a parameter that requires grad can be broadcast into).
     at::NoGradGuard no_grad;
     try {
-      body(*communicator);
+      body(*communicator, *work);
       work->complete();
     } catch (...) {
       work->fail(std::current_exception());
@@ -510,6 +516,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recv(std::vector<at::Tensor
   return enqueue(OpType::RECV, tensors, [t, src](comm::Communicator& c) {
     at::Tensor moved = movable(t);
     with_element_type(moved.scalar_type(), [&](auto tag) { c.recv(span_of<decltype(tag)>(moved), src); });
+    put_back(t, moved);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recvAnysource(std::vector<at::Tensor>& tensors, int) {
+  require_one(tensors, "recv (from any source)");
+  const at::Tensor t = tensors[0];
+  return enqueue(OpType::RECVANYSOURCE, tensors, [t](comm::Communicator& c, NanodistWork& work) {
+    at::Tensor moved = movable(t);
+    with_element_type(moved.scalar_type(),
+                      [&](auto tag) { work.set_source_rank(c.recv_from_any(span_of<decltype(tag)>(moved))); });
     put_back(t, moved);
   });
 }

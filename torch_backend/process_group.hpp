@@ -26,6 +26,8 @@ class NanodistWork : public c10d::Work {
   NanodistWork(c10d::OpType type, std::vector<at::Tensor> outputs);
   void complete();
   void fail(std::exception_ptr error);
+  // The rank a receive from any rank got its message from (before complete()).
+  void set_source_rank(int rank) { source_rank_ = rank; }
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -78,12 +80,16 @@ class ProcessGroupNanodist : public c10d::ProcessGroup {
                                           const c10d::AllToAllOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
 
  private:
   // Queues body(communicator) on the communication thread; the Work completes after it.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void(comm::Communicator&)> body);
+  // The same, for a body that writes into its Work (a receive from any rank: its source).
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::function<void(comm::Communicator&, NanodistWork&)> body);
 
   std::shared_ptr<comm::Communicator> communicator_;
 };

@@ -300,6 +300,9 @@ std::string collective_diagnosis(const std::vector<Awaited>& awaited, int my_ran
 // A send or receive waits for one peer: who waits for whom, and what the peer does.
 std::string point_to_point_diagnosis(const std::vector<Awaited>& awaited, const OpCall& call,
                                      const std::string& my_call) {
+  if (call.root < 0)  // a receive from any rank: each awaited rank has its line below
+    return fmt::format("rank {} waits to receive from any rank ({}), and no rank sends to it", call.comm_rank,
+                       my_call);
   const Awaited& peer = awaited.front();  // the only rank a send or receive waits for
   std::string doing = "is not in any collective or send/receive";
   switch (peer.where) {
@@ -336,7 +339,8 @@ std::vector<Awaited> Watchdog::awaited_ranks(double ask_budget_s) {
       call_.kind == OpKind::send || call_.kind == OpKind::recv || call_.kind == OpKind::sendrecv;
   std::vector<int> others;  // the communicator ranks this call waits for
   for (int r = 0; r < static_cast<int>(call_.members->size()); ++r)
-    if (r != call_.comm_rank && (!point_to_point || r == call_.root)) others.push_back(r);
+    // A receive from any rank (root -1) waits for all the others.
+    if (r != call_.comm_rank && (!point_to_point || call_.root < 0 || r == call_.root)) others.push_back(r);
   // Ranks on other nodes: ask their nodes (those of them that are listening answer at once).
   std::map<int, RankView> remote;
   if (exchange_ && exchange_->spans_nodes()) {

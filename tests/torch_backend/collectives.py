@@ -171,6 +171,21 @@ if size > 1:
         dist.send(data(rank, 10, torch.float32), dst=nxt)
     check("send/recv around the ring", got, data(prv, 10, torch.float32))
 
+# recv without src (recvAnysource): rank 0 takes each other rank's message in whatever order
+# they come, and learns who sent each from the return value.
+if size > 1:
+    if rank == 0:
+        senders = []
+        for _ in range(size - 1):
+            got = torch.empty(6, dtype=torch.int64)
+            sender = dist.recv(got)
+            senders.append(sender)
+            check(f"recv from any source: the message of rank {sender}", got, data(sender, 6, torch.int64))
+        check("recv from any source: one message from each rank", torch.tensor(sorted(senders)),
+              torch.arange(1, size))
+    else:
+        dist.send(data(rank, 6, torch.int64), dst=0)
+
 # A subgroup (new_group): ranks 1.. only; the others take no part.
 members = list(range(1, size)) if size > 1 else [0]
 group = dist.new_group(members)
