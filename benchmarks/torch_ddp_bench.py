@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """PyTorch DDP training steps on 2 ranks, gloo beside nanodist, in one run: the main job's
-model (4 layers, 128 wide, block 64, batch 12 per rank) and preset b (6 layers, 384 wide,
-block 256, batch 32 per rank), each side at 1 thread per rank (2 ranks on 2 cores).
+model (4 layers, 128 wide, block 64, batch 12 per rank), the same model at batch 2 per rank
+("main-b2": less compute for the same gradients, so communication is a visible part of the
+step) and preset b (6 layers, 384 wide, block 256, batch 32 per rank), each side at 1 thread
+per rank (2 ranks on 2 cores).
 
 nanodist runs on mpi and on shm underneath, and once more on shm with the communication
 thread's overlap turned off (NANODIST_TORCH_OVERLAP=0: each all_reduce returns when done).
 "comm" is the time the communication thread spent in collectives per step; "hidden" is the
 part of it the overlap took off the step: (step without overlap − step with) / comm.
 
-    python3 benchmarks/torch_ddp_bench.py [--repeats 3] [--configs main,b]"""
+    python3 benchmarks/torch_ddp_bench.py [--repeats 3] [--configs main,main-b2,b]"""
 import argparse
 import json
 import os
@@ -19,6 +21,8 @@ import sys
 here = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = {"main": ["--n-layer", "4", "--n-head", "4", "--n-embd", "128", "--block-size", "64", "--batch-size", "12",
                     "--steps", "40", "--warmup", "5"],
+           "main-b2": ["--n-layer", "4", "--n-head", "4", "--n-embd", "128", "--block-size", "64", "--batch-size",
+                       "2", "--steps", "60", "--warmup", "5"],
            "b": ["--n-layer", "6", "--n-head", "6", "--n-embd", "384", "--block-size", "256", "--batch-size", "32",
                  "--steps", "4", "--warmup", "1"]}
 SIDES = [("gloo", "gloo", {}), ("nanodist/mpi", "nanodist", {"NANODIST_BACKEND": "mpi"}),
@@ -29,7 +33,7 @@ SIDES = [("gloo", "gloo", {}), ("nanodist/mpi", "nanodist", {"NANODIST_BACKEND":
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell; the median counts")
-    parser.add_argument("--configs", default="main,b")
+    parser.add_argument("--configs", default="main,main-b2,b")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("OPENBLAS_CORETYPE", None)  # both sides with the CPU's own kernels (DESIGN.md)
