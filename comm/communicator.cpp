@@ -298,13 +298,11 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
   work.staged_ = std::make_unique<Staging>(std::move(staged));
   if (on_thread_ && !ProgressThread::is_current()) {
     // Numbered here, in program order; run on the communication thread, in that same order.
-    const OpCall call = next_collective(kind, count, type, op, -1);
+    OpCall call = next_collective(kind, count, type, op, -1);
+    call.on_communication_thread = true;
     auto done = std::make_shared<Completion>();
     std::shared_ptr<InFlight> in_flight = in_flight_;
     in_flight->add();
-    work.queued_ = done;
-    work.call_ = call;
-    work.start_ns_ = now_ns();
     const bool queued = ProgressThread::get().post([this, call, run, done, in_flight] {
       try {
         run_collective(call, [&](const Transport& t, const OpCall&) { run(t); });
@@ -312,12 +310,15 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
       } catch (...) {
         done->finish(std::current_exception());
       }
-      in_flight->remove();
+      in_flight->remove();  // last: the communicator may be gone once it has seen this
     });
     if (!queued) {
       in_flight->remove();
       usage_error(kind, "the communication thread has ended (the program is exiting)");
     }
+    work.queued_ = done;
+    work.call_ = call;
+    work.start_ns_ = now_ns();
     return work;
   }
   collective(kind, count, type, op, -1, [&](const Transport&, const OpCall& call) {
@@ -333,7 +334,7 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
 Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
   Staging staged = staging(OpKind::allreduce);
   void* buffer = staged.output(data, count * size_of(type), true, "data");
-  const std::shared_ptr<Backend> backend = backend_;
+  Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
   return start_async(
       OpKind::allreduce, count, type, static_cast<int>(op), std::move(staged),
       [&](const Transport& t) { return backend->start_allreduce(t, buffer, count, type, op); },
@@ -347,7 +348,7 @@ Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, v
   Staging staged = staging(OpKind::reduce_scatter);
   void* work_space = staged.output(send, bytes * static_cast<std::size_t>(size_), true, "send");
   void* out = staged.output(recv, bytes, false, "recv");
-  const std::shared_ptr<Backend> backend = backend_;
+  Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
   return start_async(
       OpKind::reduce_scatter, count, type, static_cast<int>(op), std::move(staged),
       [&](const Transport& t) { return backend->start_reduce_scatter(t, work_space, out, count, type, op); },
@@ -361,7 +362,7 @@ Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t
   Staging staged = staging(OpKind::allgather);
   void* out = staged.output(recv, all, overlaps(send, bytes, recv, all), "recv");
   const void* in = staged.input(send, bytes, "send");
-  const std::shared_ptr<Backend> backend = backend_;
+  Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
   return start_async(
       OpKind::allgather, count, type, -1, std::move(staged),
       [&](const Transport& t) { return backend->start_allgather(t, in, out, count, type); },
@@ -370,7 +371,6 @@ Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t
 
 void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer) {
   require_root(kind, peer);
-  settle();
   OpCall call = begin(kind, count, type, -1, peer);
   call.seq = next_p2p_seq_++;
   count_traffic(kind, count, type);
@@ -389,28 +389,73 @@ void Communicator::run_point_to_point(OpKind kind, void* data, std::size_t count
   staged.finish();
 }
 
+namespace {
+// A send posted and not yet received: one MPI request, which completes as MPI progresses.
+class SendInFlight final : public PendingOp {
+ public:
+  explicit SendInFlight(MPI_Request request) : request_(request) {}
+  bool test() override {
+    int done = 0;
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+
+ private:
+  MPI_Request request_;
+};
+}  // namespace
+
+Work Communicator::run_send_async(const void* data, std::size_t count, DataType type, int dest) {
+  require_root(OpKind::send, dest);
+  if (backend_->takes_device_memory())
+    usage_error(OpKind::send, "send_async takes host memory (on nccl, use send)");
+  Work work;
+  work.call_ = begin(OpKind::send, count, type, -1, dest);
+  work.call_.seq = next_p2p_seq_++;
+  count_traffic(OpKind::send, count, type);
+  // Every CPU backend's send is this one (Backend::send): the receiver's recv matches it.
+  work.op_ = std::make_unique<SendInFlight>(Transport(lane(OpKind::send), rank_, size_).isend(data, count, type, dest));
+  work.start_ns_ = now_ns();
+  return work;
+}
+
 int Communicator::run_recv_from_any(void* data, std::size_t count, DataType type) {
   if (backend_->takes_device_memory())
     usage_error(OpKind::recv, "a receive from any rank takes host memory (the nccl backend has none)");
-  settle();
   OpCall call = begin(OpKind::recv, count, type, -1, /*peer: any*/ -1);
   call.seq = next_p2p_seq_++;
   count_traffic(OpKind::recv, count, type);
+  Staging staged = staging(OpKind::recv);
+  void* buffer = staged.output(data, count * size_of(type), false, "data");
   int source = -1;
   {
     OpScope scope(call);
-    // Every CPU backend sends over MPI on this lane, with tag 0: the first such message names
-    // its sender, and is then received as a receive from that rank would receive it.
-    const Transport transport(lane(OpKind::recv), rank_, size_);
+    // Every CPU backend sends over MPI on this lane with tag 0 (Backend::send). A matched probe
+    // takes the first such message for this receive alone (no other receive can take it
+    // between the probe and the receive), and names its sender.
+    const MPI_Comm p2p = lane(OpKind::recv);
+    MPI_Message message;
+    MPI_Status status;
     watchdog().wait_until([&] {
       int found = 0;
-      MPI_Status status;
-      check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, 0, transport.mpi_comm(), &found, &status), "MPI_Iprobe");
-      if (found) source = status.MPI_SOURCE;
+      check_mpi(MPI_Improbe(MPI_ANY_SOURCE, 0, p2p, &found, &message, &status), "MPI_Improbe");
       return found != 0;
     });
-    backend_->recv(transport, data, count, type, source);
+    source = status.MPI_SOURCE;
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    if (static_cast<std::size_t>(bytes) != count * size_of(type)) {
+      // Received whole all the same, so the next receive does not take it by mistake.
+      std::vector<char> discard(static_cast<std::size_t>(bytes));
+      check_mpi(MPI_Mrecv(discard.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+      usage_error(OpKind::recv, fmt::format("rank {} sent {} bytes, and this receive from any rank takes {}", source,
+                                            bytes, count * size_of(type)));
+    }
+    MPI_Request request;
+    check_mpi(MPI_Imrecv(buffer, bytes, MPI_BYTE, &message, &request), "MPI_Imrecv");
+    watchdog().wait_all(1, &request);
   }
+  staged.finish();
   return source;
 }
 
@@ -418,7 +463,6 @@ void Communicator::run_send_recv(const void* out, std::size_t out_count, int des
                                  int source, DataType type) {
   require_root(OpKind::send, dest);
   require_root(OpKind::recv, source);
-  settle();
   OpCall call = begin(OpKind::sendrecv, out_count, type, -1, source);
   call.seq = next_p2p_seq_++;
   count_traffic(OpKind::sendrecv, out_count, type);
@@ -467,6 +511,18 @@ Work::~Work() {
     fmt::print(stderr, "error: {}\n", e.what());
     MPI_Abort(job_world(), 1);
   }
+}
+
+Work& Work::operator=(Work&& other) {
+  if (this != &other) {
+    if (!done()) wait();
+    op_ = std::move(other.op_);
+    queued_ = std::move(other.queued_);
+    staged_ = std::move(other.staged_);
+    call_ = other.call_;
+    start_ns_ = other.start_ns_;
+  }
+  return *this;
 }
 
 bool Work::test() {

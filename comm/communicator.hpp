@@ -17,6 +17,7 @@
 //    (comm/progress_thread.hpp) and runs there while the caller computes. The communicator's
 //    next blocking call first waits for what it has queued, so its calls still run one at a
 //    time, in the order they were made, with the same results as the blocking forms.
+// The point-to-point calls do not wait for the queued collectives (their own lane, MPI alone).
 // Do not move a communicator while its Work is in flight (they point at it).
 #pragma once
 
@@ -51,7 +52,8 @@ class Work {
  public:
   Work() = default;
   Work(Work&&) = default;
-  Work& operator=(Work&&) = default;
+  // Waits for the operation this handle held first: its buffers may still be in use.
+  Work& operator=(Work&& other);
   ~Work();
 
   // Advances the operation without blocking; true once it is complete.
@@ -133,6 +135,10 @@ class Communicator {
   void send(std::span<const T> data, int dest);
   template <class T>
   void recv(std::span<T> data, int source);
+  // A send that returns at once (MPI's nonblocking send: it moves while MPI is called, by this
+  // thread or any other); `data` must stay untouched until the Work is done. CPU backends only.
+  template <class T>
+  Work send_async(std::span<const T> data, int dest);
   // Receives from whichever rank's send comes first; returns that rank (MPI_ANY_SOURCE).
   template <class T>
   int recv_from_any(std::span<T> data);
@@ -151,6 +157,9 @@ class Communicator {
   // allgather as above; in place when send is this rank's block of recv.
   template <class T>
   Work allgather_async(std::span<const T> send, std::span<T> recv);
+
+  // True when this communicator's asynchronous collectives run on the communication thread.
+  bool async_on_thread() const { return on_thread_; }
 
   // Calls and bytes so far on this communicator, by kind (each rank counts its own).
   const TrafficByKind& traffic() const { return traffic_; }
@@ -173,6 +182,7 @@ class Communicator {
                           ReduceOp op);
   void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
   int run_recv_from_any(void* data, std::size_t count, DataType type);
+  Work run_send_async(const void* data, std::size_t count, DataType type, int dest);
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
                      DataType type);
   Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
@@ -281,6 +291,10 @@ void Communicator::send(std::span<const T> data, int dest) {
 template <class T>
 void Communicator::recv(std::span<T> data, int source) {
   run_point_to_point(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source);
+}
+template <class T>
+Work Communicator::send_async(std::span<const T> data, int dest) {
+  return run_send_async(data.data(), data.size(), datatype_of<T>(), dest);
 }
 template <class T>
 int Communicator::recv_from_any(std::span<T> data) {

@@ -63,6 +63,7 @@ void ProgressThread::stop() {
     stopping_ = true;
   }
   wake_.notify_one();
+  if (on_thread()) return;  // a task asked: the loop ends after it, nobody to join
   if (thread_.joinable()) thread_.join();
 }
 
@@ -76,24 +77,40 @@ bool ProgressThread::running() const {
   return !stopping_;
 }
 
+void ProgressThread::keep_polling(std::function<bool()> poll) { polls_.push_back(std::move(poll)); }
+
 void ProgressThread::loop() {
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      const auto ready = [&] { return stopping_ || !queue_.empty(); };
+      if (polls_.empty())
+        wake_.wait(lock, ready);
+      else
+        wake_.wait_for(lock, std::chrono::microseconds(50), ready);
+      if (!queue_.empty()) {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      } else if (stopping_ && polls_.empty()) {
+        return;  // stopping, and nothing left
+      }
     }
     const auto start = std::chrono::steady_clock::now();
-    try {
-      task();  // tasks catch their own errors (a Work records them); this is the last net
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "nanodist: the communication thread caught: %s\n", e.what());
-    } catch (...) {
-      std::fprintf(stderr, "nanodist: the communication thread caught an unknown exception\n");
+    if (task) {
+      try {
+        task();  // tasks catch their own errors (a Work records them); this is the last net
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nanodist: the communication thread caught: %s\n", e.what());
+      } catch (...) {
+        std::fprintf(stderr, "nanodist: the communication thread caught an unknown exception\n");
+      }
     }
+    // The polls (each catches its own errors too); those that are done leave the list.
+    std::vector<std::function<bool()>> polling = std::move(polls_);
+    polls_.clear();
+    for (auto& poll : polling)
+      if (!poll()) polls_.push_back(std::move(poll));
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     std::lock_guard lock(mutex_);
     busy_seconds_ += took.count();

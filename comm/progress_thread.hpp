@@ -21,6 +21,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace comm {
 
@@ -30,6 +31,10 @@ class ProgressThread {
 
   // Queues `task`; it runs after every task queued before it. False once stopped.
   bool post(std::function<void()> task);
+  // On the thread only: calls `poll` between tasks (and about every 50 µs when there are none)
+  // until it returns true — an operation a task started that ends later (a send that waits
+  // for its receiver, while the thread goes on to the next task).
+  void keep_polling(std::function<bool()> poll);
   // Queues `task` and waits until it has run; rethrows what it threw.
   void run(const std::function<void()>& task);
   // Runs what is queued, then ends the thread (at exit). Later posts are dropped.
@@ -50,6 +55,7 @@ class ProgressThread {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
+  std::vector<std::function<bool()>> polls_;  // the thread's own: no lock
   bool stopping_ = false;
   double busy_seconds_ = 0;
   std::thread thread_;

@@ -5,6 +5,7 @@
 // and on sub-communicators from split(). Run under mpiexec with 1 to 5 ranks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
@@ -402,6 +403,42 @@ TEST_CASE("with --progress thread an asynchronous collective moves while its cal
       if (c.rank() == 1) world.send(std::span<const int>(token), 0);
     }
     CHECK(mismatches(data, want) == 0);
+  }
+}
+
+TEST_CASE("a receive from any rank names each sender; sends posted with send_async need no partner waiting",
+          "[collectives][p2p]") {
+  Communicator& world = comm::runtime().world();
+  if (world.size() < 2) return;
+  for (const char* name : {"mpi", "ring", "naive", "shm"}) {
+    INFO("backend " << name);
+    Communicator c = world.with_backend(comm::parse_backend(name));
+    const std::size_t count = 1 << 18;  // past the eager size: a blocking send would wait for its receive
+    if (c.rank() == 0) {
+      std::vector<int> senders;
+      for (int k = 1; k < c.size(); ++k) {
+        std::vector<float> got(count);
+        const int from = c.recv_from_any(std::span(got));
+        senders.push_back(from);
+        CHECK(mismatches(got, inputs<float>(from, count)) == 0);
+      }
+      std::sort(senders.begin(), senders.end());
+      for (int k = 1; k < c.size(); ++k) CHECK(senders[static_cast<std::size_t>(k - 1)] == k);
+    } else {
+      // Both directions posted before either receive: only a send that returns at once lets
+      // each rank go on to its receive.
+      const std::vector<float> mine = inputs<float>(c.rank(), count);
+      comm::Work sent = c.send_async(std::span<const float>(mine), 0);
+      sent.wait();
+    }
+    // A ring exchange of large messages, every rank sending first.
+    const int next = (c.rank() + 1) % c.size(), previous = (c.rank() + c.size() - 1) % c.size();
+    const std::vector<float> out = inputs<float>(c.rank() + 7, count);
+    std::vector<float> in(count);
+    comm::Work sent = c.send_async(std::span<const float>(out), next);
+    c.recv(std::span(in), previous);
+    sent.wait();
+    CHECK(mismatches(in, inputs<float>(previous + 7, count)) == 0);
   }
 }
 

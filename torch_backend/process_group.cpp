@@ -208,7 +208,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(
     at::NoGradGuard no_grad;
     try {
       body(*communicator, *work);
-      work->complete();
+      if (!work->deferred()) work->complete();
     } catch (...) {
       work->fail(std::current_exception());
     }
@@ -500,12 +500,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::send(std::vector<at::Tensor
   require_one(tensors, "send");
   TORCH_CHECK(dst != getRank(), "nanodist: send to this rank itself (", dst, ") would wait forever");
   const at::Tensor t = tensors[0];
-  return enqueue(OpType::SEND, tensors, [t, dst](comm::Communicator& c) {
+  // The send is posted and the thread goes on to the next call (a receive, typically): two
+  // ranks that each isend to the other before they irecv do not wait for each other. Its Work
+  // completes when the message has gone, checked between the thread's tasks.
+  return enqueue(OpType::SEND, tensors, [t, dst, keep = communicator_](comm::Communicator& c, NanodistWork& work) {
     const at::Tensor moved = movable(t);
+    auto sent = std::make_shared<comm::Work>();
     with_element_type(moved.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      c.send(std::span<const T>(span_of<T>(moved)), dst);
+      *sent = c.send_async(std::span<const T>(span_of<T>(moved)), dst);
     });
+    if (sent->test()) return;
+    work.defer_completion();
+    const std::int64_t deadline = comm::now_ns() + static_cast<std::int64_t>(comm::watchdog().timeout_s() * 1e9);
+    ProgressThread::get().keep_polling(
+        [sent, moved, keep, deadline, done = c10::intrusive_ptr<NanodistWork>::reclaim_copy(&work)] {
+          try {
+            if (!sent->test()) {
+              if (comm::now_ns() < deadline) return false;
+              sent->wait();  // past the deadline: the watchdog's report, and the end of the job
+            }
+            done->complete();
+          } catch (...) {
+            done->fail(std::current_exception());
+          }
+          return true;
+        });
   });
 }
 

@@ -28,6 +28,9 @@ class NanodistWork : public c10d::Work {
   void fail(std::exception_ptr error);
   // The rank a receive from any rank got its message from (before complete()).
   void set_source_rank(int rank) { source_rank_ = rank; }
+  // The call's body completes it later itself (a send still waiting for its receiver).
+  void defer_completion() { deferred_ = true; }
+  bool deferred() const { return deferred_; }
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -37,6 +40,7 @@ class NanodistWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
+  bool deferred_ = false;
 };
 
 class ProcessGroupNanodist : public c10d::ProcessGroup {

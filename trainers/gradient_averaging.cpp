@@ -83,8 +83,7 @@ class BucketedAllreduce : public GradientAverager {
                                                             [](auto& a, auto& b) { return a.bytes < b.bytes; })
                                                ->bytes) /
                            1e6,
-                       comm::progress() == comm::Progress::thread ? "moved by the communication thread"
-                                                                  : "moved when backward tests it",
+                       world_.async_on_thread() ? "moved by the communication thread" : "moved when backward tests it",
                        wire_note(wire_));
   }
 

@@ -126,6 +126,7 @@ RankView StatusBoard::view(int world_rank, std::int64_t comm_id) {
 }
 
 void StatusBoard::count_entry(std::int64_t comm_id) {
+  const std::lock_guard one_thread(progress_mutex_);  // the program's and the communication thread
   auto& table = mine().progress;
   for (auto& p : table) {
     if (p.comm_id.load() == comm_id) {
@@ -144,6 +145,7 @@ void StatusBoard::count_entry(std::int64_t comm_id) {
 }
 
 void StatusBoard::forget(std::int64_t comm_id) {
+  const std::lock_guard one_thread(progress_mutex_);
   for (auto& p : mine().progress) {
     if (p.comm_id.load() == comm_id) {
       p.comm_id = 0;

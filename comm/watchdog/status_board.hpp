@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -117,6 +118,7 @@ class StatusBoard {
   void forget(std::int64_t comm_id);
 
  private:
+  std::mutex progress_mutex_;  // count_entry/forget: the program's thread and the communication thread
   void* memory_ = nullptr;
   std::size_t bytes_ = 0;
   BoardHeader* header_ = nullptr;

@@ -90,6 +90,13 @@ Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_
 }
 
 thread_local OpCall Watchdog::call_;
+
+std::string Watchdog::describe_my_call(std::int64_t now) const {
+  OpRecord mine;
+  store(mine, call_, start_ns_);
+  return describe(mine.view(now)) + (call_.on_communication_thread ? " on the communication thread" : "");
+}
+
 thread_local std::int64_t Watchdog::start_ns_ = 0;
 thread_local bool Watchdog::inside_ = false;
 
@@ -154,7 +161,10 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       const std::int64_t now = now_ns();
       const std::int64_t aborting = board_.header().aborting_rank.load();
       // Another node's watchdog may be asking what this node's board says.
-      if (exchange_ && now - start_ns_ > kListenAfterNs) exchange_->serve();
+      if (exchange_ && now - start_ns_ > kListenAfterNs) {
+        std::unique_lock serving(exchange_mutex_, std::try_to_lock);  // the other thread serves already
+        if (serving) exchange_->serve();
+      }
       if ((aborting >= 0 && aborting != board_.world_rank()) || now > deadline)
         end_failed_wait(now, "timed out", on_timeout);
     }
@@ -169,7 +179,9 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
 // only when the signal asked a program that stops when asked to stop, and nothing failed: the
 // wait goes on, and the program stops at its next boundary.
 void Watchdog::on_termination_signal(std::int64_t now) {
+  const std::lock_guard one_at_a_time(ending_mutex_);
   const int signal = termination_signal();
+  if (signal == 0) return;  // the other thread has handled it (a stop asked for)
   const bool failed_here = job_failed(&board_);
   const std::string text =
       report(now, "interrupted (the launcher is ending the job: a process failed)", kAskBudgetWhenEnding) + "\n";
@@ -415,8 +427,8 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
                                     : collective_diagnosis(awaited, call_.comm_rank, my_call);
   std::string text = fmt::format("[watchdog] diagnosis: {} (on '{}')", diagnosis, call_.comm_name);
   text += fmt::format("\n[watchdog] {}: {} {} after waiting {} (deadline {})",
-                      who(call_.comm_rank, board_.world_rank()), describe(board_.mine().current.view(now)),
-                      what_happened, seconds(now - start_ns_), seconds(timeout_ns_));
+                      who(call_.comm_rank, board_.world_rank()), describe_my_call(now), what_happened,
+                      seconds(now - start_ns_), seconds(timeout_ns_));
   if (!missing.empty()) text += fmt::format("; not arrived: {}", ranks_phrase(missing));
   for (const Awaited& a : awaited)
     if (!a.line.empty()) text += "\n[watchdog]   " + a.line;
@@ -458,6 +470,7 @@ void Watchdog::verify_same_call(MPI_Comm check_comm) {
 }
 
 void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, const std::function<void()>& on_timeout) {
+  ending_mutex_.lock();  // never unlocked: this ends the process (another thread of it waits here)
   std::int64_t none = -1;
   const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank()) ||
                      none == board_.world_rank();
@@ -466,7 +479,7 @@ void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, cons
     linger(0.3);
     if (on_timeout) on_timeout();
     end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
-                        describe(board_.mine().current.view(now)), seconds(now - start_ns_)),
+                        describe_my_call(now), seconds(now - start_ns_)),
             false);
   }
   if (on_timeout) on_timeout();

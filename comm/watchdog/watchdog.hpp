@@ -42,6 +42,7 @@ struct OpCall {
   DataType type = DataType::f32;
   int op = -1;    // ReduceOp or -1
   int root = -1;  // root (collectives) or peer (send/recv), or -1
+  bool on_communication_thread = false;  // queued there (--progress thread): the report says so
 };
 
 struct Awaited;  // a rank the call waits for, and where it is (watchdog.cpp)
@@ -86,6 +87,8 @@ class Watchdog {
   // The full report of the call in progress: a one-line diagnosis, then each missing rank.
   // Ranks on other nodes are asked (for at most `ask_budget_s`) what their node's board says.
   std::string report(std::int64_t now, const char* what_happened, double ask_budget_s);
+  // This thread's call in progress, as the report names it.
+  std::string describe_my_call(std::int64_t now) const;
   // "rank 2", "rank 2 (world rank 5)", and " on nanodist-b" when the job spans nodes.
   std::string who(int comm_rank, int world_rank) const;
   // The ranks the call in progress waits for, and where each of them is (report's lines).
@@ -115,6 +118,11 @@ class Watchdog {
   // shows one: the latest entered.
   std::mutex inside_mutex_;
   std::vector<std::pair<OpCall, std::int64_t>> calls_inside_;
+  // One thread at a time answers other nodes, handles a signal, or reports: the exchange's
+  // buffers and report_found_trouble_ are shared, and a report ends the process (the other
+  // thread then waits here until it has).
+  std::mutex exchange_mutex_;
+  std::recursive_mutex ending_mutex_;
   bool report_found_trouble_ = false;  // the last report saw a rank dead, stopped, reported or unknown
 };
 

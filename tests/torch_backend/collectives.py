@@ -171,6 +171,22 @@ if size > 1:
         dist.send(data(rank, 10, torch.float32), dst=nxt)
     check("send/recv around the ring", got, data(prv, 10, torch.float32))
 
+# Every rank isends first, then irecvs (a ring exchange): messages far past the eager size, so
+# a send that waited for its receiver before the thread took the next call would deadlock.
+if size > 1:
+    big = 1 << 18  # 1 MB of float32
+    got = torch.empty(big, dtype=torch.float32)
+    sent = dist.isend(data(rank, big, torch.float32), dst=nxt)
+    received = dist.irecv(got, src=prv)
+    received.wait()
+    sent.wait()
+    check("isend before irecv on every rank, 1 MB", got, data(prv, big, torch.float32))
+    pairs = [dist.P2POp(dist.isend, data(rank, big, torch.float32, salt=1), nxt),
+             dist.P2POp(dist.irecv, got, prv)]
+    for request in dist.batch_isend_irecv(pairs):
+        request.wait()
+    check("batch_isend_irecv around the ring, 1 MB", got, data(prv, big, torch.float32, salt=1))
+
 # recv without src (recvAnysource): rank 0 takes each other rank's message in whatever order
 # they come, and learns who sent each from the return value.
 if size > 1:
