@@ -6,7 +6,9 @@
 
 Each row is the median over --repeats timed calls (after 2 warm-up calls) of the slowest
 rank. Runs `mpiexec -n 2` once per nanodist backend; gloo runs in each as the default group,
-nanodist as a second group over the same ranks, alternating size by size."""
+nanodist as a second group over the same ranks, alternating size by size. The memcpy column
+is a tensor copy of the same size on both ranks at once (S / t): what the memory system gives
+two processes, the line a shared-memory allreduce is measured against."""
 import argparse
 import json
 import os
@@ -42,6 +44,16 @@ def worker(args):
             slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             rows.append({"impl": name, "bytes": nbytes, "seconds": slowest.item()})
+        copy, times = torch.empty_like(t), []
+        for i in range(2 + args.repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            copy.copy_(t)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        rows.append({"impl": "memcpy", "bytes": nbytes, "seconds": slowest.item()})
         nbytes *= 4
     if rank == 0:
         print(json.dumps(rows))
@@ -67,16 +79,16 @@ def main():
                              env=env, check=True, capture_output=True, text=True).stdout
         rows = json.loads(out.strip().splitlines()[-1])
         for row in rows:
-            key = "gloo" if row["impl"] == "gloo" else f"nanodist/{backend}"
+            key = row["impl"] if row["impl"] in ("gloo", "memcpy") else f"nanodist/{backend}"
             table.setdefault(row["bytes"], {}).setdefault(key, []).append(row["seconds"])
-    columns = ["gloo"] + [f"nanodist/{b}" for b in args.backends.split(",")]
+    columns = ["memcpy", "gloo"] + [f"nanodist/{b}" for b in args.backends.split(",")]
     print(f"{'size':>10} " + " ".join(f"{c + ' GB/s':>18}" for c in columns) + " " +
-          " ".join(f"{c.split('/')[1] + '/gloo':>10}" for c in columns[1:]))
+          " ".join(f"{c.split('/')[1] + '/gloo':>10}" for c in columns[2:]))
     for nbytes, cells in sorted(table.items()):
         busbw = {c: nbytes / min(cells[c]) / 1e9 for c in columns}  # 2(n-1)/n = 1 on 2 ranks
         size = f"{nbytes // 2**20} MB" if nbytes >= 2**20 else f"{nbytes // 1024} KB"
         print(f"{size:>10} " + " ".join(f"{busbw[c]:>18.2f}" for c in columns) + " " +
-              " ".join(f"{busbw[c] / busbw['gloo']:>10.2f}" for c in columns[1:]))
+              " ".join(f"{busbw[c] / busbw['gloo']:>10.2f}" for c in columns[2:]))
 
 
 if __name__ == "__main__":
