@@ -104,6 +104,7 @@ OpCall Communicator::begin(OpKind kind, std::size_t count, DataType type, int op
   call.type = type;
   call.op = op;
   call.root = root;
+  call.on_communication_thread = ProgressThread::is_current();  // (the PyTorch backend's calls)
   return call;
 }
 
@@ -442,17 +443,18 @@ int Communicator::run_recv_from_any(void* data, std::size_t count, DataType type
       return found != 0;
     });
     source = status.MPI_SOURCE;
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    if (static_cast<std::size_t>(bytes) != count * size_of(type)) {
-      // Received whole all the same, so the next receive does not take it by mistake.
-      std::vector<char> discard(static_cast<std::size_t>(bytes));
-      check_mpi(MPI_Mrecv(discard.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-      usage_error(OpKind::recv, fmt::format("rank {} sent {} bytes, and this receive from any rank takes {}", source,
-                                            bytes, count * size_of(type)));
+    int elements = 0;
+    MPI_Get_count(&status, mpi_type(type), &elements);
+    if (elements == MPI_UNDEFINED || static_cast<std::size_t>(elements) != count) {
+      // Taken all the same (a truncated receive: MPI_ERR_TRUNCATE, expected), so the next
+      // receive does not get it by mistake.
+      MPI_Mrecv(nullptr, 0, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      usage_error(OpKind::recv, fmt::format("rank {} sent a message that is not {} {} elements (this receive from "
+                                            "any rank's size)",
+                                            source, count, name_of(type)));
     }
     MPI_Request request;
-    check_mpi(MPI_Imrecv(buffer, bytes, MPI_BYTE, &message, &request), "MPI_Imrecv");
+    check_mpi(MPI_Imrecv(buffer, elements, mpi_type(type), &message, &request), "MPI_Imrecv");
     watchdog().wait_all(1, &request);
   }
   staged.finish();

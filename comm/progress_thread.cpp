@@ -1,5 +1,6 @@
 #include "comm/progress_thread.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -77,18 +78,44 @@ bool ProgressThread::running() const {
   return !stopping_;
 }
 
-void ProgressThread::keep_polling(std::function<bool()> poll) { polls_.push_back(std::move(poll)); }
+void ProgressThread::keep_polling(std::function<bool()> poll) {
+  if (!on_thread()) throw std::logic_error("ProgressThread::keep_polling called off the communication thread");
+  polls_.push_back(std::move(poll));
+}
+
+void ProgressThread::run_polls() {
+  std::vector<std::function<bool()>> polling = std::move(polls_);
+  polls_.clear();
+  for (auto& poll : polling) {
+    bool done = true;  // a poll that throws is dropped: it had its chance to record the error
+    try {
+      done = poll();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nanodist: the communication thread caught: %s\n", e.what());
+    }
+    if (!done) polls_.push_back(std::move(poll));
+  }
+}
+
+void ProgressThread::finish_polls() {
+  while (!polls_.empty()) {
+    run_polls();
+    if (!polls_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 void ProgressThread::loop() {
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock lock(mutex_);
-      const auto ready = [&] { return stopping_ || !queue_.empty(); };
-      if (polls_.empty())
+      const auto ready = [&] { return !queue_.empty() || (stopping_ && polls_.empty()); };
+      if (polls_.empty()) {
         wake_.wait(lock, ready);
-      else
-        wake_.wait_for(lock, std::chrono::microseconds(50), ready);
+      } else {
+        // Polls waiting, no task: look again after 50 µs, backing off to 1 ms while nothing changes.
+        wake_.wait_for(lock, std::chrono::microseconds(50 << std::min(idle_rounds_, 4)), ready);
+      }
       if (!queue_.empty()) {
         task = std::move(queue_.front());
         queue_.pop_front();
@@ -98,6 +125,7 @@ void ProgressThread::loop() {
     }
     const auto start = std::chrono::steady_clock::now();
     if (task) {
+      idle_rounds_ = 0;
       try {
         task();  // tasks catch their own errors (a Work records them); this is the last net
       } catch (const std::exception& e) {
@@ -105,12 +133,10 @@ void ProgressThread::loop() {
       } catch (...) {
         std::fprintf(stderr, "nanodist: the communication thread caught an unknown exception\n");
       }
+    } else {
+      ++idle_rounds_;
     }
-    // The polls (each catches its own errors too); those that are done leave the list.
-    std::vector<std::function<bool()>> polling = std::move(polls_);
-    polls_.clear();
-    for (auto& poll : polling)
-      if (!poll()) polls_.push_back(std::move(poll));
+    run_polls();
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     std::lock_guard lock(mutex_);
     busy_seconds_ += took.count();

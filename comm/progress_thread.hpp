@@ -35,6 +35,9 @@ class ProgressThread {
   // until it returns true — an operation a task started that ends later (a send that waits
   // for its receiver, while the thread goes on to the next task).
   void keep_polling(std::function<bool()> poll);
+  // On the thread only: runs the polls until every one is done (each watches its own deadline):
+  // before MPI ends, nothing may be left in flight.
+  void finish_polls();
   // Queues `task` and waits until it has run; rethrows what it threw.
   void run(const std::function<void()>& task);
   // Runs what is queued, then ends the thread (at exit). Later posts are dropped.
@@ -51,11 +54,13 @@ class ProgressThread {
  private:
   ProgressThread();
   void loop();
+  void run_polls();
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
   std::vector<std::function<bool()>> polls_;  // the thread's own: no lock
+  int idle_rounds_ = 0;                        // poll rounds with no task since the last task
   bool stopping_ = false;
   double busy_seconds_ = 0;
   std::thread thread_;

@@ -60,7 +60,10 @@ void end() {
   py::gil_scoped_release release;
   if (ProgressThread::get().running()) {
     try {
-      ProgressThread::get().run([] { end_job(); });
+      ProgressThread::get().run([] {
+        ProgressThread::get().finish_polls();  // sends still in flight go (or are reported) first
+        end_job();
+      });
     } catch (...) {
     }
     ProgressThread::get().stop();

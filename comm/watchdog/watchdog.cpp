@@ -180,6 +180,7 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
 // wait goes on, and the program stops at its next boundary.
 void Watchdog::on_termination_signal(std::int64_t now) {
   const std::lock_guard one_at_a_time(ending_mutex_);
+  const std::lock_guard exchange_is_mine(exchange_mutex_);  // the report asks other nodes
   const int signal = termination_signal();
   if (signal == 0) return;  // the other thread has handled it (a stop asked for)
   const bool failed_here = job_failed(&board_);
@@ -470,7 +471,8 @@ void Watchdog::verify_same_call(MPI_Comm check_comm) {
 }
 
 void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, const std::function<void()>& on_timeout) {
-  ending_mutex_.lock();  // never unlocked: this ends the process (another thread of it waits here)
+  ending_mutex_.lock();    // never unlocked: this ends the process (another thread of it waits here)
+  exchange_mutex_.lock();  // the report asks other nodes and lingers answering them: this thread alone
   std::int64_t none = -1;
   const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank()) ||
                      none == board_.world_rank();
