@@ -431,6 +431,9 @@ TEST_CASE("a receive from any rank names each sender; sends posted with send_asy
       comm::Work sent = c.send_async(std::span<const float>(mine), 0);
       sent.wait();
     }
+    // Every any-source message is taken before the ring's messages start: rank 0's receive
+    // from any rank would take whichever comes first, the ring's from rank n-1 too.
+    c.barrier();
     // A ring exchange of large messages, every rank sending first.
     const int next = (c.rank() + 1) % c.size(), previous = (c.rank() + c.size() - 1) % c.size();
     const std::vector<float> out = inputs<float>(c.rank() + 7, count);

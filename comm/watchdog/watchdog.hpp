@@ -121,7 +121,7 @@ class Watchdog {
   // One thread at a time answers other nodes, handles a signal, or reports: the exchange's
   // buffers and report_found_trouble_ are shared, and a report ends the process (the other
   // thread then waits here until it has).
-  std::mutex exchange_mutex_;
+  std::recursive_mutex exchange_mutex_;  // recursive: on_timeout may wait (and serve) inside a report
   std::recursive_mutex ending_mutex_;
   bool report_found_trouble_ = false;  // the last report saw a rank dead, stopped, reported or unknown
 };
