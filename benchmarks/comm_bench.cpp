@@ -42,7 +42,7 @@ struct Settings {
   std::vector<std::string> compare;
   std::string csv;
   std::string device = "cpu";  // cuda: the buffers are device memory (nccl's only kind)
-  bool with_memcpy = false;    // a memcpy column: one rank alone copying the size (the ceiling)
+  bool with_memcpy = false;    // memcpy columns: one rank alone copying the size, and every rank at once (the ceilings)
 };
 
 struct Result {
@@ -203,9 +203,9 @@ std::vector<std::string> table_header(const std::vector<std::string>& backends, 
     }
   }
   if (with_memcpy) {
-    backend_line += " | memcpy, 1 rank";
-    form_line += " |";
-    columns += fmt::format(" | {:>8} {:>6}", "GB/s", "best/");
+    backend_line += " | memcpy, 1 rank | memcpy, all ranks";
+    form_line += " |                 |";
+    columns += fmt::format(" | {:>8} {:>6} | {:>8} {:>6}", "GB/s", "best/", "GB/s", "best/");
   }
   // '#' takes the first column's place; centred names leave trailing blanks.
   const auto commented = [](const std::string& line) { return "#" + line.substr(1, line.find_last_not_of(' ')); };
@@ -282,8 +282,14 @@ class CsvFile {
 
 // One row of the table: every backend and form at one size, then each backend's speed
 // relative to the first. results: [backend][form].
+// --memcpy: memcpy's GB/s at a size, one rank copying alone and every rank copying at once
+// (ranks on one memory system share its bandwidth: the second is the ceiling of a collective).
+struct MemcpyCeiling {
+  double alone = 0, together = 0;
+};
+
 std::string row_text(const Plan& p, const bench::Shape& s, const Settings& settings, const std::vector<Result>& results,
-                     double memcpy_gbps) {
+                     MemcpyCeiling memcpy) {
   std::string row = fmt::format("{:>12} {:>12} {:>7} {:>6} {:>5}", s.reported * comm::size_of(p.c.type), s.reported,
                                 settings.type, p.redop, p.root);
   const std::size_t forms = p.forms.size();
@@ -302,30 +308,37 @@ std::string row_text(const Plan& p, const bench::Shape& s, const Settings& setti
   if (settings.with_memcpy) {  // the best busbw of any backend and form, as a fraction of memcpy's
     double best = 0;
     for (const Result& r : results) best = std::max(best, r.busbw);
-    row += fmt::format(" | {:>8.2f} {:>6.2f}", memcpy_gbps, memcpy_gbps > 0 ? best / memcpy_gbps : 0.0);
+    for (double gbps : {memcpy.alone, memcpy.together})
+      row += fmt::format(" | {:>8.2f} {:>6.2f}", gbps, gbps > 0 ? best / gbps : 0.0);
   }
   return row;
 }
 
-// --memcpy: rank 0 alone copies `bytes` with memcpy (the others wait), the median of
-// `iterations` copies after one that touches the pages: docs/benchmarks.md's ceiling, measured
-// in the same run as the collectives.
-double memcpy_gbps(Communicator& clock, std::size_t bytes, int iterations) {
-  double gbps = 0;
-  if (clock.rank() == 0 && bytes > 0) {
-    std::vector<char> from(bytes, 1), to(bytes, 0);
-    std::memcpy(to.data(), from.data(), bytes);
+// --memcpy: memcpy of `bytes` by rank 0 alone (the others wait), then by every rank at once;
+// each the median of `iterations` copies after one that touches the pages, and for "at once"
+// the slowest rank's: docs/benchmarks.md's ceilings, measured in the same run as the collectives.
+MemcpyCeiling memcpy_ceiling(Communicator& clock, std::size_t bytes, int iterations) {
+  MemcpyCeiling ceiling;
+  if (bytes == 0) return ceiling;
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  std::memcpy(to.data(), from.data(), bytes);
+  const auto median_gbps = [&](bool copying, bool in_step) {
     std::vector<double> times;
-    for (int i = 0; i < iterations; ++i) {
+    for (int i = 0; i < iterations && copying; ++i) {
+      if (in_step) clock.barrier();
       const auto start = std::chrono::steady_clock::now();
       std::memcpy(to.data(), from.data(), bytes);
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    if (!copying) return 0.0;
     std::nth_element(times.begin(), times.begin() + iterations / 2, times.end());
-    gbps = static_cast<double>(bytes) / times[static_cast<std::size_t>(iterations / 2)] / 1e9;
-  }
-  clock.broadcast(std::span(&gbps, 1), 0);
-  return gbps;
+    return static_cast<double>(bytes) / times[static_cast<std::size_t>(iterations / 2)] / 1e9;
+  };
+  ceiling.alone = median_gbps(clock.rank() == 0, false);
+  clock.broadcast(std::span(&ceiling.alone, 1), 0);
+  ceiling.together = median_gbps(true, true);
+  clock.allreduce(std::span(&ceiling.together, 1), comm::ReduceOp::min);
+  return ceiling;
 }
 
 void run(comm::Runtime& runtime, const Settings& settings) {
@@ -364,14 +377,16 @@ void run(comm::Runtime& runtime, const Settings& settings) {
         csv.add(p, p.backends[k], world.size(), s, settings, in_place, results.back());
       }
     }
-    double copy_gbps = 0;
+    MemcpyCeiling ceiling;
     if (settings.with_memcpy) {
-      copy_gbps = memcpy_gbps(clock, bytes, settings.iterations);
-      Result copy;
-      copy.algbw = copy.busbw = copy_gbps;
-      csv.add(p, "memcpy", world.size(), s, settings, false, copy);
+      ceiling = memcpy_ceiling(clock, bytes, settings.iterations);
+      Result alone, together;
+      alone.algbw = alone.busbw = ceiling.alone;
+      together.algbw = together.busbw = ceiling.together;
+      csv.add(p, "memcpy", world.size(), s, settings, false, alone);
+      csv.add(p, "memcpy_all_ranks", world.size(), s, settings, false, together);
     }
-    comm::say("{}", row_text(p, s, settings, results, copy_gbps));
+    comm::say("{}", row_text(p, s, settings, results, ceiling));
   }
   if (!skipped.empty())
     comm::say("# skipped {} B: less than one {} element per rank on {} ranks", fmt::join(skipped, " B, "),
@@ -424,7 +439,8 @@ int main(int argc, char** argv) {
         ->check(comm::backend_check());
     app.add_option("--csv", s.csv, "also write the results to this CSV file");
     app.add_flag("--memcpy", s.with_memcpy,
-                 "add memcpy's GB/s at each size (one rank alone) and the best busbw as a fraction of it");
+                 "add memcpy's GB/s at each size (one rank alone, and every rank at once) and the best busbw as a "
+                 "fraction of each");
     app.add_option("--device", s.device, "where the buffers live: cpu, or cuda (GPU memory; the CPU backends stage it)")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();

@@ -30,33 +30,34 @@ T multiply(T a, T b) {
   }
 }
 
-// One loop per (type, op) so the compiler vectorises each.
+// dst = a op b, one loop per (type, op) so the compiler vectorises each (dst may alias a: the
+// loops read a[i] and b[i] before writing dst[i]).
 template <class T>
-void reduce_typed(T* dst, const T* src, std::size_t n, ReduceOp op) {
+void reduce_typed(T* dst, const T* a, const T* b, std::size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
-      for (std::size_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = add(a[i], b[i]);
       return;
     case ReduceOp::prod:
-      for (std::size_t i = 0; i < n; ++i) dst[i] = multiply(dst[i], src[i]);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = multiply(a[i], b[i]);
       return;
     case ReduceOp::min:
-      for (std::size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = std::min(a[i], b[i]);
       return;
     case ReduceOp::max:
-      for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(a[i], b[i]);
       return;
   }
 }
 
 // bfloat16: each element through float and rounded back (as GPUs do it).
-void reduce_bf16(bfloat16* dst, const bfloat16* src, std::size_t n, ReduceOp op) {
+void reduce_bf16(bfloat16* dst, const bfloat16* a, const bfloat16* b, std::size_t n, ReduceOp op) {
   for (std::size_t i = 0; i < n; ++i) {
-    float a = static_cast<float>(dst[i]);
-    const float b = static_cast<float>(src[i]);
-    reduce_typed(&a, &b, 1, op);
-    dst[i] = bfloat16(a);
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    float result = 0;
+    reduce_typed(&result, &x, &y, 1, op);
+    dst[i] = bfloat16(result);
   }
 }
 
@@ -68,19 +69,28 @@ void divide_typed(T* data, std::size_t n, int ranks) {
 
 }  // namespace
 
-void reduce_into(void* dst, const void* src, std::size_t count, DataType type, ReduceOp op) {
+void reduce_pair(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op) {
   switch (type) {
     case DataType::f32:
-      return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, op);
+      return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), count,
+                          op);
     case DataType::f64:
-      return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, op);
+      return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b),
+                          count, op);
     case DataType::i32:
-      return reduce_typed(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src), count, op);
+      return reduce_typed(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(a),
+                          static_cast<const std::int32_t*>(b), count, op);
     case DataType::i64:
-      return reduce_typed(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src), count, op);
+      return reduce_typed(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(a),
+                          static_cast<const std::int64_t*>(b), count, op);
     case DataType::bf16:
-      return reduce_bf16(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(src), count, op);
+      return reduce_bf16(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(a),
+                         static_cast<const bfloat16*>(b), count, op);
   }
+}
+
+void reduce_into(void* dst, const void* src, std::size_t count, DataType type, ReduceOp op) {
+  reduce_pair(dst, dst, src, count, type, op);
 }
 
 void finish_average(void* data, std::size_t count, DataType type, ReduceOp op, int ranks) {

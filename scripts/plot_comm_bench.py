@@ -41,10 +41,12 @@ def main() -> int:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for (backend, ranks, in_place), points in sorted(lines.items()):
             points.sort()
-            copy = backend.startswith("memcpy")  # comm_bench --memcpy: the ceiling, dashed
+            copy = backend.startswith("memcpy")  # comm_bench --memcpy: the ceilings, dashed (all ranks: dotted)
+            together = backend == "memcpy_all_ranks"
             ax.plot([p[0] for p in points if p[0] > 0], [p[1] for p in points if p[0] > 0], marker="" if copy else "o",
-                    linestyle="--" if copy else "-", color="black" if copy else None,
-                    label="memcpy, 1 rank" if copy else f"{backend}, {ranks} ranks{', in place' if in_place else ''}")
+                    linestyle=(":" if together else "--") if copy else "-", color="black" if copy else None,
+                    label=(f"memcpy, {ranks} ranks at once" if together else "memcpy, 1 rank") if copy
+                    else f"{backend}, {ranks} ranks{', in place' if in_place else ''}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")

@@ -227,9 +227,10 @@ TEMPLATE_TEST_CASE("large buffers: every backend matches the mpi backend", "[col
 }
 
 // shm moves a message one of three ways: in one shot through the staging areas (up to an
-// area, 1 MiB), in rounds of an area (copy-in), or read in place from the peers' buffers
-// (single copy, where ranks may read each other: a probe decides at start). Counts just past
-// an area make two rounds, the second of a few elements; NANODIST_SHM_SINGLE_COPY=0 at the
+// area, 1 MiB), in rounds of an area (copy-in), or read (and, for the allreduce, written) in
+// place in the peers' buffers (single copy, where ranks may: a probe decides at start; the
+// allreduce and allgather from 48 KiB, the rest past an area). Counts just past an area make
+// two rounds, the second of a few elements; NANODIST_SHM_SINGLE_COPY=0 at the
 // communicator's creation forces copy-in, the path of machines that forbid the reads.
 TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend's answer", "[collectives][shm]") {
   auto& b = backends();
@@ -243,6 +244,7 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
     // (one form per type: the sanitizer build runs this on 5 ranks too)
     all_collectives<float>(b.reference, *tested, 262'147, true);  // 4 bytes × 262'147 > 1 MiB
     all_collectives<std::int32_t>(b.reference, *tested, 300'007, false);
+    all_collectives<float>(b.reference, *tested, 20'011, false);  // 80 KB: the allreduce in place, one area
   }
 }
 

@@ -25,6 +25,23 @@ TEST_CASE("reduce_into applies each operator elementwise") {
   CHECK(run(ReduceOp::max) == std::vector<std::int32_t>{4, 5, 3, 7});
 }
 
+TEST_CASE("reduce_pair writes a op b into a third buffer, or over either input") {
+  const std::vector<float> a = {1.5f, -2.0f, 3.0f}, b = {0.25f, 5.0f, -6.0f};
+  std::vector<float> dst(3, 99.0f);
+  comm::reduce_pair(dst.data(), a.data(), b.data(), 3, DataType::f32, ReduceOp::sum);
+  CHECK(dst == std::vector<float>{1.75f, 3.0f, -3.0f});
+  CHECK(a == std::vector<float>{1.5f, -2.0f, 3.0f});  // the inputs are only read
+  auto over_a = a, over_b = b;
+  comm::reduce_pair(over_a.data(), over_a.data(), b.data(), 3, DataType::f32, ReduceOp::max);
+  CHECK(over_a == std::vector<float>{1.5f, 5.0f, 3.0f});
+  comm::reduce_pair(over_b.data(), a.data(), over_b.data(), 3, DataType::f32, ReduceOp::min);
+  CHECK(over_b == std::vector<float>{0.25f, -2.0f, -6.0f});
+  std::vector<comm::bfloat16> wide(2), x = {comm::bfloat16(2.0f), comm::bfloat16(-1.0f)},
+                                  y = {comm::bfloat16(3.0f), comm::bfloat16(4.0f)};
+  comm::reduce_pair(wide.data(), x.data(), y.data(), 2, DataType::bf16, ReduceOp::prod);
+  CHECK(wide == std::vector<comm::bfloat16>{comm::bfloat16(6.0f), comm::bfloat16(-4.0f)});
+}
+
 TEST_CASE("integer sums wrap around as MPI's do, without undefined behaviour") {
   std::vector<std::int64_t> dst = {std::numeric_limits<std::int64_t>::max()};
   const std::vector<std::int64_t> one = {1};

@@ -37,28 +37,44 @@ bool use_single_copy(const NodeGroup& g, std::size_t bytes, std::size_t from = N
 // Gather and scatter have no reduction to do in cache: past 64 KiB, reading in place wins
 // (measured: 256 KiB scatter on 2 ranks 2.2 GB/s by rounds, see docs/benchmarks.md).
 constexpr std::size_t kCopyOnlyFrom = 64 << 10;
+// The allreduce and the allgather in place past 48 KiB (2 ranks, docs/benchmarks.md): allreduce
+// of 64 KB 10–14 µs against 14.5 µs in one shot, of 1 MB 122–133 µs against 160–180 µs (level
+// at 32 KB); allgather of 1 MB 53–97 µs against 310–340 µs. (The reduce-scatter measured no
+// better in place below an area: it keeps NodeGroup::kAreaBytes.)
+constexpr std::size_t kInPlaceFrom = 48 << 10;
 
 // The single-copy reduction works in chunks that stay in cache: a peer's chunk is read into
 // `theirs` and reduced into our result, which accumulates in place.
 constexpr std::size_t kChunkBytes = 256 << 10;
 
-// Block rank() of the reduction of every rank's published source → `mine` (no syncs). Our own
-// part first (in place it is already there), then the peers' from the next rank on: each block
-// has one reducer, so every rank still ends with the same bits.
-void reduce_block_in_place(NodeGroup& g, const void* send, void* mine, BlockLayout layout, DataType type, ReduceOp op) {
+// Block rank() of the reduction of every rank's published source → `mine` (no syncs), chunk by
+// chunk: the next peer's chunk is read into cache and added to our own part in one pass, then
+// the others' in turn. Each block has one reducer, so every rank ends with the same bits.
+// With `push_result`, each finished chunk is averaged (avg) and written, while still in cache,
+// into every peer's published result too: the allreduce's allgather without reading it back.
+void reduce_block_in_place(NodeGroup& g, const void* send, void* mine, BlockLayout layout, DataType type, ReduceOp op,
+                           bool push_result = false) {
   thread_local std::vector<char> theirs(kChunkBytes);
-  const std::size_t chunk = kChunkBytes / size_of(type);
+  const std::size_t es = size_of(type), chunk = kChunkBytes / es;
   const int me = g.rank();
   const std::size_t begin = layout.begin(me), size = layout.size(me);
   for (std::size_t offset = 0; offset < size; offset += chunk) {
-    const std::size_t n = std::min(chunk, size - offset), bytes = n * size_of(type);
-    const std::size_t first = begin + offset;
+    const std::size_t n = std::min(chunk, size - offset), bytes = n * es;
+    const std::size_t first_byte = (begin + offset) * es;
     char* sum = at(mine, offset, type);
-    copy_bytes(sum, at(send, first, type), bytes);
     for (int step = 1; step < g.size(); ++step) {
       const int r = (me + step) % g.size();
-      g.read(r, g.source_of(r) + first * size_of(type), theirs.data(), bytes);
-      reduce_into(sum, theirs.data(), n, type, op);
+      g.read(r, g.source_of(r) + first_byte, theirs.data(), bytes);
+      if (step == 1)
+        reduce_pair(sum, at(send, begin + offset, type), theirs.data(), n, type, op);
+      else
+        reduce_into(sum, theirs.data(), n, type, op);
+    }
+    if (!push_result) continue;
+    finish_average(sum, n, type, op, g.size());
+    for (int step = 1; step < g.size(); ++step) {
+      const int r = (me + step) % g.size();
+      g.write(r, g.result_of(r) + first_byte, sum, bytes);
     }
   }
 }
@@ -132,7 +148,7 @@ void reduce_scatter_blocks(NodeGroup& g, const void* send, void* mine, BlockLayo
 void allgather_blocks(NodeGroup& g, void* buffer, BlockLayout layout, DataType type) {
   if (g.size() == 1) return;
   const int me = g.rank();
-  if (use_single_copy(g, layout.count * size_of(type))) {
+  if (use_single_copy(g, layout.count * size_of(type), kInPlaceFrom)) {
     g.publish(nullptr, buffer);
     g.sync();
     gather_blocks_in_place(g, buffer, layout, type);
@@ -156,18 +172,14 @@ void allreduce(NodeGroup& g, const void* send, void* recv, std::size_t count, Da
     copy_bytes(recv, send, bytes);
     return;
   }
-  if (!use_single_copy(g, bytes)) return reduce_in_rounds(g, send, recv, count, type, op, -1);
-  // Single copy: the reduce-scatter and allgather of reduce_scatter_blocks/allgather_blocks,
-  // with both buffers published at once (three syncs, not four).
+  if (!use_single_copy(g, bytes, kInPlaceFrom)) return reduce_in_rounds(g, send, recv, count, type, op, -1);
+  // Single copy: rank r reduces block r and writes each finished chunk into every rank's
+  // result, so the allgather moves it from cache (two syncs).
   const BlockLayout layout{count, g.size()};
-  void* mine = at(recv, layout.begin(g.rank()), type);
   g.publish(send, recv);
   g.sync();
-  reduce_block_in_place(g, send, mine, layout, type, op);
-  finish_average(mine, layout.size(g.rank()), type, op, g.size());
-  g.sync();
-  gather_blocks_in_place(g, recv, layout, type);
-  g.sync();
+  reduce_block_in_place(g, send, at(recv, layout.begin(g.rank()), type), layout, type, op, true);
+  g.sync();  // every block is in every rank's result, and nobody reads our send any more
 }
 
 void reduce(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {

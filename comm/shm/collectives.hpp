@@ -6,12 +6,13 @@
 // where the ranks can read each other in place, use single copy:
 //
 //   allreduce of S bytes, N ranks (block r = elements [rS/N, (r+1)S/N) of the buffer)
-//   publish buffers ─ sync ─ reduce-scatter: rank r reads block r of every peer in place,
-//   reduces it (in cache-sized chunks, its own part first) into its own result ─ sync ─ allgather:
-//   rank r reads block j of rank j's result in place ─ sync (nobody reads our buffers now)
+//   publish buffers ─ sync ─ rank r reads block r of every peer in place and reduces it, in
+//   cache-sized chunks, into its own result; each finished chunk it also writes, from cache,
+//   into every peer's result (process_vm_writev) ─ sync (all blocks everywhere; nobody reads
+//   our buffers now)
 //
-// Per rank that moves S (read own) + (N−1)S/N (read peers) + S/N (write) for the reduce-scatter,
-// (N−1)S/N read + (N−1)S/N written for the allgather: 2.5 S for N = 2 (docs/benchmarks.md).
+// Per rank that moves S read (block r of every rank) and S written (block r into every rank's
+// result): 2S, one memcpy's traffic (docs/benchmarks.md).
 #pragma once
 
 #include <cstddef>

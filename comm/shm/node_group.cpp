@@ -52,9 +52,11 @@ int checked_ranks(int ranks) {
   return ranks;
 }
 
-// A word the peers read in the probe: its value says the read really happened.
+// A word the peers read in the probe (its value says the read really happened), and one they
+// write into (the allreduce writes its result into its peers' buffers).
 constexpr std::uint64_t kProbeValue = 0x6e616e6f64697374ull;  // "nanodist"
 const volatile std::uint64_t probe_word = kProbeValue;
+volatile std::uint64_t probe_inbox = 0;
 
 }  // namespace
 
@@ -144,28 +146,39 @@ void NodeGroup::publish(const void* source, const void* result) {
 }
 
 void NodeGroup::read(int peer, std::uint64_t address, void* into, std::size_t bytes) const {
+  move_in_place(peer, address, into, bytes, Direction::from_peer);
+}
+
+void NodeGroup::write(int peer, std::uint64_t address, const void* from, std::size_t bytes) const {
+  move_in_place(peer, address, const_cast<void*>(from), bytes, Direction::to_peer);
+}
+
+void NodeGroup::move_in_place(int peer, std::uint64_t address, void* local_bytes, std::size_t bytes,
+                              Direction direction) const {
   const auto pid = static_cast<pid_t>(flags(peer).pid.load(std::memory_order_relaxed));
-  auto* to = static_cast<char*>(into);
+  const char* verb = direction == Direction::from_peer ? "reading" : "writing";
+  auto* local_at = static_cast<char*>(local_bytes);
   while (bytes > 0) {
-    iovec local{to, bytes};
+    iovec local{local_at, bytes};
     iovec remote{reinterpret_cast<void*>(address), bytes};
-    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == ESRCH) {
+    const ssize_t moved = direction == Direction::from_peer ? process_vm_readv(pid, &local, 1, &remote, 1, 0)
+                                                            : process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (moved < 0 && errno == ESRCH) {
       // The peer's memory is gone: it is exiting. Once /proc says so too (it can lag the
-      // read by a moment), the report names it as dead — now, not at the deadline.
+      // call by a moment), the report names it as dead — now, not at the deadline.
       watchdog().wait_until([pid] { return !process_alive(pid); });
       watchdog().give_up("found a peer's process gone");
     }
-    if (got < 0)
-      fail("shm: reading {} bytes of rank {} (pid {}) in place failed: {}", bytes, peer, pid, std::strerror(errno));
-    if (got == 0) fail("shm: reading {} bytes of rank {} (pid {}) in place read nothing", bytes, peer, pid);
-    to += got;
-    address += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::size_t>(got);
+    if (moved < 0)
+      fail("shm: {} {} bytes of rank {} (pid {}) in place failed: {}", verb, bytes, peer, pid, std::strerror(errno));
+    if (moved == 0) fail("shm: {} {} bytes of rank {} (pid {}) in place moved nothing", verb, bytes, peer, pid);
+    local_at += moved;
+    address += static_cast<std::uint64_t>(moved);
+    bytes -= static_cast<std::size_t>(moved);
   }
 }
 
-// Can this rank read every peer in place? Yama (ptrace_scope 1) allows a process to ptrace only
+// Can this rank read and write every peer in place? Yama (ptrace_scope 1) allows a process to ptrace only
 // its descendants unless it names a tracer: PR_SET_PTRACER_ANY lets the job's other ranks in
 // (what Open MPI does for the same reads). Containers may forbid process_vm_readv altogether.
 bool NodeGroup::probe_single_copy() {
@@ -176,6 +189,7 @@ bool NodeGroup::probe_single_copy() {
 #endif
   Flags& mine = flags(rank_);
   mine.probe.store(reinterpret_cast<std::uint64_t>(&probe_word), std::memory_order_relaxed);
+  mine.probe_inbox.store(reinterpret_cast<std::uint64_t>(&probe_inbox), std::memory_order_relaxed);
   sync();
   bool all_read = allowed;
   for (int peer = 0; peer < size_ && all_read; ++peer) {
@@ -186,6 +200,8 @@ bool NodeGroup::probe_single_copy() {
     const auto pid = static_cast<pid_t>(flags(peer).pid.load(std::memory_order_relaxed));
     all_read =
         process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof value) && value == kProbeValue;
+    iovec inbox{reinterpret_cast<void*>(flags(peer).probe_inbox.load(std::memory_order_relaxed)), sizeof value};
+    all_read = all_read && process_vm_writev(pid, &local, 1, &inbox, 1, 0) == static_cast<ssize_t>(sizeof value);
   }
   mine.can_read.store(all_read ? 1 : 0, std::memory_order_relaxed);
   sync();

@@ -13,8 +13,9 @@
 //    the round before: a sync separates every round from the one after.
 //  - single copy (`single_copy()`): a rank publishes the addresses of its own buffers, and the
 //    others read them in place with process_vm_readv (Linux cross-memory attach, as Open MPI's
-//    shared-memory transport does), one copy from a peer's buffer to our own. It needs ptrace
-//    permission over the peer; a probe at start decides, and every rank uses copy-in if one cannot.
+//    shared-memory transport does), one copy from a peer's buffer to our own, or write into them
+//    with process_vm_writev. It needs ptrace permission over the peer; a probe at start decides,
+//    and every rank uses copy-in if one cannot.
 //
 // Waiting is the watchdog's wait on the flags: it polls them, and after 16 polls yields the core
 // between polls (the rank being waited for may need it: 4 ranks on 2 cores), watching the
@@ -50,6 +51,7 @@ struct alignas(128) Flags {
   std::atomic<std::int64_t> pid;                  // for process_vm_readv
   std::atomic<std::int64_t> can_read;             // the probe: 1 = this rank read every peer in place
   std::atomic<std::uint64_t> probe;               // address of a word the others try to read
+  std::atomic<std::uint64_t> probe_inbox;         // and of one they try to write
   // The call in progress and the one before (by call number's parity: a peer can be one call
   // ahead): what it is, so that ranks in different collectives find out at their first sync.
   std::atomic<std::uint64_t> call_number[2];
@@ -76,17 +78,21 @@ class NodeGroup {
   int next_area() { return static_cast<int>(rounds_++ % 2); }
   char* area(int rank, int which) const;
 
-  // Single copy: whether every rank can read every other in place.
+  // Single copy: whether every rank can read and write every other in place.
   bool single_copy() const { return single_copy_; }
   // Publishes this rank's buffers for the op in progress (then sync before anyone reads).
   void publish(const void* source, const void* result);
   std::uint64_t source_of(int rank) const { return flags(rank).source.load(std::memory_order_relaxed); }
   std::uint64_t result_of(int rank) const { return flags(rank).result.load(std::memory_order_relaxed); }
-  // Copies `bytes` at `address` in rank `peer`'s memory into `into` (process_vm_readv).
+  // Copies `bytes` at `address` in rank `peer`'s memory into `into` (process_vm_readv), or
+  // `bytes` from `from` to `address` in the peer's memory (process_vm_writev).
   // A peer that is gone is waited for under the watchdog, which names it.
   void read(int peer, std::uint64_t address, void* into, std::size_t bytes) const;
+  void write(int peer, std::uint64_t address, const void* from, std::size_t bytes) const;
 
  private:
+  enum class Direction { from_peer, to_peer };
+  void move_in_place(int peer, std::uint64_t address, void* local_bytes, std::size_t bytes, Direction direction) const;
   Flags& flags(int rank) const;
   bool probe_single_copy();
   void verify_same_call();
