@@ -30,7 +30,8 @@ std::size_t longest_block(BlockLayout layout) {
   for (int b = 0; b < layout.blocks; ++b) longest = std::max(longest, layout.size(b));
   return longest;
 }
-// Single copy pays (a syscall per read, three syncs) only past what one area holds in one shot.
+// Single copy pays (a syscall per chunk, two or three syncs) only past `from` bytes: by default
+// past what one area holds in one shot.
 bool use_single_copy(const NodeGroup& g, std::size_t bytes, std::size_t from = NodeGroup::kAreaBytes) {
   return g.single_copy() && bytes > from;
 }
