@@ -191,6 +191,11 @@ TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier
 
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   const std::size_t bytes = count * size_of(type);
+  // In place is the same buffer; half-overlapping ones would have the shm backend's peers write
+  // results over inputs not yet read (and MPI forbids them too).
+  if (send != recv && overlaps(send, bytes, recv, bytes))
+    throw UsageError("allreduce: the send and receive buffers overlap without being the same buffer (in place "
+                     "passes one buffer)");
   Staging staged = staging(OpKind::allreduce);
   void* out = staged.output(recv, bytes, overlaps(send, bytes, recv, bytes), "recv");
   const void* in = staged.input(send, bytes, "send");

@@ -244,7 +244,9 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
     // (one form per type: the sanitizer build runs this on 5 ranks too)
     all_collectives<float>(b.reference, *tested, 262'147, true);  // 4 bytes × 262'147 > 1 MiB
     all_collectives<std::int32_t>(b.reference, *tested, 300'007, false);
-    all_collectives<float>(b.reference, *tested, 20'011, false);  // 80 KB: the allreduce in place, one area
+    // 80 KB, under an area: the allreduce and allgather single copy (from 48 KiB), both forms
+    all_collectives<float>(b.reference, *tested, 20'011, false);
+    all_collectives<double>(b.reference, *tested, 10'007, true);
   }
 }
 
@@ -267,6 +269,18 @@ TEST_CASE("shm across nodes: hierarchical collectives give the mpi backend's ans
       }
     all_collectives<float>(b.reference, nodes, 300'007, true);  // single copy inside the nodes
   }
+}
+
+TEST_CASE("allreduce: buffers that half overlap are a usage error on every backend", "[collectives]") {
+  auto& b = backends();
+  std::vector<float> data(10, 1.0f);
+  for (auto& tested : b.tested) {
+    INFO("backend " << tested.backend_name());
+    CHECK_THROWS_AS(tested.allreduce(std::span<const float>(data.data(), 6), std::span<float>(data.data() + 2, 6),
+                                     ReduceOp::sum),
+                    comm::UsageError);
+  }
+  CHECK(data == std::vector<float>(10, 1.0f));  // refused before anything moved
 }
 
 TEST_CASE("the mpi reference itself computes the textbook results", "[collectives]") {

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -169,9 +170,23 @@ void NodeGroup::move_in_place(int peer, std::uint64_t address, void* local_bytes
       watchdog().wait_until([pid] { return !process_alive(pid); });
       watchdog().give_up("found a peer's process gone");
     }
-    if (moved < 0)
-      fail("shm: {} {} bytes of rank {} (pid {}) in place failed: {}", verb, bytes, peer, pid, std::strerror(errno));
-    if (moved == 0) fail("shm: {} {} bytes of rank {} (pid {}) in place moved nothing", verb, bytes, peer, pid);
+    if (moved < 0 || moved == 0) {
+      const int error = errno;
+      const std::string what = fmt::format(
+          "shm: {} {} bytes {} rank {} (pid {}) at {:#x} failed: {}{}", verb, bytes,
+          direction == Direction::from_peer ? "of" : "into", peer, pid, address,
+          moved == 0 ? "nothing moved" : std::strerror(error),
+          error == EFAULT ? " (the peer's buffer is not mapped, or not writable, there)"
+          : error == EPERM ? " (no ptrace permission over the peer: NANODIST_SHM_SINGLE_COPY=0 avoids in-place moves)"
+                           : "");
+      // A failed write leaves the peers still writing into our buffers: the job cannot go on
+      // (a caller that caught an error here could free memory they write into).
+      if (direction == Direction::to_peer) {
+        std::fprintf(stderr, "%s\n", what.c_str());
+        watchdog().give_up("could not write into a peer's buffer");
+      }
+      throw Error(what);
+    }
     local_at += moved;
     address += static_cast<std::uint64_t>(moved);
     bytes -= static_cast<std::size_t>(moved);

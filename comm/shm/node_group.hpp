@@ -49,7 +49,7 @@ struct alignas(128) Flags {
   alignas(64) std::atomic<std::uint64_t> source;  // published addresses (single copy), for the op in progress
   std::atomic<std::uint64_t> result;              //
   std::atomic<std::int64_t> pid;                  // for process_vm_readv
-  std::atomic<std::int64_t> can_read;             // the probe: 1 = this rank read every peer in place
+  std::atomic<std::int64_t> can_read;             // the probe: 1 = this rank read and wrote every peer in place
   std::atomic<std::uint64_t> probe;               // address of a word the others try to read
   std::atomic<std::uint64_t> probe_inbox;         // and of one they try to write
   // The call in progress and the one before (by call number's parity: a peer can be one call
