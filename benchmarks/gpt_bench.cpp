@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <omp.h>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +25,7 @@
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 #include "nn/threads.hpp"
 #include "numeric/bf16.hpp"
 
@@ -62,7 +65,7 @@ struct BenchOptions {
   nn::Precision precision = nn::Precision::fp32;                       // what runs
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
   nn::Recompute recompute = nn::Recompute::none;
-  bool peak = false, json = false;
+  bool peak = false, json = false, profile = false;
 };
 
 void add_flags(CLI::App& app, BenchOptions& o) {
@@ -83,6 +86,9 @@ void add_flags(CLI::App& app, BenchOptions& o) {
   app.add_flag("--peak", o.peak,
                "also measure the precision's GEMM peak (a 2048³ product) and the step's fraction of it");
   app.add_flag("--json", o.json, "one JSON line instead of the table");
+  app.add_flag("--profile", o.profile,
+               "then profile one more step: time, share and GFLOP/s or GB/s of every kind of work, forward and "
+               "backward, against this CPU's GEMM peak and memory bandwidth (docs/nn.md)");
 }
 
 // Per-step seconds of each phase, one entry per timed step; and the memory of the last step.
@@ -113,6 +119,7 @@ StepTimes time_steps(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o
     double b = seconds_since(t1);
     times.peak_bytes = static_cast<double>(nn::BufferPool::peak_bytes_in_use()) - start_bytes;
     auto t2 = Clock::now();
+    nn::profile::InPass update(nn::profile::Pass::update);
     nn::clip_grad_norm(model.parameters(), 1.0f);
     opt.step(1e-3f);
     opt.zero_grad();
@@ -124,6 +131,65 @@ StepTimes time_steps(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o
     times.update.push_back(u);
   }
   return times;
+}
+
+// The memory system's bandwidth as the ops see it: `bytes` copied between two buffers by every
+// compute thread at once (each its slice), counted as bytes read plus bytes written per second;
+// the best of 20 after a warm-up (a ceiling: what the machine can do; this shared one varies
+// 2× between runs).
+double copy_bandwidth_gbps(std::size_t bytes) {
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  std::vector<double> seconds;
+  for (int i = 0; i < 21; ++i) {
+    const auto t = Clock::now();
+#pragma omp parallel
+    {
+      const std::size_t threads = static_cast<std::size_t>(omp_get_num_threads()),
+                        me = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t begin = bytes * me / threads, end = bytes * (me + 1) / threads;
+      std::memcpy(to.data() + begin, from.data() + begin, end - begin);
+    }
+    if (i > 0) seconds.push_back(seconds_since(t));
+  }
+  return 2.0 * static_cast<double>(bytes) / *std::min_element(seconds.begin(), seconds.end()) / 1e9;
+}
+
+// --profile: one more step with every op's Scope recording (nn/profile.hpp), then the table:
+// each kind of work in each pass, slowest first, with what it achieved against the roofline —
+// GFLOP/s against the GEMM peak for products, GB/s against the copy bandwidth for the rest.
+void profile_one_step(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o) {
+  BenchOptions one = o;
+  one.warmup = 0;
+  one.steps = 1;
+  nn::profile::reset();
+  nn::profile::enable(true);
+  const StepTimes t = time_steps(model, B, T, one);
+  nn::profile::enable(false);
+  std::vector<nn::profile::Row> rows = nn::profile::rows();
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  const double step = t.total.at(0), peak = gemm_peak_gflops(o.precision);
+  const std::size_t activation = static_cast<std::size_t>(B * T * model.config().n_embd) * 4 * sizeof(float);
+  const double bandwidth = copy_bandwidth_gbps(activation);
+  fmt::print("\nper-op profile of one step: {:.2f} ms (exclusive times; a Scope inside another is not counted twice)\n",
+             step * 1e3);
+  fmt::print("roofline: {} GEMM peak {:.0f} GFLOP/s (2048³); copy bandwidth {:.1f} GB/s read + written ({} "
+             "threads copying one [B,T,4C] activation, {})\n",
+             nn::name_of(o.precision), peak, bandwidth, o.threads, nn::format_bytes(static_cast<double>(activation)));
+  fmt::print("{:<26} {:<9} {:>9} {:>6} {:>6} {:>9} {:>8} {:>9}\n", "kind", "pass", "ms", "share", "calls", "GFLOP/s",
+             "GB/s", "roofline");
+  double counted = 0;
+  for (const auto& r : rows) {
+    counted += r.seconds;
+    const double gflops = r.seconds > 0 ? r.flops / r.seconds / 1e9 : 0, gbps = r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0;
+    const std::string fraction = r.flops > 0   ? fmt::format("{:.0f}%", 100 * gflops / peak)
+                                 : r.bytes > 0 ? fmt::format("{:.0f}%", 100 * gbps / bandwidth)
+                                               : std::string("-");
+    fmt::print("{:<26} {:<9} {:>9.3f} {:>5.1f}% {:>6} {:>9} {:>8} {:>9}\n", r.kind, nn::profile::name_of(r.pass),
+               r.seconds * 1e3, 100 * r.seconds / step, r.calls, r.flops > 0 ? fmt::format("{:.1f}", gflops) : "-",
+               r.bytes > 0 ? fmt::format("{:.1f}", gbps) : "-", fraction);
+  }
+  fmt::print("{:<26} {:<9} {:>9.3f} {:>5.1f}%   (autograd's bookkeeping, gradient buffers, the loop)\n",
+             "outside every op", "", (step - counted) * 1e3, 100 * (step - counted) / step);
 }
 
 void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, const StepTimes& t) {
@@ -183,6 +249,7 @@ int main(int argc, char** argv) {
     c.vocab_size = o.vocab;
     nn::GPT model(c, 1337);
     report(o, model, batch, c.block_size, time_steps(model, batch, c.block_size, o));
+    if (o.profile) profile_one_step(model, batch, c.block_size, o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

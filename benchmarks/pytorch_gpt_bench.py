@@ -2,7 +2,8 @@
 """The PyTorch side of gpt_bench: nanoGPT's model (scripts/nanogpt_reference.py) on
 Debian's python3-torch, eager, float32 (or --precision bf16: torch.autocast on the CPU in
 bfloat16, PyTorch's CPU mixed precision, through oneDNN), all cores; forward + backward + clip + AdamW step on
-random tokens; prints one JSON line like `gpt_bench --json`."""
+random tokens; prints one JSON line like `gpt_bench --json`. --profile: then one more step under
+torch.profiler, its table of ops by self CPU time (to set beside `gpt_bench --profile`)."""
 import argparse
 import json
 import os
@@ -24,6 +25,8 @@ parser.add_argument("--steps", type=int, default=0)
 parser.add_argument("--warmup", type=int, default=2)
 parser.add_argument("--threads", type=int, default=os.cpu_count())
 parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+parser.add_argument("--profile", action="store_true", help="then profile one step with torch.profiler")
+parser.add_argument("--profile-rows", type=int, default=30, help="rows of the profiler's table")
 args = parser.parse_args()
 
 torch.set_num_threads(args.threads)
@@ -33,7 +36,10 @@ torch.manual_seed(1337)
 model = GPT(config)
 optimizer = model.configure_optimizer(0.1, 1e-3, (0.9, 0.95))
 phases = {"total": [], "forward": [], "backward": [], "optimizer": []}
-for step in range(args.warmup + steps):
+
+
+def one_step():
+    """Forward, backward, clip and AdamW on fresh random tokens; the four phases' seconds."""
     x = torch.randint(0, config.vocab_size, (batch, config.block_size))
     y = torch.randint(0, config.vocab_size, (batch, config.block_size))
     t0 = time.perf_counter()
@@ -46,8 +52,13 @@ for step in range(args.warmup + steps):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     t3 = time.perf_counter()
+    return t3 - t0, t1 - t0, t2 - t1, t3 - t2
+
+
+for step in range(args.warmup + steps):
+    times = one_step()
     if step >= args.warmup:
-        for k, v in zip(phases, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)):
+        for k, v in zip(phases, times):
             phases[k].append(v)
 ms = {k: statistics.median(v) * 1e3 for k, v in phases.items()}
 print(json.dumps({"impl": "pytorch " + torch.__version__, "preset": args.preset, "precision": args.precision,
@@ -55,3 +66,8 @@ print(json.dumps({"impl": "pytorch " + torch.__version__, "preset": args.preset,
                   "ms_per_step": round(ms["total"], 2), "tokens_per_s": round(batch * config.block_size / ms["total"] * 1e3),
                   "forward_ms": round(ms["forward"], 2), "backward_ms": round(ms["backward"], 2),
                   "optimizer_ms": round(ms["optimizer"], 2)}))
+if args.profile:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        total = one_step()[0]
+    print(f"\ntorch.profiler, one step: {total * 1e3:.2f} ms (the profiler's own cost included); ops by self CPU time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows))

@@ -1,4 +1,5 @@
 #include "nn/adamw.hpp"
+#include "nn/profile.hpp"
 
 #include <cmath>
 
@@ -26,6 +27,7 @@ AdamWScalars AdamWScalars::at(const AdamWConfig& config, int64_t step, float lr)
 }
 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, const AdamWScalars& s) {
+  profile::Scope scope("AdamW", 28.0 * n);  // read w, g, m, v; write w, m, v
   const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, step_size = s.step_size, c2 = s.correction2_sqrt;
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t j = 0; j < n; ++j) {
@@ -47,6 +49,7 @@ void AdamW::step(float lr) {
 }
 
 void AdamW::zero_grad() {
+  profile::Scope scope("zero grads");
   for (auto& p : parameters_) p.tensor.zero_grad();
 }
 

@@ -4,6 +4,7 @@
 
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -33,6 +34,7 @@ Bf16Buffer::Bf16Buffer(int64_t n)
 Bf16Buffer::~Bf16Buffer() { BufferPool::release(values_, count_); }
 
 Bf16Values cast_to_bf16(const float* values, int64_t n) {
+  profile::Scope scope("bf16 casts", 6.0 * n);  // read fp32, write bf16
   auto cast = std::make_shared<Bf16Buffer>(n);
   numeric::round_to_bf16({values, static_cast<std::size_t>(n)}, {cast->data(), static_cast<std::size_t>(n)});
   return cast;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "nn/error.hpp"
+#include "nn/profile.hpp"
 
 namespace nn::autograd {
 namespace {
@@ -35,6 +36,7 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 void record(std::function<void()> backward_step) { state().tape->record(std::move(backward_step)); }
 
 void Tape::run_backward() {
+  profile::InPass backward(profile::Pass::backward);
   for (auto step = steps_.rbegin(); step != steps_.rend(); ++step) {
     (*step)();
     *step = nullptr;  // its closure's tensors (and their gradients) go now, not at the end

@@ -1,4 +1,5 @@
 #include "nn/buffer_pool.hpp"
+#include "nn/profile.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -39,6 +40,7 @@ void* BufferPool::acquire_bytes(std::size_t bytes) {
     return b;
   }
   ++c.system_allocations;
+  profile::Scope scope("allocation (system)");
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) throw std::bad_alloc();
   return p;

@@ -274,13 +274,13 @@ Tensor GPT::block_forward(const BlockWeights& b, Tensor x) {
     return attention(qkv, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,3C] → [B,T,C]
   };
   Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
-  h = linear(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C]
+  h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn");  // [B,T,3C]
   h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core, {&dropout_rng_}) : attention_core(h);
-  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias));
+  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"));
   x = add(x, h);
   h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
-  h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias));                   // [B,T,4C]
-  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias));  // [B,T,C]
+  h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                   // [B,T,4C]
+  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"));  // [B,T,C]
   return add(x, h);
 }
 
@@ -296,7 +296,7 @@ Tensor GPT::final_norm(const Tensor& x) {
 Tensor GPT::head_logits(const Tensor& x) {
   Tensor h = final_norm(x);
   begin_use(0);
-  Tensor logits = linear(h, wte_);  // lm_head tied to wte: [B,T,V]
+  Tensor logits = linear(h, wte_, {}, "GEMM lm_head");  // lm_head tied to wte: [B,T,V]
   end_use(0);
   return logits;
 }

@@ -21,6 +21,7 @@
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -28,6 +29,7 @@ namespace nn {
 // backward: dqkv[b, t, which·C + h·hs + d] += dout[b,h,t,d]
 Tensor split_heads(const Tensor& qkv, int which, int n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = n_head, hs = C / H;
+  profile::Scope scope("copies (heads)", 8.0 * B * T * C);
   bool track = autograd::needs_grad({&qkv});
   Tensor out = Tensor::empty({B, H, T, hs}, track);
   auto index = [=](int64_t b, int64_t h, int64_t t, int64_t d) { return (b * T + t) * 3 * C + which * C + h * hs + d; };
@@ -40,6 +42,7 @@ Tensor split_heads(const Tensor& qkv, int which, int n_head) {
         for (int64_t d = 0; d < hs; ++d) o[((b * H + h) * T + t) * hs + d] = in[index(b, h, t, d)];
   if (track)
     autograd::record([qkv, out, B, H, T, hs, index]() mutable {
+      profile::Scope backward_scope("copies (heads)", 8.0 * B * H * T * hs);
       float* dq = qkv.grad();  // zeroed on first use: the three splits add into disjoint columns
       const float* dout = out.grad();
 #pragma omp parallel for collapse(2) schedule(static)
@@ -54,6 +57,7 @@ Tensor split_heads(const Tensor& qkv, int which, int n_head) {
 // forward:  out[b,t,h·hs + d] = y[b,h,t,d]          backward: dy[b,h,t,d] += dout[b,t,h·hs + d]
 Tensor merge_heads(const Tensor& y) {
   const int64_t B = y.size(0), H = y.size(1), T = y.size(2), hs = y.size(3), C = H * hs;
+  profile::Scope scope("copies (heads)", 8.0 * B * T * C);
   bool track = autograd::needs_grad({&y});
   Tensor out = Tensor::empty({B, T, C}, track);
   const float* in = y.data();
@@ -65,6 +69,7 @@ Tensor merge_heads(const Tensor& y) {
         for (int64_t d = 0; d < hs; ++d) o[(b * T + t) * C + h * hs + d] = in[((b * H + h) * T + t) * hs + d];
   if (track)
     autograd::record([y, out, B, H, T, hs, C]() mutable {
+      profile::Scope backward_scope("copies (heads)", 8.0 * B * T * C);
       float* dy = y.grad();
       const float* dout = out.grad();
 #pragma omp parallel for collapse(2) schedule(static)
@@ -82,6 +87,7 @@ Tensor merge_heads(const Tensor& y) {
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
   const int64_t batch = a.numel() / (M * K);
+  profile::Scope scope("GEMM attention (naive)", 0, 2.0 * batch * M * N * K);
   if ((trans_b ? b.size(-1) : b.size(-2)) != K || b.numel() != batch * K * N)
     fail("batched_matmul: shapes {} and {}{} do not fit", shape_string(a.shape()), shape_string(b.shape()),
          trans_b ? "ᵀ" : "");
@@ -96,6 +102,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
          N);
   if (track)
     autograd::record([a, b, c, M, N, K, batch, trans_b, ldb]() mutable {
+      profile::Scope backward_scope("GEMM attention (naive)", 0, 2.0 * batch * M * N * K * (a.requires_grad() + b.requires_grad()));
       const float* dc = c.grad();
       if (a.requires_grad()) {
         auto da = a.grad_target();
@@ -125,6 +132,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
 // backward: dx[..., t, j] += dout[..., t, j] for j ≤ t (the masked entries do not depend on x)
 Tensor causal_mask(const Tensor& x) {
   const int64_t T = x.size(-1), rows = x.numel() / T;
+  profile::Scope scope("causal mask", 8.0 * rows * T);
   if (x.size(-2) != T) fail("causal_mask: {} is not […, T, T]", shape_string(x.shape()));
   bool track = autograd::needs_grad({&x});
   Tensor out = Tensor::empty(x.shape(), track);
@@ -136,6 +144,7 @@ Tensor causal_mask(const Tensor& x) {
     for (int64_t j = 0; j < T; ++j) o[r * T + j] = j <= r % T ? in[r * T + j] : minus_infinity;
   if (track)
     autograd::record([x, out, T, rows]() mutable {
+      profile::Scope backward_scope("causal mask", 8.0 * rows * T);
       float* dx = x.grad();
       const float* dout = out.grad();
 #pragma omp parallel for schedule(static)

@@ -7,6 +7,7 @@
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -15,6 +16,7 @@ namespace nn {
 // backward: dz_rj += dloss · (softmax(z_r)_j − [j = target_r]) / n;  ignored rows get 0
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index) {
   const int64_t V = logits.size(-1), N = logits.numel() / V;
+  profile::Scope scope("softmax + cross-entropy", 8.0 * N * V);  // read logits, write dlogits
   if (static_cast<int64_t>(targets.size()) != N)
     fail("cross_entropy: {} targets for {} rows of logits {}", targets.size(), N, shape_string(logits.shape()));
   int64_t counted = 0;
@@ -49,6 +51,7 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int
 
   if (track) {
     autograd::record([logits, loss, dlogits, N, V]() mutable {
+      profile::Scope backward_scope("softmax + cross-entropy", 8.0 * N * V);  // read dlogits, write the logits' gradient
       const float dloss = loss.grad()[0];
       const float* gv = dlogits.data();
       auto [dz, accumulate] = logits.grad_target();

@@ -3,6 +3,7 @@
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -13,6 +14,7 @@ Tensor dropout(const Tensor& x, float p, Rng& rng) {
   if (p == 0.0f) return x;
   const uint64_t stream = rng.next_u64();
   const int64_t n = x.numel();
+  profile::Scope scope("dropout", 8.0 * n);  // read x, write y
   const float kept_scale = 1.0f / (1.0f - p);
   auto factor = [stream, p, kept_scale](int64_t i) {
     return unit_float(hash64(stream, static_cast<uint64_t>(i))) < p ? 0.0f : kept_scale;
@@ -25,6 +27,7 @@ Tensor dropout(const Tensor& x, float p, Rng& rng) {
   for (int64_t i = 0; i < n; ++i) yd[i] = xd[i] * factor(i);
   if (track) {
     autograd::record([x, y, n, factor]() mutable {
+      profile::Scope backward_scope("dropout", 12.0 * n);  // read dy, dx; write dx
       float* dx = x.grad();
       const float* dy = y.grad();
 #pragma omp parallel for schedule(static) if (n > 32768)

@@ -4,6 +4,7 @@
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -12,6 +13,7 @@ namespace nn {
 Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape) {
   if (weight.ndim() != 2) fail("embedding: weight must be 2-D, got {}", shape_string(weight.shape()));
   const int64_t V = weight.size(0), C = weight.size(1), N = static_cast<int64_t>(ids.size());
+  profile::Scope scope("embedding", 8.0 * N * C);  // read rows, write out
   if (numel_of(ids_shape) != N) fail("embedding: {} ids do not fill shape {}", N, shape_string(ids_shape));
   for (int32_t id : ids)
     if (id < 0 || id >= V) fail("embedding: id {} outside the table of {} rows", id, V);
@@ -26,6 +28,7 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
   if (track) {
     std::vector<int32_t> saved_ids(ids.begin(), ids.end());
     autograd::record([weight, out, saved_ids = std::move(saved_ids), N, C]() mutable {
+      profile::Scope backward_scope("embedding", 12.0 * N * C);  // read dout and rows, write rows
       float* dw = weight.grad();
       const float* dout = out.grad();
       for (int64_t n = 0; n < N; ++n) {

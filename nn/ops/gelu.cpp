@@ -4,6 +4,7 @@
 
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -11,6 +12,7 @@ namespace nn {
 // backward: dx += dy · (Φ(x) + x · φ(x)),   φ(x) = exp(-x²/2) / √(2π)
 Tensor gelu(const Tensor& x) {
   const int64_t n = x.numel();
+  profile::Scope scope("gelu", 8.0 * n);  // read x, write y
   bool track = autograd::needs_grad({&x});
   Tensor y = Tensor::empty(x.shape(), track);
   const float* xd = x.data();
@@ -21,6 +23,7 @@ Tensor gelu(const Tensor& x) {
 
   if (track) {
     autograd::record([x, y, n]() mutable {
+      profile::Scope backward_scope("gelu", 12.0 * n);  // read x, dy; write dx
       constexpr float inv_sqrt_2pi = static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
       const float* xv = x.data();
       const float* dy = y.grad();

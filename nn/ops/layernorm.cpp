@@ -6,6 +6,7 @@
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 namespace {
@@ -57,6 +58,7 @@ void row_backward(const float* xr, const float* dyr, const float* wv, float mu, 
 //            dweight += Σ_rows dy ⊙ x̂,   dbias += Σ_rows dy
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
+  profile::Scope scope("layernorm", 8.0 * rows * C);  // read x, write y
   if (weight.numel() != C || (bias.defined() && bias.numel() != C))
     fail("layernorm: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
   bool track = autograd::needs_grad({&x, &weight, &bias});
@@ -74,6 +76,7 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
   if (!track) return y;
 
   autograd::record([x, weight, bias, y, stats, rows, C]() mutable {
+    profile::Scope backward_scope("layernorm", 12.0 * rows * C);  // read x, dy; write dx
     const float *xv = x.data(), *wv = weight.data(), *dy = y.grad(), *saved = stats.data();
     Tensor::GradTarget dx_target{nullptr, true};
     if (x.requires_grad()) dx_target = x.grad_target();

@@ -9,6 +9,7 @@
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -19,6 +20,7 @@ static Tensor matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool trac
   gemm_bf16(false, false, M, N, K, 1.0f, a16->data(), K, b16->data(), N, 0.0f, c.data(), N);
   if (track) {
     autograd::record([a, b, c, M, N, K, a16, b16]() mutable {
+      profile::Scope backward_scope("GEMM matmul", 0, 2.0 * M * N * K * (a.requires_grad() + b.requires_grad()));
       Bf16Values dc16 = cast_to_bf16(c.grad(), M * N);
       if (a.requires_grad()) {
         auto da = a.grad_target();
@@ -39,12 +41,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.ndim() != 2 || b.ndim() != 2 || a.size(1) != b.size(0))
     fail("matmul: shapes {} and {} do not fit", shape_string(a.shape()), shape_string(b.shape()));
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  profile::Scope scope("GEMM matmul", 0, 2.0 * M * N * K);
   bool track = autograd::needs_grad({&a, &b});
   Tensor c = Tensor::empty({M, N}, track);
   if (matmul_precision() == Precision::bf16) return matmul_bf16(a, b, c, track);
   gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
   if (track) {
     autograd::record([a, b, c, M, N, K]() mutable {
+      profile::Scope backward_scope("GEMM matmul", 0, 2.0 * M * N * K * (a.requires_grad() + b.requires_grad()));
       if (a.requires_grad()) {
         auto da = a.grad_target();
         gemm(false, true, M, K, N, 1.0f, c.grad(), N, b.data(), N, da.accumulate ? 1.0f : 0.0f, da.data, K);
@@ -68,11 +72,12 @@ static void add_row_sums(const float* dy, int64_t rows, int64_t out, float* sums
 
 // forward:  y[R,out] = x[R,in] · Wᵀ + bias        (R = all leading dimensions of x)
 // backward: dx[R,in] += dy · W      dW[out,in] += dyᵀ · x      dbias[out] += Σ_rows dy
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family) {
   const int64_t in = x.size(-1);
   if (weight.ndim() != 2 || weight.size(1) != in)
     fail("linear: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
   const int64_t out = weight.size(0), rows = x.numel() / in;
+  profile::Scope scope(family, 0, 2.0 * rows * in * out);
   if (bias.defined() && (bias.ndim() != 1 || bias.size(0) != out))
     fail("linear: bias {} does not fit weight {}", shape_string(bias.shape()), shape_string(weight.shape()));
 
@@ -93,7 +98,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Bf16Values x16 = cast_to_bf16(x.data(), rows * in), w16 = cast_weight_to_bf16(weight);
     gemm_bf16(false, true, rows, out, in, 1.0f, x16->data(), in, w16->data(), in, beta, y.data(), out);
     if (track)
-      autograd::record([x, weight, bias, y, rows, in, out, x16, w16]() mutable {
+      autograd::record([x, weight, bias, y, rows, in, out, x16, w16, family]() mutable {
+        profile::Scope backward_scope(family, 0, 2.0 * rows * in * out * (x.requires_grad() + weight.requires_grad()));
         Bf16Values dy16 = cast_to_bf16(y.grad(), rows * out);
         if (x.requires_grad()) {
           auto dx = x.grad_target();
@@ -109,7 +115,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   gemm(false, true, rows, out, in, 1.0f, x.data(), in, weight.data(), in, beta, y.data(), out);
 
   if (track) {
-    autograd::record([x, weight, bias, y, rows, in, out]() mutable {
+    autograd::record([x, weight, bias, y, rows, in, out, family]() mutable {
+      profile::Scope backward_scope(family, 0, 2.0 * rows * in * out * (x.requires_grad() + weight.requires_grad()));
       const float* dy = y.grad();
       if (x.requires_grad()) {
         auto dx = x.grad_target();

@@ -4,6 +4,7 @@
 
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 
@@ -11,6 +12,7 @@ namespace nn {
 // backward:            dx_j += y_j · (dy_j − Σ_k dy_k · y_k)
 Tensor softmax(const Tensor& x) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
+  profile::Scope scope("softmax", 8.0 * rows * C);  // read x, write y
   bool track = autograd::needs_grad({&x});
   Tensor y = Tensor::empty(x.shape(), track);
   const float* xd = x.data();
@@ -25,6 +27,7 @@ Tensor softmax(const Tensor& x) {
   }
   if (track) {
     autograd::record([x, y, rows, C]() mutable {
+      profile::Scope backward_scope("softmax", 12.0 * rows * C);  // read y, dy; write dx
       const float *yv = y.data(), *dy = y.grad();
       float* dx = x.grad();
 #pragma omp parallel for schedule(static) if (rows * C > 32768)
