@@ -23,8 +23,9 @@ double squared_grad_norm(std::vector<NamedTensor>& parameters) {
 }
 
 float clip_grad_norm(std::vector<NamedTensor>& parameters, float max_norm) {
-  double elements = 0;
-  for (const auto& p : parameters) elements += static_cast<double>(p.tensor.numel());
+  double elements = 0;  // (counted only for the profile)
+  if (profile::enabled())
+    for (const auto& p : parameters) elements += static_cast<double>(p.tensor.numel());
   profile::Scope scope("clip grad norm", 4.0 * elements);  // read every gradient (12 bytes each when it scales)
   const float norm = grad_norm(parameters);
   clip_to_norm(parameters, max_norm, norm);

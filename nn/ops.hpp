@@ -13,7 +13,8 @@ namespace nn {
 // matmul.cpp — a [M,K] · b [K,N] → [M,N]; linear: x [...,in] · weightᵀ [in,out] + bias [out]
 // → [...,out], with weight laid out [out,in] like PyTorch's nn.Linear. bias may be empty.
 Tensor matmul(const Tensor& a, const Tensor& b);
-// `family` names the product in gpt_bench --profile (nn/profile.hpp).
+// `family` names the product in gpt_bench --profile (nn/profile.hpp): a string literal (the
+// backward closure keeps the pointer).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const char* family = "GEMM linear");
 
 // elementwise.cpp — a + b where b's shape equals a's trailing dimensions (a bias, a

@@ -1,8 +1,11 @@
 #include "nn/profile.hpp"
 
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstring>
+
+#include <omp.h>
 
 namespace nn::profile {
 namespace {
@@ -32,6 +35,8 @@ const char* name_of(Pass pass) {
       return "forward";
     case Pass::backward:
       return "backward";
+    case Pass::recompute:
+      return "recompute";
     case Pass::update:
       return "update";
   }
@@ -47,8 +52,10 @@ InPass::InPass(Pass pass) : previous_(current_pass) { current_pass = pass; }
 InPass::~InPass() { current_pass = previous_; }
 
 Scope::Scope(const char* kind, double bytes, double flops)
-    : on_(enabled()), kind_(kind), pass_(current_pass), bytes_(bytes), flops_(flops) {
+    : on_(enabled()), kind_(kind), pass_(Pass::forward), bytes_(bytes), flops_(flops) {
   if (!on_) return;
+  assert(!omp_in_parallel() && "profile scopes record from the model's thread only");
+  pass_ = current_pass;
   outer_ = innermost;
   innermost = this;
   start_ns_ = now_ns();

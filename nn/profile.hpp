@@ -12,7 +12,7 @@
 // The linear layers' GEMMs are told their family by the model (linear's last argument:
 // "GEMM attn.c_attn", "GEMM mlp.c_fc", "GEMM lm_head" …). Time is exclusive: a Scope opened inside another (a cast inside a linear layer, an allocation
 // inside anything) is subtracted from the outer one, so the rows add up to the step. Off (the
-// default) a Scope costs one load of a flag. Only the thread that runs the model records (the
+// default) a Scope costs a call and one load of a flag. Only the thread that runs the model records (the
 // ops' OpenMP teams run inside a Scope, not around one).
 #pragma once
 #include <cstdint>
@@ -21,7 +21,8 @@
 
 namespace nn::profile {
 
-enum class Pass { forward, backward, update };
+// recompute: a forward replayed inside backward (--recompute, nn/recompute.hpp).
+enum class Pass { forward, backward, recompute, update };
 const char* name_of(Pass pass);
 
 // The pass the Scopes opened while it lives belong to (forward outside any).

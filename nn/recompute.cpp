@@ -1,6 +1,7 @@
 #include "nn/recompute.hpp"
 
 #include "nn/autograd.hpp"
+#include "nn/profile.hpp"
 
 namespace nn {
 namespace {
@@ -45,7 +46,10 @@ Tensor recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> forward,
     autograd::Tape tape;
     {
       autograd::TapeScope scope(tape);
-      Tensor replayed = forward(input);
+      Tensor replayed = [&] {
+        profile::InPass replay(profile::Pass::recompute);  // gpt_bench --profile shows it apart
+        return forward(input);
+      }();
       autograd::backward(replayed, output.grad_values());  // runs `tape`, then empties it
     }
   });

@@ -157,8 +157,8 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
   if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
     fail("attention: qkv {} cannot be split into q, k, v of {} heads", shape_string(qkv.shape()), n_head);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = n_head, hs = C / H;
-  // q·kᵀ and P·v, the causal half: 2·B·T²·C FLOPs (PyTorch's and nanoGPT's count takes the full square)
-  profile::Scope scope("attention core", 0, 2.0 * B * T * T * C);
+  // q·kᵀ and P·v over the full T×T square (the future half is computed, then masked): 4·B·T²·C
+  profile::Scope scope("attention core", 0, 4.0 * B * T * T * C);
   const bool use_dropout = dropout_p > 0.0f && rng != nullptr;
   const Dropout dropout{use_dropout ? rng->next_u64() : 0, dropout_p};
   const bool bf16 = matmul_precision() == Precision::bf16;
@@ -181,7 +181,7 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
   if (!track) return y;
 
   autograd::record([qkv, y, att, B, T, C, H, hs, head, dropout, qkv16]() mutable {
-    profile::Scope backward_scope("attention core", 0, 4.0 * B * T * T * C);  // dq, dk, dP, dv: twice forward's
+    profile::Scope backward_scope("attention core", 0, 8.0 * B * T * T * C);  // dP, dv, dq, dk: twice forward's
     Head with_mask = head;
     if (head.dropout) with_mask.dropout = &dropout;  // this closure's copy
     Bf16Values dy16 = head.bf16 ? cast_to_bf16(y.grad(), y.numel()) : nullptr;

@@ -87,10 +87,10 @@ Tensor merge_heads(const Tensor& y) {
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
   const int64_t batch = a.numel() / (M * K);
-  profile::Scope scope("GEMM attention (naive)", 0, 2.0 * batch * M * N * K);
   if ((trans_b ? b.size(-1) : b.size(-2)) != K || b.numel() != batch * K * N)
     fail("batched_matmul: shapes {} and {}{} do not fit", shape_string(a.shape()), shape_string(b.shape()),
          trans_b ? "ᵀ" : "");
+  profile::Scope scope("GEMM attention (naive)", 0, 2.0 * batch * M * N * K);
   Shape c_shape = a.shape();
   c_shape.back() = N;
   bool track = autograd::needs_grad({&a, &b});
@@ -132,8 +132,8 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
 // backward: dx[..., t, j] += dout[..., t, j] for j ≤ t (the masked entries do not depend on x)
 Tensor causal_mask(const Tensor& x) {
   const int64_t T = x.size(-1), rows = x.numel() / T;
-  profile::Scope scope("causal mask", 8.0 * rows * T);
   if (x.size(-2) != T) fail("causal_mask: {} is not […, T, T]", shape_string(x.shape()));
+  profile::Scope scope("causal mask", 8.0 * rows * T);
   bool track = autograd::needs_grad({&x});
   Tensor out = Tensor::empty(x.shape(), track);
   const float* in = x.data();

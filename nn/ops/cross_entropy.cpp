@@ -16,7 +16,6 @@ namespace nn {
 // backward: dz_rj += dloss · (softmax(z_r)_j − [j = target_r]) / n;  ignored rows get 0
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index) {
   const int64_t V = logits.size(-1), N = logits.numel() / V;
-  profile::Scope scope("softmax + cross-entropy", 8.0 * N * V);  // read logits, write dlogits
   if (static_cast<int64_t>(targets.size()) != N)
     fail("cross_entropy: {} targets for {} rows of logits {}", targets.size(), N, shape_string(logits.shape()));
   int64_t counted = 0;
@@ -25,6 +24,7 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int
     if (t < 0 || t >= V) fail("cross_entropy: target {} outside the {} classes", t, V);
     ++counted;
   }
+  profile::Scope scope("softmax + cross-entropy", 8.0 * N * V);  // read logits, write dlogits
   bool track = autograd::needs_grad({&logits});
   Tensor loss = Tensor::empty({}, track);
   Tensor dlogits = Tensor::empty({N, V});  // d loss / d logits, filled now, used in backward

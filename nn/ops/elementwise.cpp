@@ -15,7 +15,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   bool fits = bn <= an && std::equal(b.shape().begin(), b.shape().end(), a.shape().end() - bn);
   if (!fits) fail("add: shape {} does not broadcast onto {}", shape_string(b.shape()), shape_string(a.shape()));
   const int64_t n = b.numel(), rows = n == 0 ? 0 : a.numel() / n;
-  profile::Scope scope("add (residual, bias)", 4.0 * (2 * rows * n + n));  // read a, b; write out
+  profile::Scope scope("add (residual, position)", 4.0 * (2 * rows * n + n));  // read a, b; write out
   bool track = autograd::needs_grad({&a, &b});
   Tensor out = Tensor::empty(a.shape(), track);
   const float *ad = a.data(), *bd = b.data();
@@ -26,7 +26,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
   if (track) {
     autograd::record([a, b, out, rows, n]() mutable {
-      profile::Scope backward_scope("add (residual, bias)", 4.0 * 3 * rows * n);  // read dout (twice), write da
+      profile::Scope backward_scope("add (residual, position)", 4.0 * (2 * rows * n + 2 * n));  // read dout (twice), write da, db
       const float* dout = out.grad();
       if (a.requires_grad()) {
         auto da = a.grad_target();

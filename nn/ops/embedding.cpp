@@ -13,10 +13,10 @@ namespace nn {
 Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape) {
   if (weight.ndim() != 2) fail("embedding: weight must be 2-D, got {}", shape_string(weight.shape()));
   const int64_t V = weight.size(0), C = weight.size(1), N = static_cast<int64_t>(ids.size());
-  profile::Scope scope("embedding", 8.0 * N * C);  // read rows, write out
   if (numel_of(ids_shape) != N) fail("embedding: {} ids do not fill shape {}", N, shape_string(ids_shape));
   for (int32_t id : ids)
     if (id < 0 || id >= V) fail("embedding: id {} outside the table of {} rows", id, V);
+  profile::Scope scope("embedding", 8.0 * N * C);  // read rows, write out
   Shape out_shape = ids_shape;
   out_shape.push_back(C);
   bool track = autograd::needs_grad({&weight});

@@ -58,9 +58,9 @@ void row_backward(const float* xr, const float* dyr, const float* wv, float mu, 
 //            dweight += Σ_rows dy ⊙ x̂,   dbias += Σ_rows dy
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
-  profile::Scope scope("layernorm", 8.0 * rows * C);  // read x, write y
   if (weight.numel() != C || (bias.defined() && bias.numel() != C))
     fail("layernorm: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
+  profile::Scope scope("layernorm", 8.0 * rows * C);  // read x, write y
   bool track = autograd::needs_grad({&x, &weight, &bias});
   Tensor y = Tensor::empty(x.shape(), track);
   Tensor stats = Tensor::empty({rows, 2});  // (μ, σ⁻¹) per row, kept for backward

@@ -77,9 +77,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const c
   if (weight.ndim() != 2 || weight.size(1) != in)
     fail("linear: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
   const int64_t out = weight.size(0), rows = x.numel() / in;
-  profile::Scope scope(family, 0, 2.0 * rows * in * out);
   if (bias.defined() && (bias.ndim() != 1 || bias.size(0) != out))
     fail("linear: bias {} does not fit weight {}", shape_string(bias.shape()), shape_string(weight.shape()));
+  profile::Scope scope(family, 0, 2.0 * rows * in * out);
 
   Shape y_shape = x.shape();
   y_shape.back() = out;
