@@ -65,6 +65,7 @@ struct BenchOptions {
   nn::Precision precision = nn::Precision::fp32;                       // what runs
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
   nn::Recompute recompute = nn::Recompute::none;
+  nn::AdamWKernel adamw = nn::AdamWKernel::fused;
   bool peak = false, json = false, profile = false;
 };
 
@@ -81,6 +82,9 @@ void add_flags(CLI::App& app, BenchOptions& o) {
   comm::cli::add_choice(app, "--recompute", o.recompute, nn::kRecomputeNames,
                         "activations recomputed in backward: none, selective (the attention core) or full (each "
                         "block), as the trainers take it");
+  comm::cli::add_choice(app, "--adamw", o.adamw, nn::kAdamWKernelNames,
+                        "fused (every parameter in one pass, as PyTorch's fused AdamW) or per-tensor (one loop per "
+                        "tensor: the speed ladder's rung before)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
       ->check(comm::cli::whole(1, 1 << 20));
   app.add_flag("--peak", o.peak,
@@ -99,7 +103,7 @@ struct StepTimes {
 };
 
 StepTimes time_steps(nn::GPT& model, int64_t B, int64_t T, const BenchOptions& o) {
-  nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, o.adamw);
   nn::Rng rng(7);
   const int vocab = model.config().vocab_size;
   std::vector<int32_t> ids(B * T), targets(B * T);
@@ -199,24 +203,25 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   const double peak_gflops = o.peak ? gemm_peak_gflops(o.precision) : 0.0;
   const std::string_view precision = nn::name_of(o.precision), attention = nn::name_of(o.attention);
   const std::string_view recompute = nn::name_of(o.recompute);
+  const std::string_view adamw = nn::kAdamWKernelNames[static_cast<std::size_t>(o.adamw)];
   const double formula_bytes = nn::kept_activation_bytes(c, B, T, o.recompute, o.precision);
   if (o.json) {
     fmt::print(
         "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
-        "\"recompute\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
+        "\"recompute\": \"{}\", \"adamw\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
         "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
         "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}, \"kept_mib\": {:.2f}, "
         "\"kept_formula_mib\": {:.2f}, \"peak_mib\": {:.2f}}}\n",
-        o.preset, precision, attention, c.vocab_size, recompute, o.threads, step * 1e3, best * 1e3, tokens / step,
+        o.preset, precision, attention, c.vocab_size, recompute, adamw, o.threads, step * 1e3, best * 1e3, tokens / step,
         median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9, peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576,
         t.peak_bytes / 1048576);
     return;
   }
   fmt::print(
       "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}\n",
+      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}; {} AdamW\n",
       o.preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, o.threads, precision,
-      nn::gemm_library(o.precision), attention, recompute);
+      nn::gemm_library(o.precision), attention, recompute, adamw);
   fmt::print(
       "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
       "{:.0f} tokens/s, {:.1f} GFLOP/s\n",

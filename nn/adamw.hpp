@@ -7,7 +7,9 @@
 // Weight decay applies only to tensors with ≥ 2 dimensions (matrices and embeddings), as
 // nanoGPT configures it: biases and LayerNorm weights are not decayed.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "nn/gpt.hpp"
@@ -34,9 +36,27 @@ struct AdamWScalars {
 // tensor, and what a ZeRO rank runs on its shard — the same loop, so the same bits.
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, const AdamWScalars& s);
 
+// One tensor's part in a fused update: its weights, gradient, moments and decay factor.
+struct AdamWTensor {
+  float* w;
+  const float* g;
+  float *m, *v;
+  int64_t n;
+  float decay;
+};
+// The update of every tensor in one pass (PyTorch's fused/foreach AdamW): one thread team over
+// the tensors laid end to end, each thread a contiguous share of all their elements, instead
+// of a team (or one thread) per tensor. Each element sees adamw_update's arithmetic: the same bits.
+void adamw_update_fused(const std::vector<AdamWTensor>& tensors, const AdamWScalars& s);
+
+// How AdamW::step runs: fused (all tensors in one pass) or per tensor (adamw_update on each,
+// the reference, and the speed ladder's rung before "fused AdamW").
+enum class AdamWKernel { fused, per_tensor };
+inline constexpr std::array<std::string_view, 2> kAdamWKernelNames = {"fused", "per-tensor"};
+
 class AdamW {
  public:
-  AdamW(std::vector<NamedTensor> parameters, AdamWConfig config = {});
+  AdamW(std::vector<NamedTensor> parameters, AdamWConfig config = {}, AdamWKernel kernel = AdamWKernel::fused);
 
   void step(float lr);  // one update from the parameters' current gradients
   void zero_grad();
@@ -54,6 +74,7 @@ class AdamW {
  private:
   std::vector<NamedTensor> parameters_;
   AdamWConfig config_;
+  AdamWKernel kernel_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   int64_t steps_ = 0;
 };

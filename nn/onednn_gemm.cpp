@@ -8,6 +8,8 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 #endif
 
@@ -68,6 +70,45 @@ const Product& product_for(memory::data_type in, bool trans_a, bool trans_b, int
   return e.primitives.emplace(key, Product{description, dnnl::matmul(description)}).first->second;
 }
 
+// A primitive bound to this thread's memory objects and stream: a call only swaps the data
+// pointers in. Building memories, argument maps and a stream on every call cost several µs,
+// as much as a whole attention head's 64×64×32 product.
+struct BoundProduct {
+  const Product* product;
+  memory a, b, c, scratchpad;
+  std::unordered_map<int, memory> arguments;
+};
+
+struct KeyHash {
+  std::size_t operator()(const ShapeKey& key) const {
+    std::size_t h = 0;
+    std::apply([&h](const auto&... field) { ((h = h * 1000003u ^ std::hash<std::decay_t<decltype(field)>>{}(field)), ...); },
+               key);
+    return h;
+  }
+};
+
+BoundProduct& bound_product(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                            int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
+  thread_local std::unordered_map<ShapeKey, BoundProduct, KeyHash> bound;
+  const ShapeKey key{in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
+  auto found = bound.find(key);
+  if (found != bound.end()) return found->second;
+  const Product& product = product_for(in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta);
+  thread_local std::vector<char> scratch;  // sized for the largest product this thread runs
+  const memory::desc scratch_desc = product.description.scratchpad_desc();
+  if (scratch.size() < scratch_desc.get_size()) {
+    scratch.resize(scratch_desc.get_size());
+    for (auto& [other_key, other] : bound) other.scratchpad.set_data_handle(scratch.data());  // moved
+  }
+  const dnnl::engine& cpu = engine().cpu;
+  memory a(matrix(in, M, K, trans_a, lda), cpu, nullptr), b(matrix(in, K, N, trans_b, ldb), cpu, nullptr),
+      c(matrix(memory::data_type::f32, M, N, false, ldc), cpu, nullptr), scratchpad(scratch_desc, cpu, scratch.data());
+  BoundProduct entry{&product, a, b, c, scratchpad,
+                     {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratchpad}}};
+  return bound.emplace(key, std::move(entry)).first->second;
+}
+
 void run(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
          int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -77,18 +118,12 @@ void run(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N,
     return;
   }
   try {
-    const Product& product = product_for(in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta);
-    Engine& e = engine();
-    dnnl::stream stream(e.cpu);
-    thread_local std::vector<char> scratch;
-    const memory::desc scratch_desc = product.description.scratchpad_desc();
-    if (scratch.size() < scratch_desc.get_size()) scratch.resize(scratch_desc.get_size());
-    memory scratchpad(scratch_desc, e.cpu, scratch.data());
-    memory a(matrix(in, M, K, trans_a, lda), e.cpu, const_cast<void*>(A));
-    memory b(matrix(in, K, N, trans_b, ldb), e.cpu, const_cast<void*>(B));
-    memory c(matrix(memory::data_type::f32, M, N, false, ldc), e.cpu, C);
-    product.primitive.execute(
-        stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratchpad}});
+    BoundProduct& bound = bound_product(in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta);
+    thread_local dnnl::stream stream(engine().cpu);
+    bound.a.set_data_handle(const_cast<void*>(A));
+    bound.b.set_data_handle(const_cast<void*>(B));
+    bound.c.set_data_handle(C);
+    bound.product->primitive.execute(stream, bound.arguments);
     stream.wait();
   } catch (const dnnl::error& error) {
     fail("oneDNN matmul [{}×{}]·[{}×{}]: {}", M, K, K, N, error.what());

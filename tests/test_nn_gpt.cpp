@@ -3,6 +3,7 @@
 // initialisation, generate(), AdamW and clipping, the LR schedule, learning a pattern.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include <catch2/catch.hpp>
@@ -250,6 +251,37 @@ TEST_CASE("AdamW: no weight decay on 1-D tensors, decay on matrices") {
   for (float w : matrix.values()) CHECK(w == Approx(1.0f - 0.1f * 0.5f));
   for (float w : vector.values()) CHECK(w == 1.0f);
   CHECK(opt.steps() == 1);
+}
+
+// The fused update walks all tensors laid end to end, each thread a share that starts and
+// ends inside tensors; every element must still see the per-tensor loop's arithmetic.
+TEST_CASE("fused AdamW (every tensor in one pass) equals the per-tensor loop bit for bit") {
+  nn::GPTConfig c{2, 2, 64, 16, 13, 0.0f, true};  // 27 tensors, ~110K elements: threaded, shares split tensors
+  nn::GPT fused_model(c, 9), loop_model(c, 9);
+  nn::AdamW fused(fused_model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, nn::AdamWKernel::fused);
+  nn::AdamW loop(loop_model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, nn::AdamWKernel::per_tensor);
+  nn::Rng rng(4);
+  for (int step = 0; step < 3; ++step) {
+    auto fp = fused_model.parameters(), lp = loop_model.parameters();
+    for (std::size_t i = 0; i < fp.size(); ++i)
+      for (int64_t j = 0; j < fp[i].tensor.numel(); ++j)
+        fp[i].tensor.grad()[j] = lp[i].tensor.grad()[j] = rng.normal(0.0f, 1e-2f);
+    fused.step(1e-2f);
+    loop.step(1e-2f);
+  }
+  auto fp = fused_model.parameters(), lp = loop_model.parameters();
+  int64_t elements = 0;
+  for (std::size_t i = 0; i < fp.size(); ++i) {
+    INFO(fp[i].name);
+    const int64_t n = fp[i].tensor.numel();
+    elements += n;
+    CHECK(std::memcmp(fp[i].tensor.data(), lp[i].tensor.data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(fused.exp_avg()[i].data(), loop.exp_avg()[i].data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(fused.exp_avg_sq()[i].data(), loop.exp_avg_sq()[i].data(), n * sizeof(float)) == 0);
+  }
+  CHECK(elements > 65536);  // above the threading threshold
+  nn::GPT untouched(c, 9);   // teeth: the update moved the weights
+  CHECK(std::memcmp(untouched.parameters()[0].tensor.data(), fp[0].tensor.data(), 4 * sizeof(float)) != 0);
 }
 
 TEST_CASE("training: a small GPT learns a repeating sequence; no memory taken after step one") {

@@ -110,7 +110,9 @@ std::vector<double> naive_attention(const Tensor& qkv, int H) {
 }
 
 TEST_CASE("causal self-attention: forward equals the naive formula") {
-  for (auto [B, T, C, H] : {std::tuple{2, 7, 12, 3}, std::tuple{1, 5, 10, 2}, std::tuple{3, 17, 8, 1}}) {
+  // T = 150: three 64-row causal blocks, the last ragged (nn/ops/attention.cpp skips the rest)
+  for (auto [B, T, C, H] : {std::tuple{2, 7, 12, 3}, std::tuple{1, 5, 10, 2}, std::tuple{3, 17, 8, 1},
+                            std::tuple{1, 150, 12, 3}}) {
     Tensor qkv = random_tensor({B, T, 3 * C}, B + T, 1.0f, false);
     Tensor y = nn::causal_self_attention(qkv, H);
     std::vector<double> expected = naive_attention(qkv, H);
@@ -472,18 +474,19 @@ TEST_CASE("naive attention's steps: split and merge heads, batched products, cau
 }
 
 TEST_CASE("naive attention (--attention naive) equals the fused kernel: output and gradient, with dropout too") {
-  for (float p : {0.0f, 0.3f}) {
-    Tensor qkv_a = random_tensor({2, 9, 36}, 11), qkv_b = qkv_a.clone();
+  // T = 9: one causal block; T = 130: three, the last of 2 rows (the skipped blocks' gradients)
+  for (auto [p, T] : {std::pair{0.0f, 9}, std::pair{0.3f, 9}, std::pair{0.0f, 130}, std::pair{0.3f, 130}}) {
+    Tensor qkv_a = random_tensor({2, T, 36}, 11), qkv_b = qkv_a.clone();
     qkv_b.set_requires_grad(true);
     nn::Rng rng_a(5), rng_b(5);
-    Tensor weights = random_tensor({2, 9, 12}, 12, 1.0f, false);  // L = Σ y ⊙ weights; one forward-backward at a time
+    Tensor weights = random_tensor({2, T, 12}, 12, 1.0f, false);  // L = Σ y ⊙ weights; one forward-backward at a time
     Tensor fused = nn::causal_self_attention(qkv_a, 3, p, &rng_a);
     Tensor fused_loss = nn::sum(nn::mul(fused, weights));
     nn::autograd::backward(fused_loss);
     Tensor naive = nn::causal_self_attention_naive(qkv_b, 3, p, &rng_b);
     Tensor naive_loss = nn::sum(nn::mul(naive, weights));
     nn::autograd::backward(naive_loss);
-    INFO("dropout " << p);
+    INFO("dropout " << p << ", T " << T);
     for (int64_t i = 0; i < fused.numel(); ++i) REQUIRE(naive.data()[i] == Approx(fused.data()[i]).margin(1e-5));
     for (int64_t i = 0; i < qkv_a.numel(); ++i) {
       INFO("qkv gradient element " << i);
