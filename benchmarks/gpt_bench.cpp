@@ -57,6 +57,8 @@ double gemm_peak_gflops(nn::Precision precision) {
   return 2.0 * n * n * n / median(seconds) / 1e9;
 }
 
+constexpr std::array<std::string_view, 2> kFusionNames = {"fused", "separate"};  // by nn::Fusion
+
 // What the command line asks for.
 struct BenchOptions {
   std::string preset = "a";
@@ -66,6 +68,7 @@ struct BenchOptions {
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
   nn::Recompute recompute = nn::Recompute::none;
   nn::AdamWKernel adamw = nn::AdamWKernel::fused;
+  nn::Fusion fusion = nn::Fusion::fused;
   bool peak = false, json = false, profile = false;
 };
 
@@ -85,6 +88,9 @@ void add_flags(CLI::App& app, BenchOptions& o) {
   comm::cli::add_choice(app, "--adamw", o.adamw, nn::kAdamWKernelNames,
                         "fused (every parameter in one pass, as PyTorch's fused AdamW) or per-tensor (one loop per "
                         "tensor: the speed ladder's rung before)");
+  comm::cli::add_choice(app, "--fusion", o.fusion, kFusionNames,
+                        "fused (the residual add inside the next layernorm's pass) or separate (one op each: the "
+                        "speed ladder's rung before)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
       ->check(comm::cli::whole(1, 1 << 20));
   app.add_flag("--peak", o.peak,
@@ -204,24 +210,25 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   const std::string_view precision = nn::name_of(o.precision), attention = nn::name_of(o.attention);
   const std::string_view recompute = nn::name_of(o.recompute);
   const std::string_view adamw = nn::kAdamWKernelNames[static_cast<std::size_t>(o.adamw)];
+  const std::string_view fusion = kFusionNames[static_cast<std::size_t>(o.fusion)];
   const double formula_bytes = nn::kept_activation_bytes(c, B, T, o.recompute, o.precision);
   if (o.json) {
     fmt::print(
         "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
-        "\"recompute\": \"{}\", \"adamw\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
+        "\"recompute\": \"{}\", \"adamw\": \"{}\", \"fusion\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
         "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
         "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}, \"kept_mib\": {:.2f}, "
         "\"kept_formula_mib\": {:.2f}, \"peak_mib\": {:.2f}}}\n",
-        o.preset, precision, attention, c.vocab_size, recompute, adamw, o.threads, step * 1e3, best * 1e3, tokens / step,
+        o.preset, precision, attention, c.vocab_size, recompute, adamw, fusion, o.threads, step * 1e3, best * 1e3, tokens / step,
         median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9, peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576,
         t.peak_bytes / 1048576);
     return;
   }
   fmt::print(
       "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}; {} AdamW\n",
+      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}; {} AdamW; {} elementwise\n",
       o.preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, o.threads, precision,
-      nn::gemm_library(o.precision), attention, recompute, adamw);
+      nn::gemm_library(o.precision), attention, recompute, adamw, fusion);
   fmt::print(
       "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
       "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
@@ -250,6 +257,7 @@ int main(int argc, char** argv) {
     }
     if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
     nn::set_compute_threads(o.threads);
+    nn::set_fusion(o.fusion);
     o.precision = nn::set_compute_modes(o.precision_setting, o.attention, o.recompute).precision;
     c.vocab_size = o.vocab;
     nn::GPT model(c, 1337);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "nn/autograd.hpp"
 #include "nn/recompute.hpp"
@@ -277,8 +278,12 @@ Tensor GPT::block_forward(const BlockWeights& b, Tensor x) {
   h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn");  // [B,T,3C]
   h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core, {&dropout_rng_}) : attention_core(h);
   h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"));
-  x = add(x, h);
-  h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  if (fusion() == Fusion::fused) {
+    std::tie(x, h) = add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
+  } else {
+    x = add(x, h);
+    h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  }
   h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                   // [B,T,4C]
   h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"));  // [B,T,C]
   return add(x, h);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "nn/rng.hpp"
 #include "nn/tensor.hpp"
@@ -28,6 +29,15 @@ Tensor gelu(const Tensor& x);
 
 // layernorm.cpp — over the last dimension, eps 1e-5; bias may be empty.
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, float eps = 1e-5f);
+// The residual add fused into the layernorm after it: {s, layernorm(s)} with s = x + h, one
+// pass per row forward and backward; the same bits as add then layernorm.
+std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const Tensor& weight, const Tensor& bias = {},
+                                        float eps = 1e-5f);
+// Whether the models call the fused elementwise kernels (add_layernorm) or the separate ops
+// they fuse (process-wide, default fused; --fusion separate is the speed ladder's rung before).
+enum class Fusion { fused, separate };
+void set_fusion(Fusion fusion);
+Fusion fusion();
 
 // softmax.cpp — over the last dimension.
 Tensor softmax(const Tensor& x);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
@@ -210,8 +211,13 @@ nn::Tensor TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tenso
   h = column_in(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C/tp]
   h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core, {&own_rng_})
                                                        : attention_core(h);               // [B,T,C/tp]
-  x = nn::add(x, maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias)));  // [B,T,C] (or [B,T/tp,C])
-  h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  h = maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias));  // [B,T,C] (or [B,T/tp,C])
+  if (nn::fusion() == nn::Fusion::fused) {
+    std::tie(x, h) = nn::add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
+  } else {
+    x = nn::add(x, h);
+    h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  }
   h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
   return nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
 }

@@ -12,6 +12,7 @@
 #include "nn/adamw.hpp"
 #include "nn/autocast.hpp"
 #include "nn/autograd.hpp"
+#include "nn/ops.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 #include "nn/gpt.hpp"
@@ -251,6 +252,28 @@ TEST_CASE("AdamW: no weight decay on 1-D tensors, decay on matrices") {
   for (float w : matrix.values()) CHECK(w == Approx(1.0f - 0.1f * 0.5f));
   for (float w : vector.values()) CHECK(w == 1.0f);
   CHECK(opt.steps() == 1);
+}
+
+TEST_CASE("GPT with fused elementwise kernels equals the separate ops: loss and every gradient, bit for bit") {
+  nn::GPTConfig c{2, 2, 32, 16, 11, 0.1f, true};  // dropout on: the masks must match too
+  std::vector<int32_t> ids(3 * 16), targets(3 * 16);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>(i * 7 % 11);
+    targets[i] = static_cast<int32_t>(i * 5 % 11);
+  }
+  auto run = [&](nn::Fusion fusion) {
+    nn::set_fusion(fusion);
+    nn::GPT model(c, 21);
+    nn::Tensor loss = model.loss(ids, targets, 3, 16);
+    nn::autograd::backward(loss);
+    std::vector<float> out{loss.item()};
+    for (auto& p : model.parameters()) out.insert(out.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
+    nn::set_fusion(nn::Fusion::fused);
+    return out;
+  };
+  const std::vector<float> fused = run(nn::Fusion::fused), separate = run(nn::Fusion::separate);
+  REQUIRE(fused.size() == separate.size());
+  CHECK(std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)) == 0);
 }
 
 // The fused update walks all tensors laid end to end, each thread a share that starts and

@@ -2,6 +2,7 @@
 // vector width), its forward value against a plain formula, and autograd's rules.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -57,6 +58,50 @@ TEST_CASE("gelu: exact erf form, gradient") {
   const float expected[] = {-0.00404969f, -0.15865526f, 0.0f, 0.34573123f, 0.84134474f, 1.95449974f};
   for (int i = 0; i < 6; ++i) CHECK(y.data()[i] == Approx(expected[i]).margin(1e-6));
   check_gradients([](auto& in) { return nn::gelu(in[0]); }, {random_tensor({3, 17}, 1, 2.0f)});
+}
+
+// The residual stream as a block uses it: x also feeds something else (its gradient adds up),
+// s = x + h goes on (a later use's gradient) and into the layernorm. Large enough to thread.
+TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add then layernorm bit for bit") {
+  for (bool with_bias : {true, false}) {
+    INFO("bias " << with_bias);
+    const nn::Shape shape{4, 64, 160};
+    std::vector<Tensor> fused_in{random_tensor(shape, 1), random_tensor(shape, 2), random_tensor({160}, 3),
+                                 with_bias ? random_tensor({160}, 4) : Tensor()};
+    std::vector<Tensor> separate_in;
+    for (const Tensor& t : fused_in) {
+      separate_in.push_back(t.defined() ? t.clone() : Tensor());
+      if (t.defined()) separate_in.back().set_requires_grad(true);
+    }
+    Tensor r1 = random_tensor(shape, 5, 1.0f, false), r2 = random_tensor(shape, 6, 1.0f, false),
+           r3 = random_tensor(shape, 7, 1.0f, false);
+    auto loss_of = [&](Tensor x, Tensor s, Tensor y) {  // Σ y⊙r1 + Σ s⊙r2 + Σ x⊙r3
+      return nn::add(nn::add(nn::sum(nn::mul(y, r1)), nn::sum(nn::mul(s, r2))), nn::sum(nn::mul(x, r3)));
+    };
+    auto [s_fused, y_fused] = nn::add_layernorm(fused_in[0], fused_in[1], fused_in[2], fused_in[3]);
+    Tensor fused_loss = loss_of(fused_in[0], s_fused, y_fused);
+    nn::autograd::backward(fused_loss);
+    Tensor s_separate = nn::add(separate_in[0], separate_in[1]);
+    Tensor y_separate = nn::layernorm(s_separate, separate_in[2], separate_in[3]);
+    Tensor separate_loss = loss_of(separate_in[0], s_separate, y_separate);
+    nn::autograd::backward(separate_loss);
+    auto same = [](const float* p, const float* q, int64_t n) { return std::memcmp(p, q, n * sizeof(float)) == 0; };
+    CHECK(same(s_fused.data(), s_separate.data(), s_fused.numel()));
+    CHECK(same(y_fused.data(), y_separate.data(), y_fused.numel()));
+    for (std::size_t i = 0; i < fused_in.size(); ++i) {
+      if (!fused_in[i].defined()) continue;
+      INFO("gradient of input " << i);
+      CHECK(same(fused_in[i].grad(), separate_in[i].grad(), fused_in[i].numel()));
+    }
+  }
+  check_gradients(
+      [](auto& in) {
+        auto [s, y] = nn::add_layernorm(in[0], in[1], in[2], in[3]);
+        return nn::add(nn::mul(s, in[1]), y);  // s used after, as the residual stream is
+      },
+      {random_tensor({2, 5, 19}, 8), random_tensor({2, 5, 19}, 9), random_tensor({19}, 10), random_tensor({19}, 11)});
+  CHECK_THROWS_AS(nn::add_layernorm(random_tensor({2, 4}, 1), random_tensor({4, 2}, 2), random_tensor({4}, 3)),
+                  nn::Error);
 }
 
 TEST_CASE("layernorm: normalised rows, gradients with and without bias") {

@@ -55,7 +55,7 @@ TEST_CASE("profile: off records nothing; on, a step has a row per kind of work a
   nn::profile::enable(false);
   const auto rows = nn::profile::rows();
   for (const char* kind : {"layernorm", "gelu", "attention core", "GEMM attn.c_attn", "GEMM mlp.c_fc", "GEMM lm_head",
-                           "embedding", "softmax + cross-entropy", "add (residual, position)"}) {
+                           "embedding", "softmax + cross-entropy", "add (residual, position)", "add + layernorm"}) {
     INFO(kind);
     CHECK(find(rows, kind, Pass::forward) != nullptr);
     CHECK(find(rows, kind, Pass::backward) != nullptr);

@@ -1,4 +1,6 @@
-// LayerNorm over the last dimension, fused: one pass for the statistics, one for the output.
+// LayerNorm over the last dimension, fused: one pass for the statistics, one for the output;
+// and the residual add before it fused in (add_layernorm).
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <omp.h>
@@ -49,6 +51,35 @@ void row_backward(const float* xr, const float* dyr, const float* wv, float mu, 
   }
 }
 
+// The dweight/dbias sums of rows [0, rows): each thread sums its rows into its own slot [2, C]
+// of `partial`, and the slots are added after (a fixed order: the same bits every run).
+// row(r, pw, pb) runs one row's backward with this thread's slot.
+template <class RowBackward>
+void backward_rows(int64_t rows, int64_t C, const Tensor& weight, const Tensor& bias, RowBackward row) {
+  const int threads = omp_get_max_threads();
+  Tensor partial = Tensor::zeros({threads, 2, C});
+  float* pd = partial.data();
+#pragma omp parallel if (rows * C > kThreadedFrom)
+  {
+    float* pw = pd + omp_get_thread_num() * 2 * C;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) row(r, pw, pw + C);
+  }
+  float* dw = weight.requires_grad() ? weight.grad() : nullptr;
+  float* db = bias.defined() && bias.requires_grad() ? bias.grad() : nullptr;
+  for (int t = 0; t < threads; ++t)
+    for (int64_t j = 0; j < C; ++j) {
+      if (dw) dw[j] += pd[(t * 2) * C + j];
+      if (db) db[j] += pd[(t * 2 + 1) * C + j];
+    }
+}
+
+void check_fits(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const int64_t C = x.size(-1);
+  if (weight.numel() != C || (bias.defined() && bias.numel() != C))
+    fail("{}: input {} does not fit weight {}", op, shape_string(x.shape()), shape_string(weight.shape()));
+}
+
 }  // namespace
 
 // forward (each row x[C]):  μ = mean(x), σ⁻¹ = 1/√(var(x) + eps)   (biased variance)
@@ -57,9 +88,8 @@ void row_backward(const float* xr, const float* dyr, const float* wv, float mu, 
 //            dx += σ⁻¹ · (g − mean(g) − x̂ · mean(g ⊙ x̂))
 //            dweight += Σ_rows dy ⊙ x̂,   dbias += Σ_rows dy
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+  check_fits("layernorm", x, weight, bias);
   const int64_t C = x.size(-1), rows = x.numel() / C;
-  if (weight.numel() != C || (bias.defined() && bias.numel() != C))
-    fail("layernorm: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
   profile::Scope scope("layernorm", 8.0 * rows * C);  // read x, write y
   bool track = autograd::needs_grad({&x, &weight, &bias});
   Tensor y = Tensor::empty(x.shape(), track);
@@ -78,29 +108,74 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
   autograd::record([x, weight, bias, y, stats, rows, C]() mutable {
     profile::Scope backward_scope("layernorm", 12.0 * rows * C);  // read x, dy; write dx
     const float *xv = x.data(), *wv = weight.data(), *dy = y.grad(), *saved = stats.data();
-    Tensor::GradTarget dx_target{nullptr, true};
-    if (x.requires_grad()) dx_target = x.grad_target();
-    // Each thread sums its rows' dweight/dbias into its own slot [2, C]; the slots are added after.
-    const int threads = omp_get_max_threads();
-    Tensor partial = Tensor::zeros({threads, 2, C});
-    float* pd = partial.data();
-#pragma omp parallel if (rows * C > kThreadedFrom)
-    {
-      float* pw = pd + omp_get_thread_num() * 2 * C;
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r)
-        row_backward(xv + r * C, dy + r * C, wv, saved[2 * r], saved[2 * r + 1], C, pw, pw + C,
-                     dx_target.data ? dx_target.data + r * C : nullptr, dx_target.accumulate);
-    }
-    float* dw = weight.requires_grad() ? weight.grad() : nullptr;
-    float* db = bias.defined() && bias.requires_grad() ? bias.grad() : nullptr;
-    for (int t = 0; t < threads; ++t)
-      for (int64_t j = 0; j < C; ++j) {
-        if (dw) dw[j] += pd[(t * 2) * C + j];
-        if (db) db[j] += pd[(t * 2 + 1) * C + j];
-      }
+    Tensor::GradTarget dx{nullptr, true};
+    if (x.requires_grad()) dx = x.grad_target();
+    backward_rows(rows, C, weight, bias, [&](int64_t r, float* pw, float* pb) {
+      row_backward(xv + r * C, dy + r * C, wv, saved[2 * r], saved[2 * r + 1], C, pw, pb,
+                   dx.data ? dx.data + r * C : nullptr, dx.accumulate);
+    });
   });
   return y;
 }
+
+// The residual add and the layernorm after it, one pass over each row (s stays in L1 between):
+//   forward:  s = x + h,  y = layernorm(s)                 returns {s, y}
+//   backward: ds = ds_later + layernorm'(dy),  dx += ds,  dh += ds
+// The same operations in the same order as add then layernorm: the same bits (tested).
+std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const Tensor& weight, const Tensor& bias,
+                                        float eps) {
+  if (x.shape() != h.shape())
+    fail("add_layernorm: shapes {} and {} differ", shape_string(x.shape()), shape_string(h.shape()));
+  check_fits("add_layernorm", x, weight, bias);
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  profile::Scope scope("add + layernorm", 16.0 * rows * C);  // read x, h; write s, y
+  bool track = autograd::needs_grad({&x, &h, &weight, &bias});
+  Tensor sum = Tensor::empty(x.shape(), track), y = Tensor::empty(x.shape(), track);
+  Tensor stats = Tensor::empty({rows, 2});
+  const float *xd = x.data(), *hd = h.data(), *w = weight.data(), *b = bias.defined() ? bias.data() : nullptr;
+  float *sd = sum.data(), *yd = y.data(), *st = stats.data();
+
+#pragma omp parallel for schedule(static) if (rows * C > kThreadedFrom)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = sd + r * C;
+    for (int64_t j = 0; j < C; ++j) sr[j] = xd[r * C + j] + hd[r * C + j];
+    const auto [mu, rstd] = normalize_row(sr, w, b, yd + r * C, C, eps);
+    st[2 * r] = mu;
+    st[2 * r + 1] = rstd;
+  }
+  if (!track) return {sum, y};
+
+  autograd::record([x, h, weight, bias, sum, y, stats, rows, C]() mutable {
+    profile::Scope backward_scope("add + layernorm", 20.0 * rows * C);  // read s, dy, ds; write dx, dh
+    const float *sv = sum.data(), *wv = weight.data(), *dy = y.grad(), *saved = stats.data();
+    // ds gathers the later uses' gradient (the residual stream's) and layernorm's: in s's own
+    // gradient buffer when it has one, else in a fresh one.
+    auto ds = sum.grad_target();
+    Tensor::GradTarget dx{nullptr, true}, dh{nullptr, true};
+    if (x.requires_grad()) dx = x.grad_target();
+    if (h.requires_grad()) dh = h.grad_target();
+    auto pass_on = [C](const float* from, const Tensor::GradTarget& to, int64_t r) {
+      if (!to.data) return;
+      float* out = to.data + r * C;
+      if (to.accumulate)
+        for (int64_t j = 0; j < C; ++j) out[j] += from[j];
+      else
+        std::copy_n(from, C, out);
+    };
+    backward_rows(rows, C, weight, bias, [&](int64_t r, float* pw, float* pb) {
+      float* dsr = ds.data + r * C;
+      row_backward(sv + r * C, dy + r * C, wv, saved[2 * r], saved[2 * r + 1], C, pw, pb, dsr, ds.accumulate);
+      pass_on(dsr, dx, r);
+      pass_on(dsr, dh, r);
+    });
+  });
+  return {sum, y};
+}
+
+namespace {
+Fusion g_fusion = Fusion::fused;
+}
+void set_fusion(Fusion fusion) { g_fusion = fusion; }
+Fusion fusion() { return g_fusion; }
 
 }  // namespace nn
