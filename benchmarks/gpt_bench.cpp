@@ -57,8 +57,6 @@ double gemm_peak_gflops(nn::Precision precision) {
   return 2.0 * n * n * n / median(seconds) / 1e9;
 }
 
-constexpr std::array<std::string_view, 2> kFusionNames = {"fused", "separate"};  // by nn::Fusion
-
 // What the command line asks for.
 struct BenchOptions {
   std::string preset = "a";
@@ -88,7 +86,7 @@ void add_flags(CLI::App& app, BenchOptions& o) {
   comm::cli::add_choice(app, "--adamw", o.adamw, nn::kAdamWKernelNames,
                         "fused (every parameter in one pass, as PyTorch's fused AdamW) or per-tensor (one loop per "
                         "tensor: the speed ladder's rung before)");
-  comm::cli::add_choice(app, "--fusion", o.fusion, kFusionNames,
+  comm::cli::add_choice(app, "--fusion", o.fusion, nn::kFusionNames,
                         "fused (the residual add inside the next layernorm's pass) or separate (one op each: the "
                         "speed ladder's rung before)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
@@ -210,7 +208,7 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   const std::string_view precision = nn::name_of(o.precision), attention = nn::name_of(o.attention);
   const std::string_view recompute = nn::name_of(o.recompute);
   const std::string_view adamw = nn::kAdamWKernelNames[static_cast<std::size_t>(o.adamw)];
-  const std::string_view fusion = kFusionNames[static_cast<std::size_t>(o.fusion)];
+  const std::string_view fusion = nn::name_of(o.fusion);
   const double formula_bytes = nn::kept_activation_bytes(c, B, T, o.recompute, o.precision);
   if (o.json) {
     fmt::print(
@@ -219,9 +217,9 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
         "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
         "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}, \"kept_mib\": {:.2f}, "
         "\"kept_formula_mib\": {:.2f}, \"peak_mib\": {:.2f}}}\n",
-        o.preset, precision, attention, c.vocab_size, recompute, adamw, fusion, o.threads, step * 1e3, best * 1e3, tokens / step,
-        median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9, peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576,
-        t.peak_bytes / 1048576);
+        o.preset, precision, attention, c.vocab_size, recompute, adamw, fusion, o.threads, step * 1e3, best * 1e3,
+        tokens / step, median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9,
+        peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576, t.peak_bytes / 1048576);
     return;
   }
   fmt::print(

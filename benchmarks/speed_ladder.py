@@ -9,11 +9,15 @@ transfer to a CPU and why.
   2 fused attention                   one kernel per head, one [B,H,T,T] tensor (FlashAttention's idea)
   3 engine chosen by the CPU          oneDNN / OpenBLAS / Eigen, whichever is fastest here (fp32)
   4 bf16 matrix multiplies            --precision bf16 on the CPU's AVX-512 BF16 units
-  5 padded vocabulary                 65 → 128 ("nice numbers")
-  6 2 ranks, bf16 gradients           train_dp on 2 ranks × 1 thread with --grad-comm bf16, against
+  5 fused elementwise kernels         --fusion fused: the residual add inside the next layernorm's
+                                      pass (torch.compile's rung)
+  6 padded vocabulary                 65 → 128 ("nice numbers")
+  7 fused AdamW                       --adamw fused: every parameter in one pass
+  8 2 ranks, bf16 gradients           train_dp on 2 ranks × 1 thread with --grad-comm bf16, against
                                       the same 2-rank run with fp32 gradients (the rung's own base)
 
-Rungs 1-5 run gpt_bench in one process on every core; rung 6 runs train_dp on the real text.
+Rungs 1-4 run with --fusion separate --adamw per-tensor, the state before rungs 5 and 7.
+Rungs 1-7 run gpt_bench in one process on every core; rung 8 runs train_dp on the real text.
 Each rung runs --rounds times, interleaved; the median counts. OPENBLAS_CORETYPE is unset
 (benchmarks/fair_settings.py), as on a user's machine.
 
@@ -63,14 +67,18 @@ def two_ranks(grad_comm):
     return float(re.findall(r"\| (\d+) tok/s", out)[-1])  # the last log line: steps 4-6
 
 
+before_fusion = ["--fusion", "separate", "--adamw", "per-tensor"]
+bf16 = ["--precision", "bf16"]
 rungs = [
-    ("1 naive attention, fp32, Eigen", lambda: bench(["--attention", "naive"], "eigen")),
-    ("2 fused attention", lambda: bench([], "eigen")),
-    ("3 engine chosen by the CPU (fp32)", lambda: bench([])),
-    ("4 bf16 matrix multiplies", lambda: bench(["--precision", "bf16"])),
-    ("5 padded vocabulary (65 -> 128)", lambda: bench(["--precision", "bf16", "--vocab", "128"])),
-    ("6a 2 ranks, fp32 gradients (base)", lambda: two_ranks("fp32")),
-    ("6 2 ranks, bf16 gradients", lambda: two_ranks("bf16")),
+    ("1 naive attention, fp32, Eigen", lambda: bench(["--attention", "naive"] + before_fusion, "eigen")),
+    ("2 fused attention", lambda: bench(before_fusion, "eigen")),
+    ("3 engine chosen by the CPU (fp32)", lambda: bench(before_fusion)),
+    ("4 bf16 matrix multiplies", lambda: bench(bf16 + before_fusion)),
+    ("5 fused elementwise kernels", lambda: bench(bf16 + ["--adamw", "per-tensor"])),
+    ("6 padded vocabulary (65 -> 128)", lambda: bench(bf16 + ["--adamw", "per-tensor", "--vocab", "128"])),
+    ("7 fused AdamW", lambda: bench(bf16 + ["--vocab", "128"])),
+    ("8a 2 ranks, fp32 gradients (base)", lambda: two_ranks("fp32")),
+    ("8 2 ranks, bf16 gradients", lambda: two_ranks("bf16")),
 ]
 results = {name: [] for name, _ in rungs}
 for r in range(args.rounds):
@@ -83,8 +91,8 @@ print("| --- | --- | --- |")
 previous = None
 for name, _ in rungs:
     median = statistics.median(results[name])
-    if name.startswith("6a"):
-        ratio = "(rung 6's base: 2 processes × 1 thread)"
+    if name.startswith("8a"):
+        ratio = "(rung 8's base: 2 processes × 1 thread)"
     else:
         ratio = "" if previous is None else f"{median / previous:.2f}×"
     print(f"| {name} | {median:.0f} | {ratio} |")

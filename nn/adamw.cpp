@@ -36,13 +36,15 @@ namespace {
 void update_slice(const AdamWTensor& t, int64_t from, int64_t to, const AdamWScalars& s) {
   float *w = t.w, *m = t.m, *v = t.v;
   const float* g = t.g;
+  const float decay = t.decay, b1 = s.beta1, b2 = s.beta2, eps = s.eps, step_size = s.step_size;
+  const float c2 = s.correction2_sqrt;
 #pragma omp simd
   for (int64_t j = from; j < to; ++j) {
-    w[j] *= t.decay;
-    m[j] = m[j] * s.beta1 + g[j] * (1.0f - s.beta1);
-    v[j] = v[j] * s.beta2 + (1.0f - s.beta2) * g[j] * g[j];
-    const float denom = std::sqrt(v[j]) / s.correction2_sqrt + s.eps;
-    w[j] -= s.step_size * m[j] / denom;
+    w[j] *= decay;
+    m[j] = m[j] * b1 + g[j] * (1.0f - b1);
+    v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
+    const float denom = std::sqrt(v[j]) / c2 + eps;
+    w[j] -= step_size * m[j] / denom;
   }
 }
 
@@ -91,14 +93,13 @@ void AdamW::step(float lr) {
     }
     return;
   }
-  thread_local std::vector<AdamWTensor> tensors;  // kept: no allocation per step
-  tensors.clear();
+  fused_tensors_.clear();  // keeps its capacity: no allocation after the first step
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     Tensor& p = parameters_[i].tensor;
-    tensors.push_back({p.data(), p.grad(), exp_avg_[i].data(), exp_avg_sq_[i].data(), p.numel(),
-                       s.decay(p.ndim() >= 2)});
+    fused_tensors_.push_back({p.data(), p.grad(), exp_avg_[i].data(), exp_avg_sq_[i].data(), p.numel(),
+                              s.decay(p.ndim() >= 2)});
   }
-  adamw_update_fused(tensors, s);
+  adamw_update_fused(fused_tensors_, s);
 }
 
 void AdamW::zero_grad() {

@@ -32,8 +32,10 @@ struct AdamWScalars {
   float decay(bool has_two_dims) const { return has_two_dims ? 1.0f - lr * weight_decay : 1.0f; }
 };
 
-// One AdamW update of n elements in place (w, m, v; g is read): what AdamW::step runs on each
-// tensor, and what a ZeRO rank runs on its shard — the same loop, so the same bits.
+// One AdamW update of n elements in place (w, m, v; g is read): what a ZeRO rank runs on its
+// shard, and AdamW::step on each tensor under AdamWKernel::per_tensor. It and the fused pass
+// below share one element loop (nn/adamw.cpp), compiled so that an element's update is the
+// same bits wherever a shard or a thread's share starts (tests/test_nn_gpt.cpp).
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, const AdamWScalars& s);
 
 // One tensor's part in a fused update: its weights, gradient, moments and decay factor.
@@ -76,6 +78,7 @@ class AdamW {
   AdamWConfig config_;
   AdamWKernel kernel_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<AdamWTensor> fused_tensors_;  // the fused pass's list, rebuilt each step
   int64_t steps_ = 0;
 };
 

@@ -8,7 +8,6 @@
 #include <map>
 #include <mutex>
 #include <tuple>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 #endif
@@ -79,18 +78,9 @@ struct BoundProduct {
   std::unordered_map<int, memory> arguments;
 };
 
-struct KeyHash {
-  std::size_t operator()(const ShapeKey& key) const {
-    std::size_t h = 0;
-    std::apply([&h](const auto&... field) { ((h = h * 1000003u ^ std::hash<std::decay_t<decltype(field)>>{}(field)), ...); },
-               key);
-    return h;
-  }
-};
-
 BoundProduct& bound_product(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                             int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
-  thread_local std::unordered_map<ShapeKey, BoundProduct, KeyHash> bound;
+  thread_local std::map<ShapeKey, BoundProduct> bound;
   const ShapeKey key{in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
   auto found = bound.find(key);
   if (found != bound.end()) return found->second;
@@ -99,7 +89,8 @@ BoundProduct& bound_product(memory::data_type in, bool trans_a, bool trans_b, in
   const memory::desc scratch_desc = product.description.scratchpad_desc();
   if (scratch.size() < scratch_desc.get_size()) {
     scratch.resize(scratch_desc.get_size());
-    for (auto& [other_key, other] : bound) other.scratchpad.set_data_handle(scratch.data());  // moved
+    // the buffer moved: point every bound scratchpad at it
+    for (auto& [other_key, other] : bound) other.scratchpad.set_data_handle(scratch.data());
   }
   const dnnl::engine& cpu = engine().cpu;
   memory a(matrix(in, M, K, trans_a, lda), cpu, nullptr), b(matrix(in, K, N, trans_b, ldb), cpu, nullptr),

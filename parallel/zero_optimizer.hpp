@@ -16,7 +16,7 @@
 //          groups being used                                 forward and again before its backward,
 //                                                            freed after; the next one prefetched (3Ψ)
 //
-// Every rank steps AdamW on its shard only (nn::adamw_update, the loop nn::AdamW runs), so
+// Every rank steps AdamW on its shard only (nn::adamw_update, the element loop nn::AdamW runs), so
 // stage k ≡ stage 0 up to the order of floating-point sums.
 #pragma once
 #include <cstdint>

@@ -13,6 +13,7 @@
 #include "nn/autocast.hpp"
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
+#include "nn/profile.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 #include "nn/gpt.hpp"
@@ -262,13 +263,21 @@ TEST_CASE("GPT with fused elementwise kernels equals the separate ops: loss and 
     targets[i] = static_cast<int32_t>(i * 5 % 11);
   }
   auto run = [&](nn::Fusion fusion) {
+    struct Restore {
+      ~Restore() { nn::set_fusion(nn::Fusion::fused); }
+    } restore;
     nn::set_fusion(fusion);
     nn::GPT model(c, 21);
+    nn::profile::reset();
+    nn::profile::enable(true);  // to see which kernels ran
     nn::Tensor loss = model.loss(ids, targets, 3, 16);
     nn::autograd::backward(loss);
+    nn::profile::enable(false);
+    bool fused_ran = false;
+    for (const auto& row : nn::profile::rows()) fused_ran |= row.kind == "add + layernorm";
+    CHECK(fused_ran == (fusion == nn::Fusion::fused));
     std::vector<float> out{loss.item()};
     for (auto& p : model.parameters()) out.insert(out.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
-    nn::set_fusion(nn::Fusion::fused);
     return out;
   };
   const std::vector<float> fused = run(nn::Fusion::fused), separate = run(nn::Fusion::separate);
@@ -279,7 +288,9 @@ TEST_CASE("GPT with fused elementwise kernels equals the separate ops: loss and 
 // The fused update walks all tensors laid end to end, each thread a share that starts and
 // ends inside tensors; every element must still see the per-tensor loop's arithmetic.
 TEST_CASE("fused AdamW (every tensor in one pass) equals the per-tensor loop bit for bit") {
-  nn::GPTConfig c{2, 2, 64, 16, 13, 0.0f, true};  // 27 tensors, ~110K elements: threaded, shares split tensors
+  // 6 layers 34 wide, with biases: 76 tensors of odd sizes, ~87K elements: threaded, shares
+  // start and end inside tensors, elements fall in vector bodies and scalar remainders
+  nn::GPTConfig c{6, 2, 34, 16, 13, 0.0f, true};
   nn::GPT fused_model(c, 9), loop_model(c, 9);
   nn::AdamW fused(fused_model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, nn::AdamWKernel::fused);
   nn::AdamW loop(loop_model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, nn::AdamWKernel::per_tensor);
@@ -303,8 +314,35 @@ TEST_CASE("fused AdamW (every tensor in one pass) equals the per-tensor loop bit
     CHECK(std::memcmp(fused.exp_avg_sq()[i].data(), loop.exp_avg_sq()[i].data(), n * sizeof(float)) == 0);
   }
   CHECK(elements > 65536);  // above the threading threshold
+  CHECK(elements % 16 != 0);
   nn::GPT untouched(c, 9);   // teeth: the update moved the weights
   CHECK(std::memcmp(untouched.parameters()[0].tensor.data(), fp[0].tensor.data(), 4 * sizeof(float)) != 0);
+}
+
+// ZeRO steps each rank's shard with adamw_update on sub-ranges that start anywhere: an
+// element's update must not depend on where its range starts (vector body or remainder).
+TEST_CASE("adamw_update over pieces split at odd places equals one update over the whole") {
+  const int64_t n = 1000;
+  nn::Rng rng(6);
+  std::vector<float> w(n), g(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = rng.normal(0.0f, 1.0f);
+    g[i] = rng.normal(0.0f, 0.1f);
+    m[i] = rng.normal(0.0f, 0.01f);
+    v[i] = std::abs(rng.normal(0.0f, 1e-3f));
+  }
+  std::vector<float> w2 = w, m2 = m, v2 = v;
+  const nn::AdamWScalars s = nn::AdamWScalars::at({0.9f, 0.95f, 1e-8f, 0.1f}, 3, 1e-2f);
+  nn::adamw_update(w.data(), g.data(), m.data(), v.data(), n, s.decay(true), s);
+  int64_t from = 0;
+  for (int64_t piece : {1, 7, 13, 35, 944}) {  // ends at 1, 8, 21, 56, 1000
+    nn::adamw_update(w2.data() + from, g.data() + from, m2.data() + from, v2.data() + from, piece, s.decay(true), s);
+    from += piece;
+  }
+  REQUIRE(from == n);
+  CHECK(std::memcmp(w.data(), w2.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(m.data(), m2.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(v.data(), v2.data(), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("training: a small GPT learns a repeating sequence; no memory taken after step one") {

@@ -94,6 +94,32 @@ TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add 
       CHECK(same(fused_in[i].grad(), separate_in[i].grad(), fused_in[i].numel()));
     }
   }
+  SECTION("s unused after it, x without a gradient, x and h one tensor: as add then layernorm") {
+    Tensor w = random_tensor({40}, 12), b = random_tensor({40}, 13), x = random_tensor({3, 40}, 14, 1.0f, false);
+    Tensor h = random_tensor({3, 40}, 15), w2 = w.clone(), b2 = b.clone(), h2 = h.clone();
+    for (Tensor* t : {&w2, &b2, &h2}) t->set_requires_grad(true);
+    Tensor r = random_tensor({3, 40}, 16, 1.0f, false);
+    auto [s1, y1] = nn::add_layernorm(x, h, w, b);  // only y is used
+    Tensor fused_loss = nn::sum(nn::mul(y1, r));
+    nn::autograd::backward(fused_loss);
+    Tensor y2 = nn::layernorm(nn::add(x, h2), w2, b2);
+    Tensor separate_loss = nn::sum(nn::mul(y2, r));
+    nn::autograd::backward(separate_loss);
+    for (auto [got, want] : {std::pair{&h, &h2}, std::pair{&w, &w2}, std::pair{&b, &b2}})
+      CHECK(std::memcmp(got->grad(), want->grad(), got->numel() * sizeof(float)) == 0);
+    Tensor same = random_tensor({3, 40}, 17), same2 = same.clone();  // x = h: both gradients land in one
+    same2.set_requires_grad(true);
+    auto [s3, y3] = nn::add_layernorm(same, same, w, b);
+    Tensor loss3 = nn::sum(nn::mul(y3, r));
+    nn::autograd::backward(loss3);
+    Tensor y4 = nn::layernorm(nn::add(same2, same2), w2, b2);
+    Tensor loss4 = nn::sum(nn::mul(y4, r));
+    nn::autograd::backward(loss4);
+    CHECK(std::memcmp(same.grad(), same2.grad(), same.numel() * sizeof(float)) == 0);
+    Tensor frozen = random_tensor({3, 40}, 18, 1.0f, false);  // only the weights learn: s needs no gradient
+    CHECK_FALSE(nn::add_layernorm(frozen, frozen, w, b).first.requires_grad());
+    nn::autograd::clear_tape();
+  }
   check_gradients(
       [](auto& in) {
         auto [s, y] = nn::add_layernorm(in[0], in[1], in[2], in[3]);
@@ -525,11 +551,12 @@ TEST_CASE("naive attention (--attention naive) equals the fused kernel: output a
     qkv_b.set_requires_grad(true);
     nn::Rng rng_a(5), rng_b(5);
     Tensor weights = random_tensor({2, T, 12}, 12, 1.0f, false);  // L = Σ y ⊙ weights; one forward-backward at a time
+    // qkv used twice: the second backward adds to the first's gradient (beta 1 in every block)
     Tensor fused = nn::causal_self_attention(qkv_a, 3, p, &rng_a);
-    Tensor fused_loss = nn::sum(nn::mul(fused, weights));
+    Tensor fused_loss = nn::add(nn::sum(nn::mul(fused, weights)), nn::sum(nn::causal_self_attention(qkv_a, 3)));
     nn::autograd::backward(fused_loss);
     Tensor naive = nn::causal_self_attention_naive(qkv_b, 3, p, &rng_b);
-    Tensor naive_loss = nn::sum(nn::mul(naive, weights));
+    Tensor naive_loss = nn::add(nn::sum(nn::mul(naive, weights)), nn::sum(nn::causal_self_attention_naive(qkv_b, 3)));
     nn::autograd::backward(naive_loss);
     INFO("dropout " << p << ", T " << T);
     for (int64_t i = 0; i < fused.numel(); ++i) REQUIRE(naive.data()[i] == Approx(fused.data()[i]).margin(1e-5));
@@ -549,33 +576,36 @@ TEST_CASE("naive attention (--attention naive) equals the fused kernel: output a
 // each output is within about 6u ≈ 2.3% of the sum of its terms' magnitudes; as tensors
 // (2-norms, random signs) the difference is far smaller. Bound: 3% of the fp32 tensor's norm.
 TEST_CASE("bf16 attention: QKᵀ and PV on bf16 inputs, output and gradient within bf16's rounding of fp32") {
-  Tensor qkv32 = random_tensor({2, 17, 48}, 21), qkv16 = qkv32.clone();
-  qkv16.set_requires_grad(true);
-  Tensor weights = random_tensor({2, 17, 16}, 22, 1.0f, false);
-  Tensor y32 = nn::causal_self_attention(qkv32, 2);
-  Tensor loss32 = nn::sum(nn::mul(y32, weights));
-  nn::autograd::backward(loss32);
-  Tensor y16;
-  {
-    Bf16Scope bf16;
-    y16 = nn::causal_self_attention(qkv16, 2);
-    Tensor loss16 = nn::sum(nn::mul(y16, weights));
-    nn::autograd::backward(loss16);
-  }
-  auto relative = [](const float* got, const float* want, int64_t n) {
-    double difference = 0, size = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      difference += (got[i] - want[i]) * (got[i] - want[i]);
-      size += want[i] * want[i];
+  for (int T : {17, 130}) {  // one causal block; three (the bf16 operands offset into each block)
+    INFO("T " << T);
+    Tensor qkv32 = random_tensor({2, T, 48}, 21), qkv16 = qkv32.clone();
+    qkv16.set_requires_grad(true);
+    Tensor weights = random_tensor({2, T, 16}, 22, 1.0f, false);
+    Tensor y32 = nn::causal_self_attention(qkv32, 2);
+    Tensor loss32 = nn::sum(nn::mul(y32, weights));
+    nn::autograd::backward(loss32);
+    Tensor y16;
+    {
+      Bf16Scope bf16;
+      y16 = nn::causal_self_attention(qkv16, 2);
+      Tensor loss16 = nn::sum(nn::mul(y16, weights));
+      nn::autograd::backward(loss16);
     }
-    return std::sqrt(difference / size);
-  };
-  const double output = relative(y16.data(), y32.data(), y32.numel());
-  const double gradient = relative(qkv16.grad(), qkv32.grad(), qkv32.numel());
-  INFO("‖bf16 − fp32‖ / ‖fp32‖: output " << output << ", gradient " << gradient);
-  CHECK(output < 0.03);
-  CHECK(gradient < 0.03);
-  CHECK(output > 1e-5);  // teeth: bf16 was used
-  CHECK(gradient > 1e-5);
+    auto relative = [](const float* got, const float* want, int64_t n) {
+      double difference = 0, size = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        difference += (got[i] - want[i]) * (got[i] - want[i]);
+        size += want[i] * want[i];
+      }
+      return std::sqrt(difference / size);
+    };
+    const double output = relative(y16.data(), y32.data(), y32.numel());
+    const double gradient = relative(qkv16.grad(), qkv32.grad(), qkv32.numel());
+    INFO("‖bf16 − fp32‖ / ‖fp32‖: output " << output << ", gradient " << gradient);
+    CHECK(output < 0.03);
+    CHECK(gradient < 0.03);
+    CHECK(output > 1e-5);  // teeth: bf16 was used
+    CHECK(gradient > 1e-5);
+  }
   nn::autograd::clear_tape();
 }

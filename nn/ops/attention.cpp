@@ -34,7 +34,7 @@ bool kept(uint64_t stream, int64_t index, float p) {
   return unit_float(hash64(stream, static_cast<uint64_t>(index))) >= p;
 }
 
-// Works in place too (out == P). Only the causal part (j ≤ t) is hashed; the future stays 0.
+// Works in place too (out == P). Only the causal part (j ≤ t) is hashed; the future is set to 0.
 void drop(const float* P, float* out, int64_t T, uint64_t stream, int64_t first_index, float p) {
   const float kept_scale = 1.0f / (1.0f - p);
   for (int64_t t = 0; t < T; ++t) {
@@ -121,8 +121,8 @@ struct Head {
 
 // The causal mask makes the upper triangle of every [T,T] product future, so the products run
 // on row blocks of kCausalRows and skip the blocks wholly above the diagonal (FlashAttention's
-// block skipping). Row block [r0, r1) of S, P, dP and dS needs columns 0 … r1 only; column
-// block [c0, c1) of a transposed product (dv, dk) needs rows c0 … T only. At T = 256 that is
+// block skipping). Row block [r0, r1) of S, P, dP and dS needs columns [0, r1) only; column
+// block [c0, c1) of a transposed product (dv, dk) needs rows [c0, T) only. At T = 256 that is
 // 10 of 16 blocks; as T grows the work tends to half the square. Smaller blocks skip more but
 // each product then costs more in calls than it saves: measured on preset b (T = 256) the
 // attention core took 720 ms a step unblocked, 510 ms in 64-row blocks, 555 ms in 32-row
@@ -175,24 +175,25 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
     weights = dropped;
   }
   const Operand W = square(weights, T, H.bf16, 0);
-  for (int64_t c0 = 0; c0 < T; c0 += kCausalRows) {
-    const int64_t c1 = std::min(T, c0 + kCausalRows);
-    // dv[c0:c1] = W[c0:T, c0:c1]ᵀ dy[c0:T]
-    product(true, false, c1 - c0, hs, T - c0, 1.0f, W.at(c0 * T + c0), T, dy.at(c0 * C), C, beta, dv + c0 * 3 * C,
+  // Block [b0, b1) is a row block of dP and dq, a column block of W and dS for dv and dk.
+  for (int64_t b0 = 0; b0 < T; b0 += kCausalRows) {
+    const int64_t b1 = std::min(T, b0 + kCausalRows);
+    // dv[b0:b1] = W[b0:T, b0:b1]ᵀ dy[b0:T]
+    product(true, false, b1 - b0, hs, T - b0, 1.0f, W.at(b0 * T + b0), T, dy.at(b0 * C), C, beta, dv + b0 * 3 * C,
             3 * C);
-    // dP[c0:c1, 0:c1] = dy[c0:c1] v[0:c1]ᵀ
-    product(false, true, c1 - c0, c1, hs, 1.0f, dy.at(c0 * C), C, v, 3 * C, 0.0f, dP + c0 * T, T);
+    // dP[b0:b1, 0:b1] = dy[b0:b1] v[0:b1]ᵀ
+    product(false, true, b1 - b0, b1, hs, 1.0f, dy.at(b0 * C), C, v, 3 * C, 0.0f, dP + b0 * T, T);
   }
   if (H.dropout) drop(dP, dP, T, H.dropout->stream, H.mask_offset, H.dropout->p);  // same mask and scale
   causal_softmax_backward(dP, P, T);
   const Operand dS = square(dP, T, H.bf16, 1);
-  for (int64_t c0 = 0; c0 < T; c0 += kCausalRows) {
-    const int64_t c1 = std::min(T, c0 + kCausalRows);
-    // dq[c0:c1] = dS[c0:c1, 0:c1] k[0:c1] / √hs
-    product(false, false, c1 - c0, hs, c1, H.scale, dS.at(c0 * T), T, k, 3 * C, beta, dq + c0 * 3 * C, 3 * C);
-    // dk[c0:c1] = dS[c0:T, c0:c1]ᵀ q[c0:T] / √hs
-    product(true, false, c1 - c0, hs, T - c0, H.scale, dS.at(c0 * T + c0), T, q.at(c0 * 3 * C), 3 * C, beta,
-            dk + c0 * 3 * C, 3 * C);
+  for (int64_t b0 = 0; b0 < T; b0 += kCausalRows) {
+    const int64_t b1 = std::min(T, b0 + kCausalRows);
+    // dq[b0:b1] = dS[b0:b1, 0:b1] k[0:b1] / √hs
+    product(false, false, b1 - b0, hs, b1, H.scale, dS.at(b0 * T), T, k, 3 * C, beta, dq + b0 * 3 * C, 3 * C);
+    // dk[b0:b1] = dS[b0:T, b0:b1]ᵀ q[b0:T] / √hs
+    product(true, false, b1 - b0, hs, T - b0, H.scale, dS.at(b0 * T + b0), T, q.at(b0 * 3 * C), 3 * C, beta,
+            dk + b0 * 3 * C, 3 * C);
   }
 }
 
@@ -236,7 +237,8 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
   if (!track) return y;
 
   autograd::record([qkv, y, att, B, T, C, H, hs, head, dropout, qkv16]() mutable {
-    profile::Scope backward_scope("attention core", 0, 8.0 * B * causal_block_area(T) * C);  // dP, dv, dq, dk: twice forward's
+    // dP, dv, dq, dk: twice forward's products
+    profile::Scope backward_scope("attention core", 0, 8.0 * B * causal_block_area(T) * C);
     Head with_mask = head;
     if (head.dropout) with_mask.dropout = &dropout;  // this closure's copy
     Bf16Values dy16 = head.bf16 ? cast_to_bf16(y.grad(), y.numel()) : nullptr;

@@ -16,9 +16,11 @@ namespace {
 // Parallel loops only above this many elements: below, a thread team costs more than it saves.
 constexpr int64_t kThreadedFrom = 32768;
 
-// One row: y = (x − μ)·σ⁻¹ ⊙ w + b; returns (μ, σ⁻¹).
-std::pair<float, float> normalize_row(const float* xr, const float* w, const float* b, float* yr, int64_t C,
-                                      float eps) {
+// One row: y = (x − μ)·σ⁻¹ ⊙ w + b; returns (μ, σ⁻¹). Not inlined, here and below: layernorm
+// and add_layernorm then run the same machine code per row, so the same bits (GCC could
+// otherwise vectorise the sums differently at each call site under -ffast-math).
+[[gnu::noinline]] std::pair<float, float> normalize_row(const float* xr, const float* w, const float* b, float* yr,
+                                                        int64_t C, float eps) {
   float sum = 0.0f;
   for (int64_t j = 0; j < C; ++j) sum += xr[j];
   float mu = sum / C;
@@ -31,8 +33,8 @@ std::pair<float, float> normalize_row(const float* xr, const float* w, const flo
 
 // One row's backward: adds dy ⊙ x̂ and dy into this thread's dweight/dbias sums (pw, pb), and
 // writes (or adds) dx when dxr is not null.
-void row_backward(const float* xr, const float* dyr, const float* wv, float mu, float rstd, int64_t C, float* pw,
-                  float* pb, float* dxr, bool accumulate) {
+[[gnu::noinline]] void row_backward(const float* xr, const float* dyr, const float* wv, float mu, float rstd,
+                                    int64_t C, float* pw, float* pb, float* dxr, bool accumulate) {
   float mean_g = 0.0f, mean_gx = 0.0f;
   for (int64_t j = 0; j < C; ++j) {
     float xhat = (xr[j] - mu) * rstd, g = dyr[j] * wv[j];
@@ -129,8 +131,9 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const 
   check_fits("add_layernorm", x, weight, bias);
   const int64_t C = x.size(-1), rows = x.numel() / C;
   profile::Scope scope("add + layernorm", 16.0 * rows * C);  // read x, h; write s, y
-  bool track = autograd::needs_grad({&x, &h, &weight, &bias});
-  Tensor sum = Tensor::empty(x.shape(), track), y = Tensor::empty(x.shape(), track);
+  // s needs a gradient only when x or h does (as add's output); y also when weight or bias does.
+  const bool stream_track = autograd::needs_grad({&x, &h}), track = autograd::needs_grad({&x, &h, &weight, &bias});
+  Tensor sum = Tensor::empty(x.shape(), stream_track), y = Tensor::empty(x.shape(), track);
   Tensor stats = Tensor::empty({rows, 2});
   const float *xd = x.data(), *hd = h.data(), *w = weight.data(), *b = bias.defined() ? bias.data() : nullptr;
   float *sd = sum.data(), *yd = y.data(), *st = stats.data();
@@ -149,9 +152,10 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const 
     profile::Scope backward_scope("add + layernorm", 20.0 * rows * C);  // read s, dy, ds; write dx, dh
     const float *sv = sum.data(), *wv = weight.data(), *dy = y.grad(), *saved = stats.data();
     // ds gathers the later uses' gradient (the residual stream's) and layernorm's: in s's own
-    // gradient buffer when it has one, else in a fresh one.
-    auto ds = sum.grad_target();
-    Tensor::GradTarget dx{nullptr, true}, dh{nullptr, true};
+    // gradient buffer when it has one, else in a fresh one. Without x or h to pass it on to,
+    // only dweight and dbias are wanted.
+    Tensor::GradTarget ds{nullptr, true}, dx{nullptr, true}, dh{nullptr, true};
+    if (sum.requires_grad()) ds = sum.grad_target();
     if (x.requires_grad()) dx = x.grad_target();
     if (h.requires_grad()) dh = h.grad_target();
     auto pass_on = [C](const float* from, const Tensor::GradTarget& to, int64_t r) {
@@ -163,8 +167,9 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const 
         std::copy_n(from, C, out);
     };
     backward_rows(rows, C, weight, bias, [&](int64_t r, float* pw, float* pb) {
-      float* dsr = ds.data + r * C;
+      float* dsr = ds.data ? ds.data + r * C : nullptr;
       row_backward(sv + r * C, dy + r * C, wv, saved[2 * r], saved[2 * r + 1], C, pw, pb, dsr, ds.accumulate);
+      if (!dsr) return;
       pass_on(dsr, dx, r);
       pass_on(dsr, dh, r);
     });
