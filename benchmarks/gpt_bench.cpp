@@ -87,8 +87,8 @@ void add_flags(CLI::App& app, BenchOptions& o) {
                         "fused (every parameter in one pass, as PyTorch's fused AdamW) or per-tensor (one loop per "
                         "tensor: the speed ladder's rung before)");
   comm::cli::add_choice(app, "--fusion", o.fusion, nn::kFusionNames,
-                        "fused (the residual add inside the next layernorm's pass) or separate (one op each: the "
-                        "speed ladder's rung before)");
+                        "fused (the attention residual add inside the next layernorm's pass) or separate (one op "
+                        "each: the speed ladder's rung before)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
       ->check(comm::cli::whole(1, 1 << 20));
   app.add_flag("--peak", o.peak,

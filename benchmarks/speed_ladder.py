@@ -9,8 +9,8 @@ transfer to a CPU and why.
   2 fused attention                   one kernel per head, one [B,H,T,T] tensor (FlashAttention's idea)
   3 engine chosen by the CPU          oneDNN / OpenBLAS / Eigen, whichever is fastest here (fp32)
   4 bf16 matrix multiplies            --precision bf16 on the CPU's AVX-512 BF16 units
-  5 fused elementwise kernels         --fusion fused: the residual add inside the next layernorm's
-                                      pass (torch.compile's rung)
+  5 fused elementwise kernels         --fusion fused: the attention residual add inside the next
+                                      layernorm's pass (torch.compile's rung)
   6 padded vocabulary                 65 → 128 ("nice numbers")
   7 fused AdamW                       --adamw fused: every parameter in one pass
   8 2 ranks, bf16 gradients           train_dp on 2 ranks × 1 thread with --grad-comm bf16, against

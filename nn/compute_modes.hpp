@@ -4,7 +4,6 @@
 //                                where the CPU has bf16 units (oneDNN on AVX-512 BF16), else fp32
 //   --attention fused|naive      one kernel per head, or eager PyTorch's separate ops
 //   --recompute none|selective|full  which activations backward recomputes (nn/recompute.hpp)
-//   --fusion fused|separate      (gpt_bench) the residual add inside the next layernorm, or not
 //
 // Programs parse the flags into these enums (comm::cli::add_choice with the name tables below)
 // and call set_compute_modes once; the models read the modes, never the flags.
@@ -22,7 +21,8 @@ enum class PrecisionSetting { fp32, bf16, automatic };
 inline constexpr std::array<std::string_view, 3> kPrecisionSettingNames = {"fp32", "bf16", "auto"};
 inline constexpr std::array<std::string_view, 2> kPrecisionNames = {"fp32", "bf16"};  // by Precision
 inline constexpr std::array<std::string_view, 2> kAttentionKernelNames = {"fused", "naive"};
-inline constexpr std::array<std::string_view, 2> kFusionNames = {"fused", "separate"};  // by Fusion (nn/ops.hpp)
+// gpt_bench's --fusion (nn::set_fusion, nn/ops.hpp): the attention residual add inside ln_2, or not
+inline constexpr std::array<std::string_view, 2> kFusionNames = {"fused", "separate"};
 
 constexpr std::string_view name_of(Precision p) { return kPrecisionNames[static_cast<std::size_t>(p)]; }
 constexpr std::string_view name_of(AttentionKernel k) { return kAttentionKernelNames[static_cast<std::size_t>(k)]; }

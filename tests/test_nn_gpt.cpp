@@ -12,14 +12,15 @@
 #include "nn/adamw.hpp"
 #include "nn/autocast.hpp"
 #include "nn/autograd.hpp"
-#include "nn/ops.hpp"
-#include "nn/profile.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 #include "nn/gpt.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/lr_schedule.hpp"
+#include "nn/ops.hpp"
+#include "nn/profile.hpp"
 #include "nn/safetensors.hpp"
+#include "nn/threads.hpp"
 
 namespace {
 
@@ -291,6 +292,8 @@ TEST_CASE("fused AdamW (every tensor in one pass) equals the per-tensor loop bit
   // 6 layers 34 wide, with biases: 76 tensors of odd sizes, ~87K elements: threaded, shares
   // start and end inside tensors, elements fall in vector bodies and scalar remainders
   nn::GPTConfig c{6, 2, 34, 16, 13, 0.0f, true};
+  const int threads = nn::compute_threads();
+  nn::set_compute_threads(3);  // shares that split tensors, on any machine (restored at the end)
   nn::GPT fused_model(c, 9), loop_model(c, 9);
   nn::AdamW fused(fused_model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, nn::AdamWKernel::fused);
   nn::AdamW loop(loop_model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f}, nn::AdamWKernel::per_tensor);
@@ -317,6 +320,7 @@ TEST_CASE("fused AdamW (every tensor in one pass) equals the per-tensor loop bit
   CHECK(elements % 16 != 0);
   nn::GPT untouched(c, 9);   // teeth: the update moved the weights
   CHECK(std::memcmp(untouched.parameters()[0].tensor.data(), fp[0].tensor.data(), 4 * sizeof(float)) != 0);
+  nn::set_compute_threads(threads);
 }
 
 // ZeRO steps each rank's shard with adamw_update on sub-ranges that start anywhere: an

@@ -2,8 +2,8 @@
 // weighted sum of values in one pass per (batch, head), instead of eager PyTorch's five
 // separate [B,H,T,T] tensors. Only the attention weights P are kept for backward.
 //
-// Under --precision bf16 (nn/autocast.hpp) the four products per head take bf16 inputs, as
-// autocast runs QKᵀ and PV: qkv and dy are cast once per call, P and dS per head into this
+// Under --precision bf16 (nn/autocast.hpp) the six products per head (QKᵀ and PV, and their
+// four gradient products) take bf16 inputs, as autocast runs them: qkv and dy are cast once per call, P and dS per head into this
 // thread's scratch; softmax, the mask, dropout and every sum stay fp32. Measured on preset b:
 // docs/nn.md, "Mixed precision".
 #include <algorithm>
