@@ -41,8 +41,8 @@ munged --force --socket="$work/munge.socket" --key-file="$work/munge.key" --pid-
   --log-file="$work/munged.log" --seed-file="$work/munged.seed"
 
 node=$(hostname -s)
-port=$((20000 + RANDOM % 20000))
 mkdir -p "$work/spool" "$work/state"
+write_conf() {
 cat > "$SLURM_CONF" << EOF
 ClusterName=nanodist-test
 SlurmctldHost=$node(127.0.0.1)
@@ -72,13 +72,30 @@ KillWait=5
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
-slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
-for _ in $(seq 60); do
-  [ "$(sinfo --noheader --format=%t 2> /dev/null)" = idle ] && break
-  sleep 0.5
-done
-[ "$(sinfo --noheader --format=%t)" = idle ] || fail "the node did not come up: $(sinfo 2>&1)"
+}
+# Ports below Linux's ephemeral range (32768-60999), so no other test's outgoing connection
+# holds one, and a pair nobody listens on. A controller that still cannot bind exits at once
+# ("Address already in use" in its log): then the cluster starts again on another pair.
+listening() { (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null; }
+start_cluster() {
+  for _ in 1 2 3 4 5; do
+    port=$((20000 + RANDOM % 12000))
+    if listening "$port" || listening $((port + 1)); then continue; fi
+    write_conf
+    slurmctld -f "$SLURM_CONF"
+    slurmd -f "$SLURM_CONF"
+    for _ in $(seq 60); do
+      [ "$(timeout 10 sinfo --noheader --format=%t 2> /dev/null)" = idle ] && return 0
+      pgrep -f "slurmctld -f $SLURM_CONF" > /dev/null || break
+      sleep 0.5
+    done
+    pkill -f "slurmd -f $SLURM_CONF" || true
+    pkill -f "slurmctld -f $SLURM_CONF" || true
+    sleep 0.5
+  done
+  return 1
+}
+start_cluster || fail "the node did not come up: $(timeout 10 sinfo 2>&1)"
 echo "one-node Slurm cluster up: $(sinfo --noheader)"
 
 # The script as a user submits it, from the checkout; 1 node × 2 ranks instead of 2 × 2.
