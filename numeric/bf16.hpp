@@ -9,7 +9,8 @@
 //   bfloat16  s eeeeeeee mmmmmmm                   (the low half rounded away)
 //
 // Rounding is to nearest, ties to even, as PyTorch does (and the CPU's vcvtneps2bf16, but for
-// flushing subnormal inputs to zero: docs/nn.md, "the SIMD route"); NaN stays NaN. Widening back to float is exact: append 16 zero bits. The layout (one uint16_t) is the
+// flushing subnormal inputs to zero: docs/nn.md, "the SIMD route"); NaN stays NaN. Widening
+// back to float is exact: append 16 zero bits. The layout (one uint16_t) is the
 // one oneDNN and the CPU's vdpbf16ps read, so a bfloat16 array is handed to them as it is.
 #pragma once
 #include <bit>
@@ -44,8 +45,14 @@ struct bfloat16 {
 };
 static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 
-// The codec for arrays (threaded when large): from and to have the same length.
+// The codec for arrays (threaded when large): from and to have the same length. Both routes of
+// the round give bfloat16::round's bits: on a CPU with AVX-512 BF16 it runs on the CPU's
+// vcvtne2ps2bf16 (32 values per instruction; blocks holding a subnormal redone exactly),
+// elsewhere on the integer round above; round_to_bf16_exact takes the integer route anywhere
+// (the reference the tests and benchmarks/bf16_round_bench hold the instruction to).
 void round_to_bf16(std::span<const float> from, std::span<bfloat16> to);
+void round_to_bf16_exact(std::span<const float> from, std::span<bfloat16> to);
+bool round_uses_bf16_instruction();  // this CPU has AVX-512 BF16, so round_to_bf16 uses it
 void widen_to_float(std::span<const bfloat16> from, std::span<float> to);
 
 }  // namespace numeric
