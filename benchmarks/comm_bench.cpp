@@ -243,7 +243,8 @@ Plan plan_of(const Settings& settings, int ranks) {
   return p;
 }
 
-void say_header(const Plan& p, const Settings& settings, int ranks) {
+void say_header(const Plan& p, const Settings& settings, const std::vector<Communicator>& comms) {
+  const int ranks = comms.front().size();
   comm::say("# comm_bench: {} on {} ranks, {} memory, type {}, redop {}, root {}, {}, {} iterations after {} warm-up",
             p.c.collective->name, ranks, settings.device == "cuda" ? "device (cuda)" : "host", settings.type, p.redop,
             p.root,
@@ -255,6 +256,8 @@ void say_header(const Plan& p, const Settings& settings, int ranks) {
       "# time: mean over ranks of the time per iteration (min and max over ranks: --csv); algbw = size / time; "
       "busbw = algbw × {:.3g}",
       p.c.collective->bus_factor(ranks));
+  for (const Communicator& c : comms)  // how the backend moves data here, where it depends on that
+    if (c.backend_description() != c.backend_name()) comm::say("# {}", c.backend_description());
   for (const std::string& line : table_header(p.backends, p.forms, settings.with_memcpy)) comm::say("{}", line);
 }
 
@@ -353,7 +356,7 @@ void run(comm::Runtime& runtime, const Settings& settings) {
       throw comm::UsageError("--backend nccl works on device memory: add --device cuda");
   std::vector<Communicator> comms;
   for (const auto& name : p.backends) comms.push_back(world.with_backend(comm::parse_backend(name)));
-  say_header(p, settings, world.size());
+  say_header(p, settings, comms);
   CsvFile csv(settings.csv, world.rank());
 
   std::size_t total_wrong = 0;

@@ -38,6 +38,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // How it moves data on these ranks, where that depends on them (shm: single copy or
+  // copy-in, one node or hierarchical); the name otherwise.
+  virtual std::string describe() const { return std::string(name()); }
   virtual bool per_communicator() const { return false; }
   // A new backend object bound to the ranks of `group` (only when per_communicator()).
   virtual std::shared_ptr<Backend> attach(const Transport& group);

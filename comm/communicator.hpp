@@ -100,6 +100,7 @@ class Communicator {
   int size() const { return size_; }
   const std::string& name() const { return name_; }
   std::string_view backend_name() const { return backend_->name(); }
+  std::string backend_description() const { return backend_->describe(); }  // e.g. "shm: 2 ranks on one node, single copy …"
 
   // out-of-place: recv = send reduced over all ranks; in place: data reduced over all ranks.
   template <class T>

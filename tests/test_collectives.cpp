@@ -9,9 +9,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
 
 #include "comm/runtime.hpp"
 
@@ -239,6 +243,19 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
   Communicator copy_in = world.with_backend(comm::BackendKind::shm);
   unsetenv("NANODIST_SHM_SINGLE_COPY");
   Communicator single_copy = world.with_backend(comm::BackendKind::shm);
+  // The probe found what this machine permits: cross-memory attach to a sibling process needs
+  // ptrace rights over it, which every rank grants (PR_SET_PTRACER_ANY) where Yama's
+  // ptrace_scope is 0 or 1 (or there is no Yama), and 2 leaves to root. Else every answer
+  // below would still be right, on copy-in alone, and nothing would say so.
+  if (world.size() > 1) {
+    CHECK_THAT(copy_in.backend_description(), Catch::Contains("copy-in"));
+    std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
+    int scope = 0;
+    if (!(yama >> scope)) scope = 0;
+    const bool permitted = scope <= 1 || (scope == 2 && geteuid() == 0);
+    INFO("euid " << geteuid() << ", ptrace_scope " << scope);
+    if (permitted) CHECK_THAT(single_copy.backend_description(), Catch::Contains("single copy"));
+  }
   for (Communicator* tested : {&single_copy, &copy_in}) {
     INFO((tested == &copy_in ? "copy-in forced" : "single copy where permitted"));
     // (one form per type: the sanitizer build runs this on 5 ranks too)
@@ -251,24 +268,88 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
   all_collectives<double>(b.reference, single_copy, 7'001, true);
 }
 
+// The world on shm, every `per_node` ranks pretending to be a node (NANODIST_SHM_RANKS_PER_NODE).
+Communicator shm_in_nodes_of(const char* per_node) {
+  setenv("NANODIST_SHM_RANKS_PER_NODE", per_node, 1);
+  Communicator nodes = comm::runtime().world().with_backend(comm::BackendKind::shm);
+  unsetenv("NANODIST_SHM_RANKS_PER_NODE");
+  return nodes;
+}
+
 // Across nodes, shm's allreduce, reduce-scatter and allgather are hierarchical (shared memory
 // in each node, rings between the nodes). NANODIST_SHM_RANKS_PER_NODE=K makes every K ranks a
 // node on this one machine: K = 1 (a rank per node), K = 2 (even nodes on 2 and 4 ranks, on 3
 // and 5 ranks a node of one rank, where every collective takes the ring instead).
 TEST_CASE("shm across nodes: hierarchical collectives give the mpi backend's answer", "[collectives][shm]") {
   auto& b = backends();
-  Communicator& world = comm::runtime().world();
   for (const char* per_node : {"1", "2"}) {
     INFO("NANODIST_SHM_RANKS_PER_NODE=" << per_node);
-    setenv("NANODIST_SHM_RANKS_PER_NODE", per_node, 1);
-    Communicator nodes = world.with_backend(comm::BackendKind::shm);
-    unsetenv("NANODIST_SHM_RANKS_PER_NODE");
+    Communicator nodes = shm_in_nodes_of(per_node);
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}})
       for (bool in_place : {false, true}) {
         all_collectives<std::int32_t>(b.reference, nodes, count, in_place);
         all_collectives<float>(b.reference, nodes, count, in_place);
       }
     all_collectives<float>(b.reference, nodes, 300'007, true);  // single copy inside the nodes
+  }
+}
+
+// Data parallelism rests on this: after an allreduce every rank holds the same bits, or the
+// replicas drift apart. Floats whose sums round (magnitudes 2⁻¹⁰ … 2¹⁰, thirds) make any
+// rank that added in another order show up; with 2 ranks a + b = b + a, so the teeth are in
+// the 3- to 5-rank runs. Each size takes another path: one shot, single copy under an area,
+// rounds through the areas; shm also across two and one-rank "nodes" (hierarchical).
+template <class T>
+void same_bits_on_every_rank(Communicator& reference, Communicator& tested, std::size_t count, bool in_place) {
+  const int n = tested.size(), me = tested.rank();
+  INFO("backend " << tested.backend_name() << ", " << n << " ranks, count " << count << ", type "
+                  << comm::name_of(comm::datatype_of<T>()) << (in_place ? ", in place" : ""));
+  auto value = [](int rank, std::size_t i) {
+    return static_cast<T>(std::ldexp(static_cast<double>(input<T>(rank, i, ReduceOp::sum)) / 3.0,
+                                     static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 3) % 21) - 10));
+  };
+  std::vector<T> data(count), result(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = value(me, i);
+  if (n >= 3) {  // the teeth: summed in rank order and in reverse, many elements round apart
+    std::size_t order_matters = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      T forward = 0, backward = 0;
+      for (int r = 0; r < n; ++r) forward += value(r, i);
+      for (int r = n - 1; r >= 0; --r) backward += value(r, i);
+      order_matters += forward != backward;
+    }
+    CHECK(order_matters > count / 10);
+  }
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+    INFO("op " << comm::name_of(op));
+    if (in_place) {
+      result = data;
+      tested.allreduce(std::span(result), op);
+    } else {
+      tested.allreduce(std::span<const T>(data), std::span(result), op);
+    }
+    std::vector<T> everyone(count * static_cast<std::size_t>(n));
+    reference.allgather(std::span<const T>(result), std::span(everyone));
+    std::size_t differ = 0;
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < count; ++i)
+        differ += std::memcmp(&everyone[static_cast<std::size_t>(r) * count + i], &result[i], sizeof(T)) != 0;
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("allreduce leaves the same bits on every rank, on every backend and path", "[collectives]") {
+  auto& b = backends();
+  for (Communicator& tested : b.tested)
+    for (bool in_place : {false, true}) {
+      for (std::size_t count : {std::size_t{7}, std::size_t{13'001}, std::size_t{262'147}})
+        same_bits_on_every_rank<float>(b.reference, tested, count, in_place);
+      same_bits_on_every_rank<double>(b.reference, tested, 7'001, in_place);
+    }
+  for (const char* per_node : {"1", "2"}) {
+    INFO("NANODIST_SHM_RANKS_PER_NODE=" << per_node);
+    Communicator nodes = shm_in_nodes_of(per_node);
+    for (bool in_place : {false, true}) same_bits_on_every_rank<float>(b.reference, nodes, 100'003, in_place);
   }
 }
 

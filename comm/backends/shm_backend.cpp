@@ -64,6 +64,16 @@ class ShmBackend final : public Backend {
  public:
   ShmBackend() = default;  // the factory's: unattached, each Communicator attaches its own
   std::string_view name() const override { return "shm"; }
+  std::string describe() const override {
+    if (!node_ || group_size_ == 1) return "shm: one rank, nothing to move";
+    const char* moves = node_->single_copy()
+                            ? "single copy (peers' buffers read and written in place: process_vm_readv/writev)"
+                            : "copy-in (through each rank's staging areas)";
+    if (one_node()) return fmt::format("shm: {} ranks on one node, {}", node_->size(), moves);
+    if (!even_nodes_) return "shm: nodes of unequal sizes, so the ring's collectives";
+    return fmt::format("shm: {} nodes of {} ranks, hierarchical (rings between the nodes), {} inside a node",
+                       across_size_, node_->size(), moves);
+  }
   bool per_communicator() const override { return true; }
 
   std::shared_ptr<Backend> attach(const Transport& t) override {
