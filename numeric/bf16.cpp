@@ -48,9 +48,14 @@ __attribute__((target("avx512bf16,avx512bw,avx512f"))) void round_with_instructi
   round_exact(in + i, out + i, n - i);
 }
 
-const bool kCpuHasBf16Round = __builtin_cpu_supports("avx512bf16");
+// Asked on first use, not at static initialisation: another file's static initialiser may
+// round before this file's would have run.
+bool cpu_has_bf16_round() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
 #else
-const bool kCpuHasBf16Round = false;
+bool cpu_has_bf16_round() { return false; }
 #endif
 
 // Each thread of the team rounds its own run of whole 32-value blocks (the last one may be short).
@@ -71,12 +76,12 @@ void round_in_parallel(const float* in, bfloat16* out, std::ptrdiff_t n, Round r
 
 }  // namespace
 
-bool round_uses_bf16_instruction() { return kCpuHasBf16Round; }
+bool round_uses_bf16_instruction() { return cpu_has_bf16_round(); }
 
 void round_to_bf16(std::span<const float> from, std::span<bfloat16> to) {
   const auto n = static_cast<std::ptrdiff_t>(from.size());
 #if defined(__x86_64__)
-  if (kCpuHasBf16Round) return round_in_parallel(from.data(), to.data(), n, round_with_instruction);
+  if (cpu_has_bf16_round()) return round_in_parallel(from.data(), to.data(), n, round_with_instruction);
 #endif
   round_in_parallel(from.data(), to.data(), n, round_exact);
 }

@@ -9,6 +9,7 @@
 # release build, where the same headers compile with the same flags (pkg-config's alone).
 set -euo pipefail
 build=$1 source=$2 mpiexec=$3 cxx_flags=${4:-} headers=${5:-check}
+case $headers in check | skip) ;; *) echo "install_and_consume.sh: HEADERS is check or skip, not '$headers'" >&2; exit 2 ;; esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -49,6 +50,12 @@ if [ "$headers" = check ]; then
   echo "$(find comm nn parallel -name '*.hpp' | wc -l) installed headers, each compiles alone"
   cd - > /dev/null
 else
+  # The compile is the same in both builds while no header tests the build's own defines
+  # (pkg-config adds -DNANODIST_HAVE_CUDA/NCCL where the release build has them).
+  if grep -rl "NANODIST_HAVE_" "$work/prefix/include/nanodist" >&2; then
+    echo "these headers depend on the build's defines: check them in this build too" >&2
+    exit 1
+  fi
   echo "installed headers: each compiles alone, checked by the release build's run of this test"
 fi
 

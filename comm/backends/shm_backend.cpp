@@ -65,13 +65,16 @@ class ShmBackend final : public Backend {
   ShmBackend() = default;  // the factory's: unattached, each Communicator attaches its own
   std::string_view name() const override { return "shm"; }
   std::string describe() const override {
-    if (!node_ || group_size_ == 1) return "shm: one rank, nothing to move";
+    if (!node_) return "shm (not yet attached to ranks)";
+    if (group_size_ == 1) return "shm: one rank, nothing to move";
+    if (!one_node() && !even_nodes_) return "shm: nodes of unequal sizes, so the ring's collectives";
     const char* moves = node_->single_copy()
                             ? "single copy (peers' buffers read and written in place: process_vm_readv/writev)"
                             : "copy-in (through each rank's staging areas)";
     if (one_node()) return fmt::format("shm: {} ranks on one node, {}", node_->size(), moves);
-    if (!even_nodes_) return "shm: nodes of unequal sizes, so the ring's collectives";
-    return fmt::format("shm: {} nodes of {} ranks, hierarchical (rings between the nodes), {} inside a node",
+    if (node_->size() == 1) return fmt::format("shm: {} nodes of one rank, rings between them", across_size_);
+    // This rank's node: the others have the same size (even_nodes_), each its own probe.
+    return fmt::format("shm: {} nodes of {} ranks, hierarchical (rings between the nodes), {} inside this rank's node",
                        across_size_, node_->size(), moves);
   }
   bool per_communicator() const override { return true; }

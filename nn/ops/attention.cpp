@@ -79,7 +79,8 @@ Operand square(const float* values, int64_t T, bool bf16, int slot) {
 // A row is walked in whole chunks of kLanes floats (one AVX-512 register), the lanes past t
 // counting as 0: a loop of t + 1 iterations leaves a remainder that calls the scalar expf up
 // to 15 times per row, and at T = 64 that remainder was half the softmax's time (2× faster
-// so). The chunks end within the product's block (row t's block computed columns 0 … r1 − 1,
+// so; when T is not a multiple of 16 the rows of the last, partial chunk still end in a few
+// scalar calls). The chunks end within the product's block (row t's block computed columns 0 … r1 − 1,
 // r1 a multiple of 64 or T), so every value read is a computed score.
 constexpr int64_t kLanes = 16;
 
@@ -148,6 +149,7 @@ struct Head {
 // attention core took 720 ms a step unblocked, 510 ms in 64-row blocks, 555 ms in 32-row
 // blocks; on preset a (T = 64, one block) 16- and 32-row blocks were slower than none.
 constexpr int64_t kCausalRows = 64;
+static_assert(kCausalRows % kLanes == 0, "causal_softmax's chunks must end inside a product's row block");
 
 // How many of a [T,T] square's elements the products compute: Σ over row blocks of rows × r1.
 double causal_block_area(int64_t T) {
