@@ -67,7 +67,7 @@ struct BenchOptions {
   nn::Recompute recompute = nn::Recompute::none;
   nn::AdamWKernel adamw = nn::AdamWKernel::fused;
   nn::Fusion fusion = nn::Fusion::fused;
-  bool peak = false, json = false, profile = false;
+  bool peak = false, json = false, profile = false, bias = false;
 };
 
 void add_flags(CLI::App& app, BenchOptions& o) {
@@ -87,8 +87,9 @@ void add_flags(CLI::App& app, BenchOptions& o) {
                         "fused (every parameter in one pass, as PyTorch's fused AdamW) or per-tensor (one loop per "
                         "tensor: the speed ladder's rung before)");
   comm::cli::add_choice(app, "--fusion", o.fusion, nn::kFusionNames,
-                        "fused (the attention residual add inside the next layernorm's pass) or separate (one op "
-                        "each: the speed ladder's rung before)");
+                        "fused (the attention residual add inside the next layernorm's pass; with --bias, c_fc's bias "
+                        "inside GELU's) or separate (one op each: the speed ladder's rung before)");
+  app.add_flag("--bias", o.bias, "biases in the linear layers and layernorms (nanoGPT's bias=True; c_fc's then fuses into GELU)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")
       ->check(comm::cli::whole(1, 1 << 20));
   app.add_flag("--peak", o.peak,
@@ -224,9 +225,9 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   }
   fmt::print(
       "preset {}: {} layers, {} heads, n_embd {}, block {}, batch {}, vocab {}; {:.2f}M parameters; "
-      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}; {} AdamW; {} elementwise\n",
+      "{} threads; {} matrix multiplies on {}; {} attention; recompute {}; {} AdamW; {} elementwise{}\n",
       o.preset, c.n_layer, c.n_head, c.n_embd, T, B, c.vocab_size, model.num_params() / 1e6, o.threads, precision,
-      nn::gemm_library(o.precision), attention, recompute, adamw, fusion);
+      nn::gemm_library(o.precision), attention, recompute, adamw, fusion, c.bias ? "; biases" : "");
   fmt::print(
       "median of {} steps: {:.2f} ms/step (best {:.2f}; {:.2f} forward, {:.2f} backward, {:.2f} clip+AdamW), "
       "{:.0f} tokens/s, {:.1f} GFLOP/s\n",
@@ -258,6 +259,7 @@ int main(int argc, char** argv) {
     nn::set_fusion(o.fusion);
     o.precision = nn::set_compute_modes(o.precision_setting, o.attention, o.recompute).precision;
     c.vocab_size = o.vocab;
+    c.bias = o.bias;
     nn::GPT model(c, 1337);
     report(o, model, batch, c.block_size, time_steps(model, batch, c.block_size, o));
     if (o.profile) profile_one_step(model, batch, c.block_size, o);

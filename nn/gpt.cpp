@@ -284,7 +284,10 @@ Tensor GPT::block_forward(const BlockWeights& b, Tensor x) {
     x = add(x, h);
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
-  h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                   // [B,T,4C]
+  if (fusion() == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass
+    h = bias_gelu(linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc"), b.c_fc_bias);        // [B,T,4C]
+  else
+    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                 // [B,T,4C]
   h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"));  // [B,T,C]
   return add(x, h);
 }

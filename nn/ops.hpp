@@ -24,8 +24,11 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& a, float s);
 
-// gelu.cpp — 0.5·x·(1 + erf(x/√2)), the exact form (PyTorch's nn.GELU()).
+// gelu.cpp — 0.5·x·(1 + erf(x/√2)), the exact form (PyTorch's nn.GELU()); bias_gelu: gelu(x +
+// bias), bias [N] added to every row of x [..., N] in the same pass (c_fc's bias, when the
+// model has biases); the same bits as the add then gelu.
 Tensor gelu(const Tensor& x);
+Tensor bias_gelu(const Tensor& x, const Tensor& bias);
 
 // layernorm.cpp — over the last dimension, eps 1e-5; bias may be empty.
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, float eps = 1e-5f);
@@ -33,7 +36,8 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 // pass per row forward and backward; the same bits as add then layernorm.
 std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const Tensor& weight, const Tensor& bias = {},
                                         float eps = 1e-5f);
-// Whether the models call the fused elementwise kernels (add_layernorm) or the separate ops
+// Whether the models call the fused elementwise kernels (add_layernorm, and bias_gelu in a model
+// with biases) or the separate ops
 // they fuse (process-wide, default fused; --fusion separate is the speed ladder's rung before).
 enum class Fusion { fused, separate };
 void set_fusion(Fusion fusion);

@@ -218,7 +218,10 @@ nn::Tensor TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tenso
     x = nn::add(x, h);
     h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
-  h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
+  if (nn::fusion() == nn::Fusion::fused && b.c_fc_bias.defined())  // this rank's bias columns, in GELU's pass
+    h = nn::bias_gelu(column_in(h, b.c_fc_weight, {}), b.c_fc_bias);  // [B,T,4C/tp]
+  else
+    h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
   return nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
 }
 

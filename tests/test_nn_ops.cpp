@@ -60,6 +60,78 @@ TEST_CASE("gelu: exact erf form, gradient") {
   check_gradients([](auto& in) { return nn::gelu(in[0]); }, {random_tensor({3, 17}, 1, 2.0f)});
 }
 
+// c_fc's bias inside GELU's pass: against the bias added by linear (the GEMM adds it to the
+// product's sum, one rounding) or by add, then gelu — the same bits forward and in x's
+// gradient, with x's gradient fresh or adding up (x used twice), and with the bias or x
+// frozen; the bias's gradient the same bits as linear's (the same row sums), and within
+// float rounding of add's (which sums its rows in another order). Large enough to thread;
+// 67 columns: rows that are not whole vectors.
+TEST_CASE("bias_gelu (the bias fused into GELU's pass) equals the bias added, then gelu, bit for bit") {
+  auto same = [](const float* p, const float* q, int64_t n) { return std::memcmp(p, q, n * sizeof(float)) == 0; };
+  const nn::Shape shape{4, 130, 67};
+  Tensor r = random_tensor(shape, 5, 1.0f, false);
+  for (bool x_twice : {false, true}) {
+    INFO((x_twice ? "x also used elsewhere: its gradient adds up" : "x used once"));
+    Tensor x1 = random_tensor(shape, 1, 2.0f), b1 = random_tensor({67}, 2);
+    Tensor x2 = x1.clone(), b2 = b1.clone();
+    x2.set_requires_grad(true);
+    b2.set_requires_grad(true);
+    auto loss_of = [&](const Tensor& y, const Tensor& x) {
+      Tensor loss = nn::sum(nn::mul(y, r));
+      return x_twice ? nn::add(loss, nn::sum(nn::mul(x, r))) : loss;
+    };
+    Tensor fused_y = nn::bias_gelu(x1, b1);
+    Tensor fused_loss = loss_of(fused_y, x1);
+    nn::autograd::backward(fused_loss);
+    Tensor separate_y = nn::gelu(nn::add(x2, b2));
+    Tensor separate_loss = loss_of(separate_y, x2);
+    nn::autograd::backward(separate_loss);
+    CHECK(same(fused_y.data(), separate_y.data(), fused_y.numel()));
+    CHECK(same(x1.grad(), x2.grad(), x1.numel()));
+    for (int64_t c = 0; c < 67; ++c)  // sums of 520 terms of size ≤ ~2
+      CHECK(b1.grad()[c] == Approx(b2.grad()[c]).margin(1e-4));
+  }
+  SECTION("against linear with its bias, as the MLP had it") {
+    Tensor h1 = random_tensor({3, 50, 40}, 6), w1 = random_tensor({67, 40}, 7), b1 = random_tensor({67}, 8);
+    Tensor h2 = h1.clone(), w2 = w1.clone(), b2 = b1.clone();
+    for (Tensor* t : {&h2, &w2, &b2}) t->set_requires_grad(true);
+    Tensor r2 = random_tensor({3, 50, 67}, 9, 1.0f, false);
+    Tensor fused_y = nn::bias_gelu(nn::linear(h1, w1), b1);
+    Tensor fused_loss = nn::sum(nn::mul(fused_y, r2));
+    nn::autograd::backward(fused_loss);
+    Tensor separate_y = nn::gelu(nn::linear(h2, w2, b2));
+    Tensor separate_loss = nn::sum(nn::mul(separate_y, r2));
+    nn::autograd::backward(separate_loss);
+    CHECK(same(fused_y.data(), separate_y.data(), fused_y.numel()));
+    for (auto [got, want] : {std::pair{&h1, &h2}, std::pair{&w1, &w2}, std::pair{&b1, &b2}})
+      CHECK(same(got->grad(), want->grad(), got->numel()));
+  }
+  SECTION("a frozen bias or a frozen x: the other's gradient alone") {
+    Tensor x = random_tensor({5, 67}, 10), frozen_b = random_tensor({67}, 11, 1.0f, false);
+    Tensor x2 = x.clone();
+    x2.set_requires_grad(true);
+    Tensor r3 = random_tensor({5, 67}, 12, 1.0f, false);
+    Tensor l1 = nn::sum(nn::mul(nn::bias_gelu(x, frozen_b), r3));
+    nn::autograd::backward(l1);
+    Tensor l2 = nn::sum(nn::mul(nn::gelu(nn::add(x2, frozen_b)), r3));
+    nn::autograd::backward(l2);
+    CHECK(same(x.grad(), x2.grad(), x.numel()));
+    Tensor frozen_x = random_tensor({5, 67}, 13, 1.0f, false), b = random_tensor({67}, 14), b2 = b.clone();
+    b2.set_requires_grad(true);
+    Tensor l3 = nn::sum(nn::mul(nn::bias_gelu(frozen_x, b), r3));
+    nn::autograd::backward(l3);
+    Tensor l4 = nn::sum(nn::mul(nn::gelu(nn::add(frozen_x, b2)), r3));
+    nn::autograd::backward(l4);
+    for (int64_t c = 0; c < 67; ++c) CHECK(b.grad()[c] == Approx(b2.grad()[c]).margin(1e-5));
+    CHECK_FALSE(nn::bias_gelu(frozen_x, frozen_b).requires_grad());
+    nn::autograd::clear_tape();
+  }
+  check_gradients([](auto& in) { return nn::bias_gelu(in[0], in[1]); },
+                  {random_tensor({2, 3, 19}, 15, 2.0f), random_tensor({19}, 16)});
+  CHECK_THROWS_AS(nn::bias_gelu(random_tensor({2, 4}, 1), random_tensor({3}, 2)), nn::Error);
+  nn::autograd::clear_tape();
+}
+
 // The residual stream as a block uses it: x also feeds something else (its gradient adds up),
 // s = x + h goes on (a later use's gradient) and into the layernorm. Large enough to thread.
 TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add then layernorm bit for bit") {

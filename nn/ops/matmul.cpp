@@ -2,13 +2,12 @@
 // --precision bf16 (nn/autocast.hpp) both run their products in bf16: the inputs are cast
 // (a parameter once per step, through the cast cache), the products return fp32, and the
 // casts forward made are kept for backward, as autocast saves them.
-#include <Eigen/Core>
-
 #include "nn/autocast.hpp"
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/ops.hpp"
+#include "nn/ops/row_sums.hpp"
 #include "nn/profile.hpp"
 
 namespace nn {
@@ -63,13 +62,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 // sums[out] += Σ_rows dy[rows,out]: a bias's gradient (fp32 in either precision).
-static void add_row_sums(const float* dy, int64_t rows, int64_t out, float* sums) {
-  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Eigen::Map<const RowMajor> dy_matrix(dy, rows, out);
-  Eigen::Map<Eigen::RowVectorXf> db(sums, out);
-  db += dy_matrix.colwise().sum();
-}
-
 // forward:  y[R,out] = x[R,in] · Wᵀ + bias        (R = all leading dimensions of x)
 // backward: dx[R,in] += dy · W      dW[out,in] += dyᵀ · x      dbias[out] += Σ_rows dy
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family) {
