@@ -32,7 +32,8 @@ sys.path.insert(0, HERE)
 from fair_settings import clean_env, torch_thread_settings  # noqa: E402
 
 torch_script = os.path.join(HERE, "pytorch_gpt_bench.py")
-TARGETS = {("a", "fp32"): 2.2, ("b", "fp32"): 2.2, ("a", "bf16"): 2.0, ("b", "bf16"): 2.0}
+# The speed-ups asked for: preset a's from issue 35 (this 2-core machine), preset b's from earlier issues.
+TARGETS = {("a", "fp32"): 1.8, ("b", "fp32"): 2.2, ("a", "bf16"): 2.0, ("b", "bf16"): 2.0}
 
 for precision in args.precisions.split(","):
     variants = [("nanodist", [args.binary, "--json", "--peak", "--precision", precision], clean_env())]

@@ -26,7 +26,7 @@ Tensor scale(const Tensor& a, float s);
 
 // gelu.cpp — 0.5·x·(1 + erf(x/√2)), the exact form (PyTorch's nn.GELU()); bias_gelu: gelu(x +
 // bias), bias [N] added to every row of x [..., N] in the same pass (c_fc's bias, when the
-// model has biases); the same bits as the add then gelu.
+// model has biases); the same bits as add then gelu.
 Tensor gelu(const Tensor& x);
 Tensor bias_gelu(const Tensor& x, const Tensor& bias);
 

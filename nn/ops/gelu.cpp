@@ -95,8 +95,10 @@ Tensor gelu(const Tensor& x) {
 // Shapes: x [R, N] (R = all leading dimensions), bias [N].
 // forward:  y = gelu(x + bias), the bias added to every row    (x + bias is not kept: backward adds again)
 // backward: g = dy · gelu'(x + bias),  dx += g,  dbias += Σ_rows g
-// The same bits as linear's bias (the product's sum plus the bias, one rounding) or add, then
-// gelu: x + bias rounds alike, every value takes the same vector erf, and dbias the same row sums.
+// The same bits as add(x, bias) then gelu (x + bias rounds alike, every value takes the same
+// vector erf), and as linear's bias then gelu where the GEMM adds its whole sum to the bias
+// at once (K within one of its depth blocks: the tests' K = 32, 40); a GEMM that adds partial
+// sums into C block by block rounds the bias in earlier. dbias: linear's row sums exactly.
 Tensor bias_gelu(const Tensor& x, const Tensor& bias) {
   const int64_t cols = x.size(-1), n = x.numel(), rows = n / cols;
   if (bias.ndim() != 1 || bias.size(0) != cols)

@@ -61,7 +61,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return c;
 }
 
-// sums[out] += Σ_rows dy[rows,out]: a bias's gradient (fp32 in either precision).
 // forward:  y[R,out] = x[R,in] · Wᵀ + bias        (R = all leading dimensions of x)
 // backward: dx[R,in] += dy · W      dW[out,in] += dyᵀ · x      dbias[out] += Σ_rows dy
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family) {
