@@ -87,7 +87,7 @@ void add_flags(CLI::App& app, BenchOptions& o) {
                         "fused (every parameter in one pass, as PyTorch's fused AdamW) or per-tensor (one loop per "
                         "tensor: the speed ladder's rung before)");
   comm::cli::add_choice(app, "--fusion", o.fusion, nn::kFusionNames,
-                        "fused (the attention residual add inside the next layernorm's pass; with --bias, c_fc's bias "
+                        "fused (each residual add inside the next layernorm's pass; with --bias, c_fc's bias "
                         "inside GELU's) or separate (one op each: the speed ladder's rung before)");
   app.add_flag("--bias", o.bias, "biases in the linear layers and layernorms (nanoGPT's bias=True; c_fc's then fuses into GELU)");
   app.add_option("--vocab", o.vocab, "vocabulary size (65 characters; 128 is the ladder's \"nice number\")")

@@ -9,7 +9,7 @@ transfer to a CPU and why.
   2 fused attention                   one kernel per head, one [B,H,T,T] tensor (FlashAttention's idea)
   3 engine chosen by the CPU          oneDNN / OpenBLAS / Eigen, whichever is fastest here (fp32)
   4 bf16 matrix multiplies            --precision bf16 on the CPU's AVX-512 BF16 units
-  5 fused elementwise kernels         --fusion fused: the attention residual add inside the next
+  5 fused elementwise kernels         --fusion fused: each residual add inside the next
                                       layernorm's pass (torch.compile's rung)
   6 padded vocabulary                 65 → 128 ("nice numbers")
   7 fused AdamW                       --adamw fused: every parameter in one pass

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 #include "nn/autograd.hpp"
 #include "nn/recompute.hpp"
@@ -248,33 +249,55 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
 }
 
 Tensor GPT::run_blocks(Tensor x) {
-  for (int c = 0; c < static_cast<int>(part_.chunks.size()); ++c) x = run_chunk(std::move(x), c);
-  return x;
+  Tensor mlp_out;
+  for (int c = 0; c < static_cast<int>(part_.chunks.size()); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
+  return mlp_out.defined() ? add(x, mlp_out) : x;
 }
 
 Tensor GPT::run_chunk(Tensor x, int chunk) {
+  auto [stream, mlp_out] = run_chunk_open(std::move(x), {}, chunk);  // a stage hands on the whole stream
+  return mlp_out.defined() ? add(stream, mlp_out) : stream;
+}
+
+// With --fusion fused the MLP's residual add of one block runs inside the next block's ln_1
+// pass (add_layernorm), so the chunk returns {x, the last MLP's output} with that add still
+// to do: its caller adds it alone or in ln_f's pass. Under --recompute full a block's replay
+// starts from the stream it stored, so there every block adds its own output.
+std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chunk) {
   const BlockRange range = part_.chunks.at(static_cast<std::size_t>(chunk));
   const bool full = recompute_mode() == Recompute::full;
+  const bool carry = fusion() == Fusion::fused && !full;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     if (block_ids_[l] < range.first || block_ids_[l] >= range.end) continue;
     mark_grad_ready(block_groups_[l]);
     const int group = block_ids_[l] + 1;
     begin_use(group);  // outside the recomputed span: ZeRO-3 gathers once for the replay and its backward
-    auto block = [this, l](const Tensor& input) { return block_forward(blocks_[l], input); };
-    x = full ? recomputed(x, block, {&dropout_rng_}) : block(x);
+    if (full) {
+      if (mlp_out.defined()) x = add(x, std::exchange(mlp_out, {}));
+      auto block = [this, l](const Tensor& input) {
+        auto [stream, out] = block_forward(blocks_[l], input, {});
+        return add(stream, out);
+      };
+      x = recomputed(x, block, {&dropout_rng_});
+    } else {
+      std::tie(x, mlp_out) = block_forward(blocks_[l], x, mlp_out);
+      if (!carry) x = add(x, std::exchange(mlp_out, {}));
+    }
     end_use(group);
   }
-  return x;
+  return {x, mlp_out};
 }
 
-// One block: x [B,T,C] → x + attention sublayer, then + MLP sublayer. Under --recompute
-// selective the attention core is recomputed in backward (nn/recompute.hpp).
-Tensor GPT::block_forward(const BlockWeights& b, Tensor x) {
+// One block: x [B,T,C] (plus the previous MLP's output, when its add was left to this block's
+// ln_1) → x + attention sublayer, and the MLP sublayer's output [B,T,C] for the caller to add.
+// Under --recompute selective the attention core is recomputed in backward (nn/recompute.hpp).
+std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, Tensor x, const Tensor& previous_mlp_out) {
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
   auto attention_core = [this, attn_dropout](const Tensor& qkv) {
     return attention(qkv, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,3C] → [B,T,C]
   };
-  Tensor h = layernorm(x, b.ln_1_weight, b.ln_1_bias);
+  Tensor h;
+  std::tie(x, h) = add_pending_layernorm(x, previous_mlp_out, b.ln_1_weight, b.ln_1_bias);
   h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn");  // [B,T,3C]
   h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core, {&dropout_rng_}) : attention_core(h);
   h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"));
@@ -289,20 +312,22 @@ Tensor GPT::block_forward(const BlockWeights& b, Tensor x) {
   else
     h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                 // [B,T,4C]
   h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"));  // [B,T,C]
-  return add(x, h);
+  return {x, h};
 }
 
-Tensor GPT::final_norm(const Tensor& x) {
+// ln_f of x (plus the last MLP's output, when its add was left to this pass).
+Tensor GPT::final_norm(const Tensor& x, const Tensor& mlp_out) {
   if (!part_.head) fail("GPT: this part has no head");
   mark_grad_ready(ln_f_group_);
   begin_use(config_.n_layer + 1);
-  Tensor h = layernorm(x, ln_f_weight_, ln_f_bias_);
+  Tensor h = add_pending_layernorm(x, mlp_out, ln_f_weight_, ln_f_bias_).second;
   end_use(config_.n_layer + 1);
   return h;
 }
 
-Tensor GPT::head_logits(const Tensor& x) {
-  Tensor h = final_norm(x);
+Tensor GPT::head_logits(const Tensor& x) { return lm_head(final_norm(x)); }
+
+Tensor GPT::lm_head(const Tensor& h) {
   begin_use(0);
   Tensor logits = linear(h, wte_, {}, "GEMM lm_head");  // lm_head tied to wte: [B,T,V]
   end_use(0);
@@ -315,7 +340,9 @@ Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) {
 
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
   require_whole("forward");
-  return head_logits(run_blocks(embed(ids, B, T)));
+  Tensor x = embed(ids, B, T), mlp_out;
+  for (int c = 0; c < static_cast<int>(part_.chunks.size()); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
+  return lm_head(final_norm(x, mlp_out));  // the last MLP's residual add in ln_f's pass
 }
 
 Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {

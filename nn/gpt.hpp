@@ -167,10 +167,14 @@ class GPT {
   Tensor init_bias(Rng& rng, const std::string& name, int64_t n, bool owned);  // none without --bias
   std::vector<int> indices_from(std::size_t first) const;  // parameters first … last
   void init_blocks(Rng& rng);  // the part's blocks and their groups
-  Tensor final_norm(const Tensor& x);  // ln_f
+  Tensor final_norm(const Tensor& x, const Tensor& mlp_out = {});  // ln_f
+  Tensor lm_head(const Tensor& h);                                  // tied to wte: [B,T,C] → [B,T,V]
+  // A chunk's blocks from {x, an MLP output still to add} → the same (see gpt.cpp).
+  std::pair<Tensor, Tensor> run_chunk_open(Tensor x, Tensor mlp_out, int chunk);
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
-  Tensor block_forward(const BlockWeights& b, Tensor x);  // one block, x [B,T,C] → [B,T,C]
+  // One block: {x + attention, the MLP's output} [B,T,C] each.
+  std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, Tensor x, const Tensor& previous_mlp_out);
   void mark_grad_ready(const std::vector<int>& group);
   void begin_use(int group);  // the group-use hooks around a span of ops, in forward and backward
   void end_use(int group);

@@ -36,6 +36,10 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 // pass per row forward and backward; the same bits as add then layernorm.
 std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const Tensor& weight, const Tensor& bias = {},
                                         float eps = 1e-5f);
+// The same where a sublayer's residual add may have been left to this layernorm: {x + pending,
+// its layernorm} in one pass when pending is defined, else {x, layernorm(x)}.
+std::pair<Tensor, Tensor> add_pending_layernorm(const Tensor& x, const Tensor& pending, const Tensor& weight,
+                                                const Tensor& bias = {});
 // Whether the models call the fused elementwise kernels (add_layernorm, and bias_gelu in a model
 // with biases) or the separate ops
 // they fuse (process-wide, default fused; --fusion separate is the speed ladder's rung before).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 #include "nn/autograd.hpp"
 #include "nn/error.hpp"
@@ -180,34 +181,55 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
 }
 
 nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
-  for (int c = 0; c < chunks(); ++c) x = run_chunk(std::move(x), c);
-  return x;
+  nn::Tensor mlp_out;
+  for (int c = 0; c < chunks(); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
+  return mlp_out.defined() ? nn::add(x, mlp_out) : x;
 }
 
 nn::Tensor TensorParallelGPT::run_chunk(nn::Tensor x, int chunk) {
+  auto [stream, mlp_out] = run_chunk_open(std::move(x), {}, chunk);  // a stage hands on the whole stream
+  return mlp_out.defined() ? nn::add(stream, mlp_out) : stream;
+}
+
+// As nn::GPT's: with --fusion fused a block's MLP residual add runs in the next layernorm's
+// pass (ln_1, or ln_f), except under --recompute full, whose replay starts from a whole stream.
+std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x, nn::Tensor mlp_out, int chunk) {
   int first = 0;  // the chunk's blocks in blocks_ (held chunk after chunk)
   for (int c = 0; c < chunk; ++c) first += part_.chunks[static_cast<std::size_t>(c)].end - part_.chunks[static_cast<std::size_t>(c)].first;
   const nn::BlockRange range = part_.chunks.at(static_cast<std::size_t>(chunk));
   const bool full = nn::recompute_mode() == nn::Recompute::full;
+  const bool carry = nn::fusion() == nn::Fusion::fused && !full;
   for (int l = first; l < first + range.end - range.first; ++l) {
     nn::BlockWeights& b = blocks_[static_cast<std::size_t>(l)];
     mark_grad_ready(block_groups_[static_cast<std::size_t>(l)]);  // outside the recomputed span
-    auto block = [this, &b](const nn::Tensor& input) { return block_forward(b, input); };
-    // The replay runs the block's collectives again, on every rank of the group alike.
-    x = full ? nn::recomputed(x, block, {&dropout_rng_, &own_rng_}) : block(x);
+    if (full) {
+      if (mlp_out.defined()) x = nn::add(x, std::exchange(mlp_out, {}));
+      auto block = [this, &b](const nn::Tensor& input) {
+        auto [stream, out] = block_forward(b, input, {});
+        return nn::add(stream, out);
+      };
+      // The replay runs the block's collectives again, on every rank of the group alike.
+      x = nn::recomputed(x, block, {&dropout_rng_, &own_rng_});
+    } else {
+      std::tie(x, mlp_out) = block_forward(b, x, mlp_out);
+      if (!carry) x = nn::add(x, std::exchange(mlp_out, {}));
+    }
   }
-  return x;
+  return {x, mlp_out};
 }
 
-// One block on this rank's slices: x [B,T,C] (or [B,T/tp,C]) → the same shape. Under
-// --recompute selective the attention core on this rank's heads is recomputed in backward.
-nn::Tensor TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tensor x) {
+// One block on this rank's slices: x [B,T,C] (or [B,T/tp,C]; plus the previous MLP's output
+// when its add was left to this ln_1) → {x + attention, the MLP's output}, the same shape each.
+// Under --recompute selective the attention core on this rank's heads is recomputed in backward.
+std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tensor x,
+                                                                   const nn::Tensor& previous_mlp_out) {
   const int local_heads = config_.n_head / tp_.size();
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
   auto attention_core = [this, local_heads, attn_dropout](const nn::Tensor& qkv) {
     return nn::attention(qkv, local_heads, attn_dropout, &own_rng_);  // [B,T,3C/tp] → [B,T,C/tp]
   };
-  nn::Tensor h = nn::layernorm(x, b.ln_1_weight, b.ln_1_bias);
+  nn::Tensor h;
+  std::tie(x, h) = nn::add_pending_layernorm(x, previous_mlp_out, b.ln_1_weight, b.ln_1_bias);
   h = column_in(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C/tp]
   h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core, {&own_rng_})
                                                        : attention_core(h);               // [B,T,C/tp]
@@ -222,28 +244,41 @@ nn::Tensor TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tenso
     h = nn::bias_gelu(column_in(h, b.c_fc_weight, {}), b.c_fc_bias);  // [B,T,4C/tp]
   else
     h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
-  return nn::add(x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias)));
+  return {x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias))};
 }
 
 // ln_f, then lm_head (tied to wte: a column-parallel linear over the vocabulary) → [B,T,Vr].
-nn::Tensor TensorParallelGPT::head_local_logits(const nn::Tensor& x) {
+// (ln_f also adds the last MLP's output when that add was left to its pass.)
+nn::Tensor TensorParallelGPT::head_local_logits(const nn::Tensor& x, const nn::Tensor& mlp_out) {
   if (!part_.head) nn::fail("TensorParallelGPT: this part has no head");
   mark_grad_ready(ln_f_group_);
-  return column_in(nn::layernorm(x, ln_f_weight_, ln_f_bias_), wte_rows_, {});
+  return column_in(nn::add_pending_layernorm(x, mlp_out, ln_f_weight_, ln_f_bias_).second, wte_rows_, {});
 }
 
 nn::Tensor TensorParallelGPT::head_loss(const nn::Tensor& x, std::span<const int32_t> targets) {
-  return vocab_parallel_cross_entropy(head_local_logits(x), targets, rows_per_rank_ * tp_.rank(), config_.vocab_size,
-                                      tp_);
+  return vocab_loss(head_local_logits(x), targets);
+}
+
+// The mean cross-entropy of this rank's logit columns [B,T,Vr] over the whole vocabulary.
+nn::Tensor TensorParallelGPT::vocab_loss(const nn::Tensor& local_logits, std::span<const int32_t> targets) {
+  return vocab_parallel_cross_entropy(local_logits, targets, rows_per_rank_ * tp_.rank(), config_.vocab_size, tp_);
 }
 
 nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
                                    int64_t T) {
-  return head_loss(run_blocks(embed(ids, B, T)), targets);
+  auto [x, mlp_out] = run_whole(ids, B, T);
+  return vocab_loss(head_local_logits(x, mlp_out), targets);  // the last MLP's residual add in ln_f's pass
+}
+
+std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_whole(std::span<const int32_t> ids, int64_t B, int64_t T) {
+  nn::Tensor x = embed(ids, B, T), mlp_out;
+  for (int c = 0; c < chunks(); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
+  return {x, mlp_out};
 }
 
 nn::Tensor TensorParallelGPT::local_logits(std::span<const int32_t> ids, int64_t B, int64_t T) {
-  return head_local_logits(run_blocks(embed(ids, B, T)));
+  auto [x, mlp_out] = run_whole(ids, B, T);
+  return head_local_logits(x, mlp_out);
 }
 
 void TensorParallelGPT::next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) {

@@ -117,12 +117,17 @@ class TensorParallelGPT final : public StageModel {
   nn::Tensor keep(const nn::GPT& whole, const std::string& name, TpSplit split);
   bool sharded() const { return sequence_parallel_ && training_; }
   nn::Tensor maybe_dropout(const nn::Tensor& x);
-  nn::Tensor block_forward(const nn::BlockWeights& b, nn::Tensor x);
+  std::pair<nn::Tensor, nn::Tensor> block_forward(const nn::BlockWeights& b, nn::Tensor x,
+                                                  const nn::Tensor& previous_mlp_out);
+  // Blocks from {x, an MLP output still to add} → the same (tp_gpt.cpp); run_whole from ids.
+  std::pair<nn::Tensor, nn::Tensor> run_chunk_open(nn::Tensor x, nn::Tensor mlp_out, int chunk);
+  std::pair<nn::Tensor, nn::Tensor> run_whole(std::span<const int32_t> ids, int64_t B, int64_t T);
   // Into a column-parallel layer (f, or the all-gather of the shards) and out of a row-parallel
   // one (g, or the reduce-scatter into shards), with the bias added once after the sum.
   nn::Tensor column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);
   nn::Tensor row_out(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);
-  nn::Tensor head_local_logits(const nn::Tensor& x);
+  nn::Tensor head_local_logits(const nn::Tensor& x, const nn::Tensor& mlp_out = {});
+  nn::Tensor vocab_loss(const nn::Tensor& local_logits, std::span<const int32_t> targets);
   std::vector<int> indices_from(std::size_t first) const;  // parameters first … last
   void mark_grad_ready(const std::vector<int>& group);     // a marker on the tape: see nn::GPT
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include <catch2/catch.hpp>
@@ -19,6 +20,7 @@
 #include "nn/lr_schedule.hpp"
 #include "nn/ops.hpp"
 #include "nn/profile.hpp"
+#include "nn/recompute.hpp"
 #include "nn/safetensors.hpp"
 #include "nn/threads.hpp"
 
@@ -263,24 +265,38 @@ TEST_CASE("GPT with fused elementwise kernels equals the separate ops: loss and 
     ids[i] = static_cast<int32_t>(i * 7 % 11);
     targets[i] = static_cast<int32_t>(i * 5 % 11);
   }
+  // Under --recompute full every block adds its own MLP output (its replay starts from the stream).
+  const nn::Recompute recompute = GENERATE(nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full);
+  CAPTURE(nn::name_of(recompute));
   auto run = [&](nn::Fusion fusion) {
     struct Restore {
-      ~Restore() { nn::set_fusion(nn::Fusion::fused); }
+      ~Restore() {
+        nn::set_fusion(nn::Fusion::fused);
+        nn::set_recompute(nn::Recompute::none);
+      }
     } restore;
     nn::set_fusion(fusion);
+    nn::set_recompute(recompute);
     nn::GPT model(c, 21);
     nn::profile::reset();
     nn::profile::enable(true);  // to see which kernels ran
     nn::Tensor loss = model.loss(ids, targets, 3, 16);
     nn::autograd::backward(loss);
     nn::profile::enable(false);
-    bool add_layernorm_ran = false, bias_gelu_ran = false;  // the model has biases: both fused kernels
-    for (const auto& row : nn::profile::rows()) {
-      add_layernorm_ran |= row.kind == "add + layernorm";
-      bias_gelu_ran |= row.kind == "bias + gelu";
+    std::map<std::string, int64_t> forward_calls;  // kind → calls in forward (a replay is Pass::recompute)
+    for (const auto& row : nn::profile::rows())
+      if (row.pass == nn::profile::Pass::forward) forward_calls[row.kind] += row.calls;
+    const bool fused = fusion == nn::Fusion::fused;
+    CHECK(forward_calls["bias + gelu"] == (fused ? 2 : 0));  // the model has biases: both fused kernels
+    if (recompute == nn::Recompute::none) {
+      // Fused: ln_2 of each block, ln_1 of the second and ln_f take the residual add before them
+      // into their pass; block 0's ln_1 has none, and the only add left is the position's.
+      CHECK(forward_calls["add + layernorm"] == (fused ? 4 : 0));
+      CHECK(forward_calls["layernorm"] == (fused ? 1 : 5));
+      CHECK(forward_calls["add (residual, position)"] == (fused ? 1 : 5));
+    } else {
+      CHECK((forward_calls["add + layernorm"] > 0) == fused);
     }
-    CHECK(add_layernorm_ran == (fusion == nn::Fusion::fused));
-    CHECK(bias_gelu_ran == (fusion == nn::Fusion::fused));
     std::vector<float> out{loss.item()};
     for (auto& p : model.parameters()) out.insert(out.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
     return out;
