@@ -214,11 +214,12 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   if (o.json) {
     fmt::print(
         "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
-        "\"recompute\": \"{}\", \"adamw\": \"{}\", \"fusion\": \"{}\", \"threads\": {}, \"ms_per_step\": {:.2f}, "
+        "\"recompute\": \"{}\", \"adamw\": \"{}\", \"fusion\": \"{}\", \"bias\": {}, \"threads\": {}, "
+        "\"ms_per_step\": {:.2f}, "
         "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
         "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}, \"kept_mib\": {:.2f}, "
         "\"kept_formula_mib\": {:.2f}, \"peak_mib\": {:.2f}}}\n",
-        o.preset, precision, attention, c.vocab_size, recompute, adamw, fusion, o.threads, step * 1e3, best * 1e3,
+        o.preset, precision, attention, c.vocab_size, recompute, adamw, fusion, c.bias, o.threads, step * 1e3, best * 1e3,
         tokens / step, median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9,
         peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576, t.peak_bytes / 1048576);
     return;

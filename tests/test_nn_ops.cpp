@@ -132,6 +132,14 @@ TEST_CASE("bias_gelu (the bias fused into GELU's pass) equals the bias added, th
   nn::autograd::clear_tape();
 }
 
+TEST_CASE("ops over a last dimension of 0 refuse it with an error (no division by zero)") {
+  const nn::Tensor empty_rows = nn::Tensor::zeros({3, 0}), no_weights = nn::Tensor::zeros({0});
+  CHECK_THROWS_WITH(nn::bias_gelu(empty_rows, no_weights), Catch::Contains("no columns"));
+  CHECK_THROWS_WITH(nn::linear(empty_rows, nn::Tensor::zeros({4, 0})), Catch::Contains("no features"));
+  CHECK_THROWS_WITH(nn::layernorm(empty_rows, no_weights), Catch::Contains("no features"));
+  CHECK_THROWS_WITH(nn::add_layernorm(empty_rows, empty_rows, no_weights), Catch::Contains("no features"));
+}
+
 // The residual stream as a block uses it: x also feeds something else (its gradient adds up),
 // s = x + h goes on (a later use's gradient) and into the layernorm. Large enough to thread.
 TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add then layernorm bit for bit") {
