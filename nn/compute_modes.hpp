@@ -21,8 +21,8 @@ enum class PrecisionSetting { fp32, bf16, automatic };
 inline constexpr std::array<std::string_view, 3> kPrecisionSettingNames = {"fp32", "bf16", "auto"};
 inline constexpr std::array<std::string_view, 2> kPrecisionNames = {"fp32", "bf16"};  // by Precision
 inline constexpr std::array<std::string_view, 2> kAttentionKernelNames = {"fused", "naive"};
-// gpt_bench's --fusion (nn::set_fusion, nn/ops.hpp): the attention residual add inside ln_2 (and
-// c_fc's bias inside GELU's pass, with biases), or not
+// gpt_bench's --fusion (nn::set_fusion, nn/ops.hpp): each residual add inside the next
+// layernorm's pass (and c_fc's bias inside GELU's pass, with biases), or not
 inline constexpr std::array<std::string_view, 2> kFusionNames = {"fused", "separate"};
 
 constexpr std::string_view name_of(Precision p) { return kPrecisionNames[static_cast<std::size_t>(p)]; }

@@ -280,7 +280,8 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
       };
       x = recomputed(x, block, {&dropout_rng_});
     } else {
-      std::tie(x, mlp_out) = block_forward(blocks_[l], x, mlp_out);
+      // handed over, not copied: without a tape nothing else keeps them alive through the block
+      std::tie(x, mlp_out) = block_forward(blocks_[l], std::move(x), std::exchange(mlp_out, {}));
       if (!carry) x = add(x, std::exchange(mlp_out, {}));
     }
     end_use(group);
@@ -291,13 +292,13 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
 // One block: x [B,T,C] (plus the previous MLP's output, when its add was left to this block's
 // ln_1) → x + attention sublayer, and the MLP sublayer's output [B,T,C] for the caller to add.
 // Under --recompute selective the attention core is recomputed in backward (nn/recompute.hpp).
-std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, Tensor x, const Tensor& previous_mlp_out) {
+std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, Tensor x, Tensor previous_mlp_out) {
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
   auto attention_core = [this, attn_dropout](const Tensor& qkv) {
     return attention(qkv, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,3C] → [B,T,C]
   };
   Tensor h;
-  std::tie(x, h) = add_pending_layernorm(x, previous_mlp_out, b.ln_1_weight, b.ln_1_bias);
+  std::tie(x, h) = add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
   h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn");  // [B,T,3C]
   h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core, {&dropout_rng_}) : attention_core(h);
   h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"));

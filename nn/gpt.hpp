@@ -15,6 +15,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -174,7 +175,7 @@ class GPT {
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
   // One block: {x + attention, the MLP's output} [B,T,C] each.
-  std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, Tensor x, const Tensor& previous_mlp_out);
+  std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, Tensor x, Tensor previous_mlp_out);
   void mark_grad_ready(const std::vector<int>& group);
   void begin_use(int group);  // the group-use hooks around a span of ops, in forward and backward
   void end_use(int group);

@@ -211,7 +211,8 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x
       // The replay runs the block's collectives again, on every rank of the group alike.
       x = nn::recomputed(x, block, {&dropout_rng_, &own_rng_});
     } else {
-      std::tie(x, mlp_out) = block_forward(b, x, mlp_out);
+      // handed over, not copied: without a tape nothing else keeps them alive through the block
+      std::tie(x, mlp_out) = block_forward(b, std::move(x), std::exchange(mlp_out, {}));
       if (!carry) x = nn::add(x, std::exchange(mlp_out, {}));
     }
   }
@@ -222,14 +223,14 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x
 // when its add was left to this ln_1) → {x + attention, the MLP's output}, the same shape each.
 // Under --recompute selective the attention core on this rank's heads is recomputed in backward.
 std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tensor x,
-                                                                   const nn::Tensor& previous_mlp_out) {
+                                                                   nn::Tensor previous_mlp_out) {
   const int local_heads = config_.n_head / tp_.size();
   const float attn_dropout = training_ ? config_.dropout : 0.0f;
   auto attention_core = [this, local_heads, attn_dropout](const nn::Tensor& qkv) {
     return nn::attention(qkv, local_heads, attn_dropout, &own_rng_);  // [B,T,3C/tp] → [B,T,C/tp]
   };
   nn::Tensor h;
-  std::tie(x, h) = nn::add_pending_layernorm(x, previous_mlp_out, b.ln_1_weight, b.ln_1_bias);
+  std::tie(x, h) = nn::add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
   h = column_in(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C/tp]
   h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core, {&own_rng_})
                                                        : attention_core(h);               // [B,T,C/tp]

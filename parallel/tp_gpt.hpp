@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -118,7 +119,7 @@ class TensorParallelGPT final : public StageModel {
   bool sharded() const { return sequence_parallel_ && training_; }
   nn::Tensor maybe_dropout(const nn::Tensor& x);
   std::pair<nn::Tensor, nn::Tensor> block_forward(const nn::BlockWeights& b, nn::Tensor x,
-                                                  const nn::Tensor& previous_mlp_out);
+                                                  nn::Tensor previous_mlp_out);
   // Blocks from {x, an MLP output still to add} → the same (tp_gpt.cpp); run_whole from ids.
   std::pair<nn::Tensor, nn::Tensor> run_chunk_open(nn::Tensor x, nn::Tensor mlp_out, int chunk);
   std::pair<nn::Tensor, nn::Tensor> run_whole(std::span<const int32_t> ids, int64_t B, int64_t T);
