@@ -27,6 +27,12 @@ stop_cluster() {
   rm -rf "$work"
 }
 trap stop_cluster EXIT
+# ctest ends a test past its timeout with SIGKILL, which skips the EXIT trap, and the daemons
+# have left our process tree: a reaper outside it (double fork, own session) stops the cluster
+# once this shell is gone. After a normal exit it finds nothing left to stop.
+export work
+export -f stop_cluster
+( setsid bash -c 'while kill -0 '$$' 2> /dev/null; do sleep 2; done; stop_cluster' < /dev/null > /dev/null 2>&1 & )
 fail() {
   echo "FAILED: $*" >&2
   echo "---- job output" >&2; cat "$work/job.out" >&2 2> /dev/null || true
