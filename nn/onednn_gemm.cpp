@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -28,10 +29,18 @@ struct Product {
   dnnl::matmul primitive;
 };
 
+// At most this many primitives are kept, in the shared cache and in each thread's bound set
+// (oneDNN's own cache also holds 1024). Training uses a few dozen shapes, but generate() runs
+// every sequence length up to block_size, and each primitive holds ~15 KB of JIT code: without
+// a bound the cache grows with block_size. A full cache forgets everything and refills with
+// the shapes still in use (a few ms once).
+constexpr std::size_t kMaxCachedProducts = 1024;
+
 struct Engine {
   dnnl::engine cpu{dnnl::engine::kind::cpu, 0};
   std::mutex mutex;  // attention calls gemm from inside OpenMP loops: the cache is shared
-  std::map<ShapeKey, Product> primitives;
+  // shared: a thread's bound product keeps its primitive alive when the cache forgets it
+  std::map<ShapeKey, std::shared_ptr<const Product>> primitives;
 };
 
 Engine& engine() {
@@ -48,13 +57,14 @@ memory::desc matrix(memory::data_type type, int64_t rows, int64_t cols, bool tra
 // C = alpha · op(A) · op(B) + beta · C: alpha is oneDNN's output scale, beta its "sum" post-op.
 // The scratchpad (packing buffers) is ours, one per thread: by default oneDNN shares one among
 // all primitives, and attention runs products from several threads at once.
-const Product& product_for(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+std::shared_ptr<const Product> product_for(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                            int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
   const ShapeKey key{in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
   auto found = e.primitives.find(key);
   if (found != e.primitives.end()) return found->second;
+  if (e.primitives.size() >= kMaxCachedProducts) e.primitives.clear();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -66,14 +76,15 @@ const Product& product_for(memory::data_type in, bool trans_a, bool trans_b, int
   const dnnl::matmul::desc desc(matrix(in, M, K, trans_a, lda), matrix(in, K, N, trans_b, ldb),
                                 matrix(memory::data_type::f32, M, N, false, ldc));
   const dnnl::matmul::primitive_desc description(desc, attr, e.cpu);
-  return e.primitives.emplace(key, Product{description, dnnl::matmul(description)}).first->second;
+  auto made = std::make_shared<const Product>(Product{description, dnnl::matmul(description)});
+  return e.primitives.emplace(key, std::move(made)).first->second;
 }
 
 // A primitive bound to this thread's memory objects and stream: a call only swaps the data
 // pointers in. Building memories, argument maps and a stream on every call cost several µs,
 // as much as a whole attention head's 64×64×32 product.
 struct BoundProduct {
-  const Product* product;
+  std::shared_ptr<const Product> product;
   memory a, b, c, scratchpad;
   std::unordered_map<int, memory> arguments;
 };
@@ -84,9 +95,10 @@ BoundProduct& bound_product(memory::data_type in, bool trans_a, bool trans_b, in
   const ShapeKey key{in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
   auto found = bound.find(key);
   if (found != bound.end()) return found->second;
-  const Product& product = product_for(in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta);
+  if (bound.size() >= kMaxCachedProducts) bound.clear();  // safe: this thread runs none of them now
+  std::shared_ptr<const Product> product = product_for(in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta);
   thread_local std::vector<char> scratch;  // sized for the largest product this thread runs
-  const memory::desc scratch_desc = product.description.scratchpad_desc();
+  const memory::desc scratch_desc = product->description.scratchpad_desc();
   if (scratch.size() < scratch_desc.get_size()) {
     scratch.resize(scratch_desc.get_size());
     // the buffer moved: point every bound scratchpad at it
@@ -95,7 +107,7 @@ BoundProduct& bound_product(memory::data_type in, bool trans_a, bool trans_b, in
   const dnnl::engine& cpu = engine().cpu;
   memory a(matrix(in, M, K, trans_a, lda), cpu, nullptr), b(matrix(in, K, N, trans_b, ldb), cpu, nullptr),
       c(matrix(memory::data_type::f32, M, N, false, ldc), cpu, nullptr), scratchpad(scratch_desc, cpu, scratch.data());
-  BoundProduct entry{&product, a, b, c, scratchpad,
+  BoundProduct entry{std::move(product), a, b, c, scratchpad,
                      {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratchpad}}};
   return bound.emplace(key, std::move(entry)).first->second;
 }
@@ -125,6 +137,12 @@ void run(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N,
 
 bool onednn_available() { return true; }
 
+std::size_t onednn_cached_products() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return e.primitives.size();
+}
+
 // ISAs are bit sets, each containing the ones below it.
 static bool onednn_cpu_has(dnnl::cpu_isa wanted) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), bits = static_cast<unsigned>(wanted);
@@ -146,6 +164,7 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 #else  // built without oneDNN: the other engines serve, and nothing calls these
 
 bool onednn_available() { return false; }
+std::size_t onednn_cached_products() { return 0; }
 bool onednn_has_avx512() { return false; }
 bool onednn_has_bf16_units() { return false; }
 void onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,

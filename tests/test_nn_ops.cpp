@@ -11,6 +11,7 @@
 #include "numeric/bf16.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
+#include "nn/onednn_gemm.hpp"
 #include "nn/threads.hpp"
 #include "nn_test_util.hpp"
 
@@ -142,6 +143,29 @@ TEST_CASE("ops over a last dimension of 0 refuse it with an error (no division b
 
 // The residual stream as a block uses it: x also feeds something else (its gradient adds up),
 // s = x + h goes on (a later use's gradient) and into the layernorm. Large enough to thread.
+#if defined(NANODIST_TEST_ONEDNN)
+// generate() runs every sequence length up to block_size: one more set of shapes each.
+TEST_CASE("oneDNN's cache of primitives stays bounded, and products made after it forgets are right") {
+  REQUIRE(nn::onednn_available());
+  constexpr int64_t kShapes = 1100, N = 2, K = 3;  // more shapes than the cache keeps
+  std::vector<float> a(kShapes * K), b(K * N), c(kShapes * N);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) - 3.0f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * 0.5f;
+  int wrong = 0;
+  for (int64_t M = 1; M <= kShapes; ++M) {
+    nn::onednn_gemm_f32(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    for (int64_t n = 0; n < N; ++n) {  // row M − 1, the newest: small integers and halves, exact
+      float expected = 0.0f;
+      for (int64_t k = 0; k < K; ++k) expected += a[(M - 1) * K + k] * b[k * N + n];
+      wrong += c[(M - 1) * N + n] != expected;
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(nn::onednn_cached_products() > 0);
+  CHECK(nn::onednn_cached_products() <= 1024);
+}
+#endif
+
 TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add then layernorm bit for bit") {
   for (bool with_bias : {true, false}) {
     INFO("bias " << with_bias);
