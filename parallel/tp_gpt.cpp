@@ -157,8 +157,8 @@ nn::Tensor TensorParallelGPT::column_in(const nn::Tensor& x, const nn::Tensor& w
 
 nn::Tensor TensorParallelGPT::row_out(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias) {
   if (!sharded()) return row_parallel_linear(x, weight, bias, tp_);
-  nn::Tensor y = reduce_scatter_to_sequence_parallel(nn::linear(x, weight), tp_);  // [B,T,out] partial → [B,T/tp,out]
-  return bias.defined() ? nn::add(y, bias) : y;
+  // [B,T,out] partial → [B,T/tp,out], then the bias
+  return add_bias_to_sum(reduce_scatter_to_sequence_parallel(nn::linear(x, weight), tp_), bias);
 }
 
 nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {

@@ -15,8 +15,14 @@ nn::Tensor column_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_
 nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_columns, const nn::Tensor& bias,
                                comm::Communicator& tp) {
   nn::Tensor partial = nn::linear(x, weight_columns);  // [..., out]: this rank's share of the sum
-  nn::Tensor y = reduce_from_tensor_parallel(partial, tp);
-  return bias.defined() ? nn::add(y, bias) : y;
+  return add_bias_to_sum(reduce_from_tensor_parallel(partial, tp), bias);
+}
+
+nn::Tensor add_bias_to_sum(nn::Tensor sum, const nn::Tensor& bias) {
+  if (!bias.defined()) return sum;
+  nn::Tensor y = nn::add(sum, bias);
+  sum.free_values();  // the reduce's and the add's backward read only gradients
+  return y;
 }
 
 std::vector<float> row_slice(std::span<const float> full, int64_t rows, int64_t columns, int rank, int T, int pieces) {

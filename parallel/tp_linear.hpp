@@ -23,6 +23,12 @@ nn::Tensor column_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_
 nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_columns, const nn::Tensor& bias,
                                comm::Communicator& tp);
 
+// sum + bias, for a bias added once after the ranks' partial products are summed; sum is a
+// reduce's fresh result that nothing else reads. Neither the reduce's backward nor the add's
+// reads its values, yet their closures hold it: its values go back to the pool at once
+// (C floats a token that would otherwise stay until backward).
+nn::Tensor add_bias_to_sum(nn::Tensor sum, const nn::Tensor& bias);
+
 // Cutting full parameters (values or gradients) into this rank's shard:
 // rows [r·n/T, (r+1)·n/T) of a [n, ...] tensor — done within each of `pieces` equal parts
 // (c_attn is q | k | v stacked: each is cut by whole heads, so pieces = 3).

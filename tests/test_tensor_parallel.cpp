@@ -266,7 +266,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every --recompute, with SP, fp32 and bf16") {
+TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every --recompute, with SP, fp32 and bf16, with and without biases") {
   // docs/memory.md derives what a block keeps for backward; the allocator measures it: what
   // forward leaves in use with 2 blocks minus with 1 is one block's share.
   comm::Communicator& world = comm::runtime().world();
@@ -278,8 +278,10 @@ TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every -
   std::vector<int32_t> ids(static_cast<std::size_t>(B * S), 3), targets(ids.size(), 4);
   for (nn::PrecisionSetting precision : {nn::PrecisionSetting::fp32, nn::PrecisionSetting::bf16})
     for (nn::Recompute recompute : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full})
-      for (bool sp : {false, true}) {
+      for (bool sp : {false, true})
+        for (bool bias : {false, true}) {  // with biases c_fc's bias runs inside GELU's pass (bias_gelu)
         if (sp && tp == 1) continue;  // SP needs 2 ranks or more
+        config.bias = bias;
         const nn::Precision runs = nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute).precision;
         double kept[2];
         for (int layers : {1, 2}) {
@@ -296,7 +298,7 @@ TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every -
         const double formula =
             4.0 * B * S * nn::block_activation_floats_per_token(config, S, recompute, runs, tp, sp) + casts;
         INFO(tp << " ranks, SP " << sp << ", recompute " << nn::name_of(recompute) << ", " << nn::name_of(runs)
-                << ": a block keeps " << kept[1] - kept[0] << " bytes, the formula says " << formula);
+                << ", biases " << bias << ": a block keeps " << kept[1] - kept[0] << " bytes, the formula says " << formula);
         CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-9));
       }
   nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, nn::Recompute::none);
