@@ -33,7 +33,9 @@ struct Product {
 // (oneDNN's own cache also holds 1024). Training uses a few dozen shapes, but generate() runs
 // every sequence length up to block_size, and each primitive holds ~15 KB of JIT code: without
 // a bound the cache grows with block_size. A full cache forgets everything and refills with
-// the shapes still in use (a few ms once).
+// the shapes still in use (a few ms once, while those are fewer than 1024). A thread's bound
+// set keeps its primitives alive after the shared cache forgets them, so up to
+// (threads + 1) × 1024 can be alive at once.
 constexpr std::size_t kMaxCachedProducts = 1024;
 
 struct Engine {
@@ -89,9 +91,14 @@ struct BoundProduct {
   std::unordered_map<int, memory> arguments;
 };
 
+std::map<ShapeKey, BoundProduct>& this_threads_bound_products() {
+  thread_local std::map<ShapeKey, BoundProduct> bound;
+  return bound;
+}
+
 BoundProduct& bound_product(memory::data_type in, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                             int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
-  thread_local std::map<ShapeKey, BoundProduct> bound;
+  std::map<ShapeKey, BoundProduct>& bound = this_threads_bound_products();
   const ShapeKey key{in, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
   auto found = bound.find(key);
   if (found != bound.end()) return found->second;
@@ -143,6 +150,8 @@ std::size_t onednn_cached_products() {
   return e.primitives.size();
 }
 
+std::size_t onednn_bound_products_on_this_thread() { return this_threads_bound_products().size(); }
+
 // ISAs are bit sets, each containing the ones below it.
 static bool onednn_cpu_has(dnnl::cpu_isa wanted) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), bits = static_cast<unsigned>(wanted);
@@ -165,6 +174,7 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 
 bool onednn_available() { return false; }
 std::size_t onednn_cached_products() { return 0; }
+std::size_t onednn_bound_products_on_this_thread() { return 0; }
 bool onednn_has_avx512() { return false; }
 bool onednn_has_bf16_units() { return false; }
 void onednn_gemm_f32(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,

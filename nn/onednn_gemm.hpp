@@ -3,8 +3,8 @@
 // vdpbf16ps: two bf16 multiply-adds per fp32 lane, twice fp32's rate), result in fp32.
 //
 // A primitive is made once per shape (M, N, K, transposes, strides, alpha, beta) and kept:
-// making one costs tens of microseconds, running a small one a few. At most 1024 are kept
-// (onednn_gemm.cpp says why); onednn_cached_products() counts the shared cache. Present when the build
+// making one costs tens of microseconds, running a small one a few. At most 1024 are kept in
+// the shared cache and 1024 bound on each thread (onednn_gemm.cpp says why). Present when the build
 // found oneDNN (libdnnl-dev); onednn_available() says so at run time.
 #pragma once
 #include <cstddef>
@@ -17,7 +17,8 @@ namespace nn {
 bool onednn_available();
 bool onednn_has_avx512();      // oneDNN's dispatcher picks AVX-512 kernels on this CPU
 bool onednn_has_bf16_units();  // … and AVX-512 BF16 ones
-std::size_t onednn_cached_products();
+std::size_t onednn_cached_products();               // in the shared cache
+std::size_t onednn_bound_products_on_this_thread();  // bound to the calling thread's memory objects
 
 // C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, as nn::gemm.
 void onednn_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -13,6 +13,12 @@ namespace nn {
 
 std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+int64_t Tensor::rows_of_last(const char* op) const {
+  const int64_t last = size(-1);
+  if (last == 0) fail("{}: input {} has an empty last dimension", op, shape_string(shape()));
+  return numel() / last;
+}
+
 int64_t numel_of(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {

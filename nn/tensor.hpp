@@ -75,6 +75,9 @@ class Tensor {
   Tensor clone() const;            // a copy of the values, no gradient
 
   bool same_storage(const Tensor& other) const;
+  // For an op that works row by row over the last dimension: how many rows (all the leading
+  // dimensions multiplied). A last dimension of 0 is refused in one line naming `op`.
+  int64_t rows_of_last(const char* op) const;
 
  private:
   struct Impl {

@@ -52,7 +52,7 @@ std::vector<float> target_logits(const float* z, int64_t N, int64_t Vr, int64_t 
 nn::Tensor vocab_parallel_cross_entropy(const nn::Tensor& local_logits, std::span<const int32_t> targets,
                                         int64_t vocab_start, int64_t vocab_size, comm::Communicator& tp,
                                         int32_t ignore_index) {
-  const int64_t Vr = local_logits.size(-1), N = local_logits.numel() / Vr;
+  const int64_t Vr = local_logits.size(-1), N = local_logits.rows_of_last("vocab_parallel_cross_entropy");
   if (static_cast<int64_t>(targets.size()) != N)
     nn::fail("vocab_parallel_cross_entropy: {} targets for {} rows of logits {}", targets.size(), N,
              nn::shape_string(local_logits.shape()));

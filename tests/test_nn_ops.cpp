@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -135,36 +137,65 @@ TEST_CASE("bias_gelu (the bias fused into GELU's pass) equals the bias added, th
 
 TEST_CASE("ops over a last dimension of 0 refuse it with an error (no division by zero)") {
   const nn::Tensor empty_rows = nn::Tensor::zeros({3, 0}), no_weights = nn::Tensor::zeros({0});
-  CHECK_THROWS_WITH(nn::bias_gelu(empty_rows, no_weights), Catch::Contains("no columns"));
-  CHECK_THROWS_WITH(nn::linear(empty_rows, nn::Tensor::zeros({4, 0})), Catch::Contains("no features"));
-  CHECK_THROWS_WITH(nn::layernorm(empty_rows, no_weights), Catch::Contains("no features"));
-  CHECK_THROWS_WITH(nn::add_layernorm(empty_rows, empty_rows, no_weights), Catch::Contains("no features"));
+  const std::vector<int32_t> targets{0, 0, 0};
+  auto refused = [](const char* op) { return Catch::Contains(std::string(op) + ": input [3, 0] has an empty last dimension"); };
+  CHECK_THROWS_WITH(nn::bias_gelu(empty_rows, no_weights), refused("bias_gelu"));
+  CHECK_THROWS_WITH(nn::linear(empty_rows, nn::Tensor::zeros({4, 0})), refused("linear"));
+  CHECK_THROWS_WITH(nn::layernorm(empty_rows, no_weights), refused("layernorm"));
+  CHECK_THROWS_WITH(nn::add_layernorm(empty_rows, empty_rows, no_weights), refused("add_layernorm"));
+  CHECK_THROWS_WITH(nn::softmax(empty_rows), refused("softmax"));
+  CHECK_THROWS_WITH(nn::cross_entropy(empty_rows, targets), refused("cross_entropy"));
+  CHECK_THROWS_WITH(nn::causal_mask(nn::Tensor::zeros({3, 0, 0})), Catch::Contains("causal_mask: input [3, 0, 0] has an empty last dimension"));
+  CHECK_THROWS_WITH(nn::batched_matmul(nn::Tensor::zeros({2, 3, 0}), nn::Tensor::zeros({2, 0, 4}), false),
+                    Catch::Contains("batched_matmul: [2, 3, 0] holds empty matrices"));
 }
+
+#if defined(NANODIST_TEST_ONEDNN)
+// generate() runs every sequence length up to block_size: one more set of shapes each.
+TEST_CASE("oneDNN's caches of primitives stay bounded, and a primitive the shared cache forgets still runs") {
+  REQUIRE(nn::onednn_available());
+  constexpr int64_t kShapes = 1100, N = 2, K = 3;  // more shapes than a cache keeps (1024)
+  std::vector<float> a(kShapes * K), b(K * N);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) - 3.0f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * 0.5f;
+  // C = A[0:M] · B for M in [first, last]; true when every row is right (small integers and
+  // halves: exact). Each M is another shape, so another primitive.
+  auto products_right = [&](int64_t first, int64_t last) {
+    std::vector<float> c(kShapes * N);
+    bool right = true;
+    for (int64_t M = first; M <= last; ++M) {
+      nn::onednn_gemm_f32(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          float expected = 0.0f;
+          for (int64_t k = 0; k < K; ++k) expected += a[m * K + k] * b[k * N + n];
+          right &= c[m * N + n] == expected;
+        }
+    }
+    return right;
+  };
+  // This thread binds 1000 shapes; another thread then makes 100 more, so the shared cache
+  // overflows and forgets every primitive this thread still holds bound.
+  CHECK(products_right(1, 1000));
+  bool other_right = false;
+  std::size_t other_bound = 0;
+  std::thread other([&] {
+    other_right = products_right(1001, kShapes);
+    other_bound = nn::onednn_bound_products_on_this_thread();
+  });
+  other.join();
+  CHECK(other_right);
+  CHECK(other_bound == kShapes - 1000);
+  CHECK(nn::onednn_cached_products() <= 1024);
+  CHECK(products_right(1, 10));  // bound here before the cache forgot them: still alive
+  CHECK(products_right(1001, kShapes));  // this thread's own set now passes 1024 too
+  CHECK(nn::onednn_bound_products_on_this_thread() <= 1024);
+  CHECK(products_right(1, 5));  // after both caches forgot them: made again
+}
+#endif
 
 // The residual stream as a block uses it: x also feeds something else (its gradient adds up),
 // s = x + h goes on (a later use's gradient) and into the layernorm. Large enough to thread.
-#if defined(NANODIST_TEST_ONEDNN)
-// generate() runs every sequence length up to block_size: one more set of shapes each.
-TEST_CASE("oneDNN's cache of primitives stays bounded, and products made after it forgets are right") {
-  REQUIRE(nn::onednn_available());
-  constexpr int64_t kShapes = 1100, N = 2, K = 3;  // more shapes than the cache keeps
-  std::vector<float> a(kShapes * K), b(K * N), c(kShapes * N);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) - 3.0f;
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * 0.5f;
-  int wrong = 0;
-  for (int64_t M = 1; M <= kShapes; ++M) {
-    nn::onednn_gemm_f32(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
-    for (int64_t n = 0; n < N; ++n) {  // row M − 1, the newest: small integers and halves, exact
-      float expected = 0.0f;
-      for (int64_t k = 0; k < K; ++k) expected += a[(M - 1) * K + k] * b[k * N + n];
-      wrong += c[(M - 1) * N + n] != expected;
-    }
-  }
-  CHECK(wrong == 0);
-  CHECK(nn::onednn_cached_products() > 0);
-  CHECK(nn::onednn_cached_products() <= 1024);
-}
-#endif
 
 TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add then layernorm bit for bit") {
   for (bool with_bias : {true, false}) {

@@ -86,6 +86,7 @@ Tensor merge_heads(const Tensor& y) {
 // backward: da = dc · op(b)ᵀ;  db = aᵀ · dc (or dcᵀ · a when trans_b)
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
+  if (M * K == 0) fail("batched_matmul: {} holds empty matrices", shape_string(a.shape()));
   const int64_t batch = a.numel() / (M * K);
   if ((trans_b ? b.size(-1) : b.size(-2)) != K || b.numel() != batch * K * N)
     fail("batched_matmul: shapes {} and {}{} do not fit", shape_string(a.shape()), shape_string(b.shape()),
@@ -131,7 +132,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b) {
 //           infinities, and exp(−1e30 − max) is 0 just the same.)
 // backward: dx[..., t, j] += dout[..., t, j] for j ≤ t (the masked entries do not depend on x)
 Tensor causal_mask(const Tensor& x) {
-  const int64_t T = x.size(-1), rows = x.numel() / T;
+  const int64_t T = x.size(-1), rows = x.rows_of_last("causal_mask");
   if (x.size(-2) != T) fail("causal_mask: {} is not […, T, T]", shape_string(x.shape()));
   profile::Scope scope("causal mask", 8.0 * rows * T);
   bool track = autograd::needs_grad({&x});

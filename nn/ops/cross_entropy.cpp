@@ -15,7 +15,7 @@ namespace nn {
 //           n = number of such rows (PyTorch's F.cross_entropy(..., ignore_index=-1))
 // backward: dz_rj += dloss · (softmax(z_r)_j − [j = target_r]) / n;  ignored rows get 0
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index) {
-  const int64_t V = logits.size(-1), N = logits.numel() / V;
+  const int64_t V = logits.size(-1), N = logits.rows_of_last("cross_entropy");
   if (static_cast<int64_t>(targets.size()) != N)
     fail("cross_entropy: {} targets for {} rows of logits {}", targets.size(), N, shape_string(logits.shape()));
   int64_t counted = 0;

@@ -78,7 +78,7 @@ void backward_rows(int64_t rows, int64_t C, const Tensor& weight, const Tensor& 
 
 void check_fits(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const int64_t C = x.size(-1);
-  if (C == 0) fail("{}: input {} has no features (its last dimension is 0)", op, shape_string(x.shape()));
+  x.rows_of_last(op);  // refuses an empty last dimension
   if (weight.numel() != C || (bias.defined() && bias.numel() != C))
     fail("{}: input {} does not fit weight {}", op, shape_string(x.shape()), shape_string(weight.shape()));
 }

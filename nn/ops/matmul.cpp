@@ -67,8 +67,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const c
   const int64_t in = x.size(-1);
   if (weight.ndim() != 2 || weight.size(1) != in)
     fail("linear: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
-  if (in == 0) fail("linear: input {} has no features (its last dimension is 0)", shape_string(x.shape()));
-  const int64_t out = weight.size(0), rows = x.numel() / in;
+  const int64_t out = weight.size(0), rows = x.rows_of_last("linear");
   if (bias.defined() && (bias.ndim() != 1 || bias.size(0) != out))
     fail("linear: bias {} does not fit weight {}", shape_string(bias.shape()), shape_string(weight.shape()));
   profile::Scope scope(family, 0, 2.0 * rows * in * out);

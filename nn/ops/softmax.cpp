@@ -11,7 +11,7 @@ namespace nn {
 // forward (each row):  y_j = exp(x_j − max x) / Σ_k exp(x_k − max x)
 // backward:            dx_j += y_j · (dy_j − Σ_k dy_k · y_k)
 Tensor softmax(const Tensor& x) {
-  const int64_t C = x.size(-1), rows = x.numel() / C;
+  const int64_t C = x.size(-1), rows = x.rows_of_last("softmax");
   profile::Scope scope("softmax", 8.0 * rows * C);  // read x, write y
   bool track = autograd::needs_grad({&x});
   Tensor y = Tensor::empty(x.shape(), track);
