@@ -249,14 +249,19 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
 }
 
 Tensor GPT::run_blocks(Tensor x) {
+  auto [stream, mlp_out] = run_blocks_open(std::move(x));
+  return add_pending(stream, mlp_out);
+}
+
+std::pair<Tensor, Tensor> GPT::run_blocks_open(Tensor x) {
   Tensor mlp_out;
   for (int c = 0; c < static_cast<int>(part_.chunks.size()); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
-  return mlp_out.defined() ? add(x, mlp_out) : x;
+  return {x, mlp_out};
 }
 
 Tensor GPT::run_chunk(Tensor x, int chunk) {
   auto [stream, mlp_out] = run_chunk_open(std::move(x), {}, chunk);  // a stage hands on the whole stream
-  return mlp_out.defined() ? add(stream, mlp_out) : stream;
+  return add_pending(stream, mlp_out);
 }
 
 // With --fusion fused the MLP's residual add of one block runs inside the next block's ln_1
@@ -273,7 +278,7 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
     const int group = block_ids_[l] + 1;
     begin_use(group);  // outside the recomputed span: ZeRO-3 gathers once for the replay and its backward
     if (full) {
-      if (mlp_out.defined()) x = add(x, std::exchange(mlp_out, {}));
+      x = add_pending(x, std::exchange(mlp_out, {}));
       auto block = [this, l](const Tensor& input) {
         auto [stream, out] = block_forward(blocks_[l], input, {});
         return add(stream, out);
@@ -341,8 +346,7 @@ Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) {
 
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
   require_whole("forward");
-  Tensor x = embed(ids, B, T), mlp_out;
-  for (int c = 0; c < static_cast<int>(part_.chunks.size()); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
+  auto [x, mlp_out] = run_blocks_open(embed(ids, B, T));
   return lm_head(final_norm(x, mlp_out));  // the last MLP's residual add in ln_f's pass
 }
 

@@ -172,6 +172,7 @@ class GPT {
   Tensor lm_head(const Tensor& h);                                  // tied to wte: [B,T,C] → [B,T,V]
   // A chunk's blocks from {x, an MLP output still to add} → the same (see gpt.cpp).
   std::pair<Tensor, Tensor> run_chunk_open(Tensor x, Tensor mlp_out, int chunk);
+  std::pair<Tensor, Tensor> run_blocks_open(Tensor x);  // every chunk, the same way
   void require_whole(const char* what) const;
   Tensor maybe_dropout(const Tensor& x);
   // One block: {x + attention, the MLP's output} [B,T,C] each.

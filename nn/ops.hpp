@@ -21,6 +21,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, co
 // elementwise.cpp — a + b where b's shape equals a's trailing dimensions (a bias, a
 // position embedding) or all of them; a ⊙ b (same shapes); a · s.
 Tensor add(const Tensor& a, const Tensor& b);
+// x + pending, or x itself when pending is empty: a residual add that was left for the next
+// layernorm's pass (add_pending_layernorm) done on its own where no layernorm follows.
+Tensor add_pending(const Tensor& x, const Tensor& pending);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& a, float s);
 

@@ -181,14 +181,19 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
 }
 
 nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
+  auto [stream, mlp_out] = run_blocks_open(std::move(x));
+  return nn::add_pending(stream, mlp_out);
+}
+
+std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_blocks_open(nn::Tensor x) {
   nn::Tensor mlp_out;
   for (int c = 0; c < chunks(); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
-  return mlp_out.defined() ? nn::add(x, mlp_out) : x;
+  return {x, mlp_out};
 }
 
 nn::Tensor TensorParallelGPT::run_chunk(nn::Tensor x, int chunk) {
   auto [stream, mlp_out] = run_chunk_open(std::move(x), {}, chunk);  // a stage hands on the whole stream
-  return mlp_out.defined() ? nn::add(stream, mlp_out) : stream;
+  return nn::add_pending(stream, mlp_out);
 }
 
 // As nn::GPT's: with --fusion fused a block's MLP residual add runs in the next layernorm's
@@ -203,7 +208,7 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x
     nn::BlockWeights& b = blocks_[static_cast<std::size_t>(l)];
     mark_grad_ready(block_groups_[static_cast<std::size_t>(l)]);  // outside the recomputed span
     if (full) {
-      if (mlp_out.defined()) x = nn::add(x, std::exchange(mlp_out, {}));
+      x = nn::add_pending(x, std::exchange(mlp_out, {}));
       auto block = [this, &b](const nn::Tensor& input) {
         auto [stream, out] = block_forward(b, input, {});
         return nn::add(stream, out);
@@ -267,18 +272,12 @@ nn::Tensor TensorParallelGPT::vocab_loss(const nn::Tensor& local_logits, std::sp
 
 nn::Tensor TensorParallelGPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B,
                                    int64_t T) {
-  auto [x, mlp_out] = run_whole(ids, B, T);
+  auto [x, mlp_out] = run_blocks_open(embed(ids, B, T));
   return vocab_loss(head_local_logits(x, mlp_out), targets);  // the last MLP's residual add in ln_f's pass
 }
 
-std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_whole(std::span<const int32_t> ids, int64_t B, int64_t T) {
-  nn::Tensor x = embed(ids, B, T), mlp_out;
-  for (int c = 0; c < chunks(); ++c) std::tie(x, mlp_out) = run_chunk_open(x, mlp_out, c);
-  return {x, mlp_out};
-}
-
 nn::Tensor TensorParallelGPT::local_logits(std::span<const int32_t> ids, int64_t B, int64_t T) {
-  auto [x, mlp_out] = run_whole(ids, B, T);
+  auto [x, mlp_out] = run_blocks_open(embed(ids, B, T));
   return head_local_logits(x, mlp_out);
 }
 

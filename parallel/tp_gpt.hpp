@@ -120,9 +120,9 @@ class TensorParallelGPT final : public StageModel {
   nn::Tensor maybe_dropout(const nn::Tensor& x);
   std::pair<nn::Tensor, nn::Tensor> block_forward(const nn::BlockWeights& b, nn::Tensor x,
                                                   nn::Tensor previous_mlp_out);
-  // Blocks from {x, an MLP output still to add} → the same (tp_gpt.cpp); run_whole from ids.
+  // Blocks from {x, an MLP output still to add} → the same (tp_gpt.cpp); run_blocks_open: every chunk.
   std::pair<nn::Tensor, nn::Tensor> run_chunk_open(nn::Tensor x, nn::Tensor mlp_out, int chunk);
-  std::pair<nn::Tensor, nn::Tensor> run_whole(std::span<const int32_t> ids, int64_t B, int64_t T);
+  std::pair<nn::Tensor, nn::Tensor> run_blocks_open(nn::Tensor x);
   // Into a column-parallel layer (f, or the all-gather of the shards) and out of a row-parallel
   // one (g, or the reduce-scatter into shards), with the bias added once after the sum.
   nn::Tensor column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias);

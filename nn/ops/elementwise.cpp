@@ -60,6 +60,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor add_pending(const Tensor& x, const Tensor& pending) { return pending.defined() ? add(x, pending) : x; }
+
 // forward: out = a ⊙ b        backward: da += dout ⊙ b, db += dout ⊙ a
 Tensor mul(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) fail("mul: shapes {} and {} differ", shape_string(a.shape()), shape_string(b.shape()));
