@@ -24,9 +24,9 @@ nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_col
                                comm::Communicator& tp);
 
 // sum + bias, for a bias added once after the ranks' partial products are summed; sum is a
-// reduce's fresh result (linear's own output on one rank) that nothing else reads. Neither the reduce's backward nor the add's
-// reads its values, yet their closures hold it: its values go back to the pool at once
-// (C floats a token that would otherwise stay until backward).
+// reduce's fresh result (linear's own output on one rank) that nothing else reads. Neither
+// the reduce's backward nor the add's reads its values, yet their closures hold it: its
+// values go back to the pool at once (C floats a token that would otherwise stay until backward).
 nn::Tensor add_bias_to_sum(nn::Tensor sum, const nn::Tensor& bias);
 
 // Cutting full parameters (values or gradients) into this rank's shard:

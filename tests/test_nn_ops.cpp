@@ -196,7 +196,6 @@ TEST_CASE("oneDNN's caches of primitives stay bounded, and a primitive the share
 
 // The residual stream as a block uses it: x also feeds something else (its gradient adds up),
 // s = x + h goes on (a later use's gradient) and into the layernorm. Large enough to thread.
-
 TEST_CASE("add_layernorm (the residual add fused into the layernorm) equals add then layernorm bit for bit") {
   for (bool with_bias : {true, false}) {
     INFO("bias " << with_bias);

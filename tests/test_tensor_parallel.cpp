@@ -280,26 +280,26 @@ TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every -
     for (nn::Recompute recompute : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full})
       for (bool sp : {false, true})
         for (bool bias : {false, true}) {  // with biases c_fc's bias runs inside GELU's pass (bias_gelu)
-        if (sp && tp == 1) continue;  // SP needs 2 ranks or more
-        config.bias = bias;
-        const nn::Precision runs = nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute).precision;
-        double kept[2];
-        for (int layers : {1, 2}) {
-          config.n_layer = layers;
-          parallel::TensorParallelGPT model(config, 9, world, sp);
-          nn::WeightCastCache casts_once;  // as the training loop: the step's bf16 weights stay
-          const std::size_t before = nn::BufferPool::bytes_in_use();
-          nn::Tensor loss = model.loss(ids, targets, B, S);
-          kept[layers - 1] = static_cast<double>(nn::BufferPool::bytes_in_use() - before);
-          nn::autograd::backward(loss);
+          if (sp && tp == 1) continue;  // SP needs 2 ranks or more
+          config.bias = bias;
+          const nn::Precision runs = nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute).precision;
+          double kept[2];
+          for (int layers : {1, 2}) {
+            config.n_layer = layers;
+            parallel::TensorParallelGPT model(config, 9, world, sp);
+            nn::WeightCastCache casts_once;  // as the training loop: the step's bf16 weights stay
+            const std::size_t before = nn::BufferPool::bytes_in_use();
+            nn::Tensor loss = model.loss(ids, targets, B, S);
+            kept[layers - 1] = static_cast<double>(nn::BufferPool::bytes_in_use() - before);
+            nn::autograd::backward(loss);
+          }
+          // The block's weights cast to bf16 stay in the step's cache too (2 bytes each): 12·C²/tp.
+          const double C = config.n_embd, casts = runs == nn::Precision::bf16 ? 2 * 12 * C * C / tp : 0;
+          const double formula =
+              4.0 * B * S * nn::block_activation_floats_per_token(config, S, recompute, runs, tp, sp) + casts;
+          INFO(tp << " ranks, SP " << sp << ", recompute " << nn::name_of(recompute) << ", " << nn::name_of(runs)
+                  << ", biases " << bias << ": a block keeps " << kept[1] - kept[0] << " bytes, the formula says " << formula);
+          CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-9));
         }
-        // The block's weights cast to bf16 stay in the step's cache too (2 bytes each): 12·C²/tp.
-        const double C = config.n_embd, casts = runs == nn::Precision::bf16 ? 2 * 12 * C * C / tp : 0;
-        const double formula =
-            4.0 * B * S * nn::block_activation_floats_per_token(config, S, recompute, runs, tp, sp) + casts;
-        INFO(tp << " ranks, SP " << sp << ", recompute " << nn::name_of(recompute) << ", " << nn::name_of(runs)
-                << ", biases " << bias << ": a block keeps " << kept[1] - kept[0] << " bytes, the formula says " << formula);
-        CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-9));
-      }
   nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, nn::Recompute::none);
 }
