@@ -212,5 +212,6 @@ template std::size_t count_wrong<double>(const Case&, int, int, std::size_t, std
 template std::size_t count_wrong<std::int32_t>(const Case&, int, int, std::size_t, std::span<const std::int32_t>);
 template std::size_t count_wrong<std::int64_t>(const Case&, int, int, std::size_t, std::span<const std::int64_t>);
 template std::size_t count_wrong<comm::bfloat16>(const Case&, int, int, std::size_t, std::span<const comm::bfloat16>);
+template std::size_t count_wrong<std::uint8_t>(const Case&, int, int, std::size_t, std::span<const std::uint8_t>);
 
 }  // namespace bench

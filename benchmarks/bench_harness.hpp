@@ -132,6 +132,8 @@ void with_element_type(comm::DataType type, F&& f) {
       return f.template operator()<std::int64_t>();
     case comm::DataType::bf16:
       return f.template operator()<comm::bfloat16>();
+    case comm::DataType::u8:
+      return f.template operator()<std::uint8_t>();
   }
 }
 

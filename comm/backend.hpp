@@ -28,6 +28,8 @@ class PendingOp {
   virtual bool test() = 0;
   // Until done, polling test() under the watchdog (past the deadline: the report, the end).
   virtual void wait();
+  // A receive from any rank, once done: the rank whose message it took (else -1).
+  virtual int source() const { return -1; }
 };
 
 // Backends that keep state per communicator (nccl: an ncclComm_t, a CUDA stream, an event)

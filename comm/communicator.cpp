@@ -11,6 +11,7 @@ constexpr int kCheckLane = 0;  // lanes 1..8: one per collective kind (OpKind va
 constexpr int kPointToPointLane = 9;
 constexpr int kAsyncLane = 10;
 constexpr int kSplitLane = 11;
+constexpr int kTaggedLane = 12;  // isend/irecv: the user's tags, matched by MPI
 constexpr int kAsyncTags = 32000;  // MPI guarantees tags up to 32767
 
 // Mixes parent id, split number and color into the new communicator's id: equal on all its
@@ -86,6 +87,11 @@ void Communicator::require_root(OpKind kind, int root) const {
   if (root < 0 || root >= size_)
     usage_error(kind, fmt::format("{} {} is not a rank of this {}-rank communicator",
                                   kind == OpKind::send || kind == OpKind::recv ? "peer" : "root", root, size_));
+}
+
+void Communicator::require_op(OpKind kind, DataType type, ReduceOp op) const {
+  if (is_bitwise(op) && !is_integer(type))
+    usage_error(kind, fmt::format("the bitwise reduction {} takes integers, not {}", name_of(op), name_of(type)));
 }
 
 void Communicator::require_blocks(OpKind kind, const char* what, std::size_t elements, std::size_t count) const {
@@ -190,6 +196,7 @@ TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier
 }
 
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  require_op(OpKind::allreduce, type, op);
   const std::size_t bytes = count * size_of(type);
   // In place is the same buffer; half-overlapping ones would have the shm backend's peers write
   // results over inputs not yet read (and MPI forbids them too).
@@ -208,6 +215,7 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
 void Communicator::run_reduce(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type,
                               ReduceOp op, int root) {
   require_root(OpKind::reduce, root);
+  require_op(OpKind::reduce, type, op);
   if (rank_ == root && recv_size != count)
     usage_error(OpKind::reduce, fmt::format("the root's recv has {} elements, send {}", recv_size, count));
   const std::size_t bytes = count * size_of(type);
@@ -274,6 +282,7 @@ void Communicator::run_scatter(const void* send, std::size_t send_size, void* re
 void Communicator::run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count,
                                       DataType type, ReduceOp op) {
   require_blocks(OpKind::reduce_scatter, "send", send_size, count);
+  require_op(OpKind::reduce_scatter, type, op);
   const std::size_t bytes = count * size_of(type);
   Staging staged = staging(OpKind::reduce_scatter);
   void* out = staged.output(recv, bytes, false, "recv");
@@ -338,6 +347,7 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
 }
 
 Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
+  require_op(OpKind::allreduce, type, op);
   Staging staged = staging(OpKind::allreduce);
   void* buffer = staged.output(data, count * size_of(type), true, "data");
   Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
@@ -350,6 +360,7 @@ Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType t
 Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count,
                                             DataType type, ReduceOp op) {
   require_blocks(OpKind::reduce_scatter, "send", send_size, count);
+  require_op(OpKind::reduce_scatter, type, op);
   const std::size_t bytes = count * size_of(type);
   Staging staged = staging(OpKind::reduce_scatter);
   void* work_space = staged.output(send, bytes * static_cast<std::size_t>(size_), true, "send");
@@ -421,6 +432,69 @@ Work Communicator::run_send_async(const void* data, std::size_t count, DataType 
   count_traffic(OpKind::send, count, type);
   // Every CPU backend's send is this one (Backend::send): the receiver's recv matches it.
   work.op_ = std::make_unique<SendInFlight>(Transport(lane(OpKind::send), rank_, size_).isend(data, count, type, dest));
+  work.start_ns_ = now_ns();
+  return work;
+}
+
+namespace {
+// A tagged send or receive in flight (Communicator::isend/irecv): one MPI request. A receive
+// checks, when done, that the message filled it exactly, and keeps its sender.
+class MessageInFlight final : public PendingOp {
+ public:
+  MessageInFlight(MPI_Request request, const OpCall& call, int tag)
+      : request_(request), call_(call), tag_(tag) {}
+  bool test() override {
+    int done = 0;
+    MPI_Status status;
+    const int code = MPI_Test(&request_, &done, &status);
+    int error_class = MPI_SUCCESS;
+    if (code != MPI_SUCCESS) MPI_Error_class(code, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE)
+      fail("rank {}: recv #{} on '{}': a message with tag {} holds more than this receive's {} {} elements",
+           call_.comm_rank, call_.seq, call_.comm_name, tag_, call_.count, name_of(call_.type));
+    check_mpi(code, "MPI_Test");
+    if (!done) return false;
+    if (call_.kind == OpKind::recv) {
+      source_ = status.MPI_SOURCE;
+      int elements = 0;
+      MPI_Get_count(&status, mpi_type(call_.type), &elements);
+      if (elements != call_.count)
+        fail("rank {}: recv #{} on '{}': rank {} sent {} {} elements with tag {}, this receive takes {}",
+             call_.comm_rank, call_.seq, call_.comm_name, source_, elements, name_of(call_.type), tag_, call_.count);
+    }
+    return true;
+  }
+  int source() const override { return source_; }
+
+ private:
+  MPI_Request request_;
+  OpCall call_;
+  int tag_;
+  int source_ = -1;
+};
+}  // namespace
+
+int Communicator::max_tag() const {
+  int* upper = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(lanes_[kTaggedLane].get(), MPI_TAG_UB, &upper, &found);
+  return found && upper ? *upper : 32767;  // (MPI promises at least 32767)
+}
+
+Work Communicator::run_tagged(OpKind kind, void* data, std::size_t count, DataType type, int peer, int tag) {
+  if (!(kind == OpKind::recv && peer == kAnySource)) require_root(kind, peer);
+  if (backend_->takes_device_memory())
+    usage_error(kind, "isend and irecv take host memory (on nccl, use send and recv)");
+  if (tag < 0 || tag > max_tag())
+    usage_error(kind, fmt::format("tag {} is outside MPI's 0 to {}", tag, max_tag()));
+  Work work;
+  work.call_ = begin(kind, count, type, -1, peer);
+  work.call_.seq = next_p2p_seq_++;
+  count_traffic(kind, count, type);
+  const Transport tagged(lanes_[kTaggedLane].get(), rank_, size_, tag);
+  const MPI_Request request = kind == OpKind::send ? tagged.isend(data, count, type, peer)
+                                                   : tagged.irecv(data, count, type, peer < 0 ? MPI_ANY_SOURCE : peer);
+  work.op_ = std::make_unique<MessageInFlight>(request, work.call_, tag);
   work.start_ns_ = now_ns();
   return work;
 }
@@ -528,6 +602,7 @@ Work& Work::operator=(Work&& other) {
     staged_ = std::move(other.staged_);
     call_ = other.call_;
     start_ns_ = other.start_ns_;
+    source_ = other.source_;
   }
   return *this;
 }
@@ -550,6 +625,7 @@ void Work::wait() {
 void Work::finish() {
   const std::shared_ptr<Completion> queued = std::move(queued_);
   const std::exception_ptr error = queued ? queued->wait() : nullptr;
+  if (op_) source_ = op_->source();
   op_.reset();
   if (staged_) staged_->finish();  // device buffers: the results back from their host copies
   staged_.reset();

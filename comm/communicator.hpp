@@ -61,6 +61,12 @@ class Work {
   // Blocks (under the watchdog, deadline counted from the start) until complete.
   void wait();
   bool done() const { return !op_ && !queued_; }
+  // A receive (Communicator::irecv), once done: the rank whose message it took.
+  int source() const { return source_; }
+  // The call as the watchdog names it, and when it started (for a caller that polls test()
+  // against the deadline itself).
+  const OpCall& call() const { return call_; }
+  std::int64_t started_ns() const { return start_ns_; }
 
  private:
   friend class Communicator;
@@ -70,6 +76,7 @@ class Work {
   std::unique_ptr<Staging> staged_;  // device buffers' host copies (mpi, ring, naive)
   OpCall call_;
   std::int64_t start_ns_ = 0;
+  int source_ = -1;
 };
 
 // What went through a communicator, per kind of call: how many calls and how many bytes of
@@ -147,6 +154,19 @@ class Communicator {
   template <class T>
   void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
 
+  // Point-to-point that never blocks (torch.distributed's isend and irecv): each returns at once
+  // and its Work completes when the message has gone or come. A message goes to the receive
+  // with its source and tag, in the order sent, as MPI and gloo match them; a receive from
+  // kAnySource takes the first with its tag from anyone (Work::source() then names the
+  // sender). These travel on a lane of their own: no collective's steps, nor send/recv above,
+  // can ever take one of them, nor they one of those. Tags: 0 to max_tag(). CPU backends only.
+  static constexpr int kAnySource = -1;
+  template <class T>
+  Work isend(std::span<const T> data, int dest, int tag);
+  template <class T>
+  Work irecv(std::span<T> data, int source, int tag);
+  int max_tag() const;
+
   // Collectives that run while the caller works; finish each with Work::wait() (several may be
   // in flight, waited for in any order). In-place allreduce:
   template <class T>
@@ -184,6 +204,7 @@ class Communicator {
   void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
   int run_recv_from_any(void* data, std::size_t count, DataType type);
   Work run_send_async(const void* data, std::size_t count, DataType type, int dest);
+  Work run_tagged(OpKind kind, void* data, std::size_t count, DataType type, int peer, int tag);
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
                      DataType type);
   Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
@@ -215,11 +236,13 @@ class Communicator {
   [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
   void count_traffic(OpKind kind, std::size_t count, DataType type);
   void require_root(OpKind kind, int root) const;
+  // A bitwise reduction of floating-point numbers is refused.
+  void require_op(OpKind kind, DataType type, ReduceOp op) const;
   // A buffer of one block per rank: `what` ("recv", "the root's send") holds size × count elements.
   void require_blocks(OpKind kind, const char* what, std::size_t elements, std::size_t count) const;
   MPI_Comm lane(OpKind kind) const;
 
-  static constexpr int kLanes = 12;  // one per collective kind, point-to-point, async, check
+  static constexpr int kLanes = 13;  // one per collective kind, point-to-point, async, check, split, tagged
   std::shared_ptr<Backend> backend_;
   std::string name_;
   std::int64_t id_;
@@ -304,6 +327,14 @@ int Communicator::recv_from_any(std::span<T> data) {
 template <class T>
 void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {
   run_send_recv(out.data(), out.size(), dest, in.data(), in.size(), source, datatype_of<T>());
+}
+template <class T>
+Work Communicator::isend(std::span<const T> data, int dest, int tag) {
+  return run_tagged(OpKind::send, const_cast<T*>(data.data()), data.size(), datatype_of<T>(), dest, tag);
+}
+template <class T>
+Work Communicator::irecv(std::span<T> data, int source, int tag) {
+  return run_tagged(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source, tag);
 }
 template <class T>
 Work Communicator::allreduce_async(std::span<T> data, ReduceOp op) {

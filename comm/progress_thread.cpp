@@ -124,6 +124,7 @@ void ProgressThread::loop() {
       }
     }
     const auto start = std::chrono::steady_clock::now();
+    task_started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
     if (task) {
       idle_rounds_ = 0;
       try {
@@ -136,7 +137,8 @@ void ProgressThread::loop() {
     } else {
       ++idle_rounds_;
     }
-    run_polls();
+    run_polls();  // (a poll that completes a Work runs its future's callbacks)
+    task_started_ns_ = 0;
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     std::lock_guard lock(mutex_);
     busy_seconds_ += took.count();

@@ -15,7 +15,9 @@
 // watchdog names them (docs/pytorch.md).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -50,6 +52,10 @@ class ProgressThread {
   // Seconds the thread has spent running tasks (collectives, mostly): against the step time,
   // what communication costs; against the same run without overlap, how much of it was hidden.
   double busy_seconds() const;
+  // When the task running now started (steady clock, ns), or 0 when none runs: a task that
+  // runs for longer than any deadline holds the thread (a future's callback waiting for a call
+  // queued behind it), which a monitor can see from another thread.
+  std::int64_t task_started_ns() const { return task_started_ns_.load(); }
 
  private:
   ProgressThread();
@@ -63,6 +69,7 @@ class ProgressThread {
   int idle_rounds_ = 0;                        // poll rounds with no task since the last task
   bool stopping_ = false;
   double busy_seconds_ = 0;
+  std::atomic<std::int64_t> task_started_ns_{0};
   std::thread thread_;
 };
 

@@ -48,6 +48,19 @@ void reduce_typed(T* dst, const T* a, const T* b, std::size_t n, ReduceOp op) {
     case ReduceOp::max:
       for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(a[i], b[i]);
       return;
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      if constexpr (std::is_integral_v<T>) {
+        if (op == ReduceOp::band)
+          for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(a[i] & b[i]);
+        else if (op == ReduceOp::bor)
+          for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(a[i] | b[i]);
+        else
+          for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(a[i] ^ b[i]);
+        return;
+      }
+      fail("the bitwise reduction {} takes integers, not floating-point numbers", name_of(op));
   }
 }
 
@@ -84,8 +97,12 @@ void reduce_pair(void* dst, const void* a, const void* b, std::size_t count, Dat
       return reduce_typed(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(a),
                           static_cast<const std::int64_t*>(b), count, op);
     case DataType::bf16:
+      if (is_bitwise(op)) fail("the bitwise reduction {} takes integers, not bf16", name_of(op));
       return reduce_bf16(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(a),
                          static_cast<const bfloat16*>(b), count, op);
+    case DataType::u8:
+      return reduce_typed(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(a),
+                          static_cast<const std::uint8_t*>(b), count, op);
   }
 }
 
@@ -104,6 +121,8 @@ void finish_average(void* data, std::size_t count, DataType type, ReduceOp op, i
       return divide_typed(static_cast<std::int32_t*>(data), count, ranks);
     case DataType::i64:
       return divide_typed(static_cast<std::int64_t*>(data), count, ranks);
+    case DataType::u8:
+      return divide_typed(static_cast<std::uint8_t*>(data), count, ranks);
     case DataType::bf16: {
       auto* values = static_cast<bfloat16*>(data);
       for (std::size_t i = 0; i < count; ++i)
@@ -114,15 +133,16 @@ void finish_average(void* data, std::size_t count, DataType type, ReduceOp op, i
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
-  for (auto op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+  for (auto op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg, ReduceOp::band,
+                  ReduceOp::bor, ReduceOp::bxor})
     if (name == name_of(op)) return op;
-  fail("unknown reduction operator '{}' (expected sum, prod, min, max or avg)", name);
+  fail("unknown reduction operator '{}' (expected sum, prod, min, max, avg, band, bor or bxor)", name);
 }
 
 DataType parse_datatype(std::string_view name) {
-  for (auto t : {DataType::f32, DataType::f64, DataType::i32, DataType::i64, DataType::bf16})
+  for (auto t : {DataType::f32, DataType::f64, DataType::i32, DataType::i64, DataType::bf16, DataType::u8})
     if (name == name_of(t)) return t;
-  fail("unknown element type '{}' (expected float, double, int32, int64 or bf16)", name);
+  fail("unknown element type '{}' (expected float, double, int32, int64, bf16 or uint8)", name);
 }
 
 }  // namespace comm

@@ -1,4 +1,5 @@
 #include "comm/runtime.hpp"
+#include "comm/host_split.hpp"
 
 #include "comm/watchdog/abort_hooks.hpp"
 
@@ -146,7 +147,7 @@ void Runtime::find_local_ranks() {
   MPI_Comm_rank(world_comm_, &world_rank_);
   MPI_Comm_size(world_comm_, &world_size_);
   MPI_Comm local;
-  MPI_Comm_split_type(world_comm_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &local);
+  local = split_by_host(world_comm_, world_rank_);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);

@@ -27,6 +27,8 @@ MPI_Datatype mpi_type(DataType t) {
       return MPI_INT64_T;
     case DataType::bf16:
       return MPI_UINT16_T;  // moved as bits; the mpi backend reduces it with its own MPI_Op
+    case DataType::u8:
+      return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -42,6 +44,12 @@ MPI_Op mpi_op(ReduceOp op) {
       return MPI_MIN;
     case ReduceOp::max:
       return MPI_MAX;
+    case ReduceOp::band:
+      return MPI_BAND;
+    case ReduceOp::bor:
+      return MPI_BOR;
+    case ReduceOp::bxor:
+      return MPI_BXOR;
   }
   return MPI_OP_NULL;
 }

@@ -11,13 +11,16 @@
 
 namespace comm {
 
-enum class DataType : int { f32, f64, i32, i64, bf16 };
+// u8: bytes — what the PyTorch backend moves for types the library has no name for (its
+// reductions are uint8's: wrapping sum and product, min, max, the bitwise ops).
+enum class DataType : int { f32, f64, i32, i64, bf16, u8 };
 
 // bfloat16 (numeric/bf16.hpp): the one 16-bit float of every layer; reductions widen to float
 // and round back.
 using numeric::bfloat16;
 
-enum class ReduceOp : int { sum, prod, min, max, avg };
+// band, bor, bxor: bitwise, for the integer types only.
+enum class ReduceOp : int { sum, prod, min, max, avg, band, bor, bxor };
 
 // Every operation the watchdog can name. The order is part of the status board's layout.
 enum class OpKind : int {
@@ -50,6 +53,8 @@ constexpr std::size_t size_of(DataType t) {
       return 8;
     case DataType::bf16:
       return 2;
+    case DataType::u8:
+      return 1;
   }
   return 0;
 }
@@ -66,6 +71,8 @@ constexpr std::string_view name_of(DataType t) {
       return "int64";
     case DataType::bf16:
       return "bf16";
+    case DataType::u8:
+      return "uint8";
   }
   return "?";
 }
@@ -82,6 +89,12 @@ constexpr std::string_view name_of(ReduceOp op) {
       return "max";
     case ReduceOp::avg:
       return "avg";
+    case ReduceOp::band:
+      return "band";
+    case ReduceOp::bor:
+      return "bor";
+    case ReduceOp::bxor:
+      return "bxor";
   }
   return "?";
 }
@@ -151,6 +164,14 @@ template <>
 constexpr DataType datatype_of<bfloat16>() {
   return DataType::bf16;
 }
+template <>
+constexpr DataType datatype_of<std::uint8_t>() {
+  return DataType::u8;
+}
+
+// The bitwise operators reduce integers only.
+constexpr bool is_bitwise(ReduceOp op) { return op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor; }
+constexpr bool is_integer(DataType t) { return t == DataType::i32 || t == DataType::i64 || t == DataType::u8; }
 
 // The address of element `index` of a buffer of `type` at `base`.
 inline char* at(void* base, std::size_t index, DataType type) {

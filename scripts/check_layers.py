@@ -5,7 +5,7 @@ The layers, bottom first (docs/README "Layout" draws the same picture). A file m
 file of its own layer or of a lower one, never of a higher one:
 
   numeric/                      the bf16 type and its codec, shared by comm/ and nn/
-  comm/ basics                  types, errors, the command-line checks
+  comm/ basics                  types, errors, the command-line checks, which ranks share a host
   comm/watchdog/                deadlines, the status board and its exchange, termination, abort hooks
   comm/ transport and kernels   MPI handles, point-to-point under the watchdog, reduce kernels, device
                                 memory, staging, the Backend interface
@@ -27,7 +27,7 @@ import sys
 # (name, files it holds as path prefixes or exact paths), bottom first.
 LAYERS = [
     ("numeric", ["numeric/"]),
-    ("comm basics", ["comm/types.hpp", "comm/error.hpp", "comm/cli_forward.hpp", "comm/cli_checks."]),
+    ("comm basics", ["comm/types.hpp", "comm/error.hpp", "comm/cli_forward.hpp", "comm/cli_checks.", "comm/host_split."]),
     ("comm watchdog wing", ["comm/watchdog/"]),
     ("comm transport and kernels", ["comm/mpi_comm.hpp", "comm/transport.", "comm/reduce_kernels.",
                                     "comm/device_memory.", "comm/staging.", "comm/backend."]),

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -14,7 +15,9 @@
 #include <fmt/format.h>
 
 #include "comm/cli_checks.hpp"
+#include "comm/progress_thread.hpp"
 #include "comm/runtime.hpp"
+#include "torch_backend/deadline.hpp"
 
 namespace nanodist_torch {
 namespace {
@@ -22,6 +25,8 @@ namespace {
 struct Job {
   std::unique_ptr<comm::Runtime> runtime;
   MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm meetings = MPI_COMM_NULL;  // the members of each new group meet here first (make_group)
+  double timeout_s = 0;
   int rank = -1;
   int size = 0;
   pid_t rendezvous_server = 0;  // ompi-server, on rank 0 of a job started apart
@@ -45,6 +50,15 @@ comm::Options options_from_environment(std::chrono::milliseconds timeout) {
   } catch (const CLI::ParseError& e) {
     throw comm::UsageError(fmt::format("nanodist: {}", comm::cli::readable(e)));
   }
+  // Every call of a PyTorch program already runs on the communication thread: the library's
+  // own progress setting has nothing to change here, so asking for the thread is refused
+  // rather than ignored.
+  if (options.progress == comm::Progress::thread)
+    throw comm::UsageError("nanodist: NANODIST_PROGRESS=thread does nothing in a PyTorch program (every call already "
+                           "runs on the communication thread); unset it");
+  // Unset, the backend is the fastest correct one for where the ranks are: shm (shared memory
+  // between the ranks of a host; across hosts, hierarchical). docs/pytorch.md, "Fast by default".
+  if (std::getenv("NANODIST_BACKEND") == nullptr) options.backend = comm::BackendKind::shm;
   return options;
 }
 
@@ -165,7 +179,15 @@ void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds
   comm::Options options = options_from_environment(timeout);  // bad values: before MPI starts
   options.handle_signals = false;  // Python's Ctrl-C stays Python's
   options.progress = comm::Progress::caller;  // every call already runs on the communication thread
-  g_job.world = under_mpiexec() || size == 1 ? join_under_mpiexec(rank, size) : join_apart(store, rank, size, timeout);
+  {
+    // Joining waits for the other processes in blocking MPI calls: a process that never comes
+    // (or dies meanwhile) ends this one at the deadline instead of leaving it waiting.
+    g_job.timeout_s = options.timeout_s;
+    Deadline deadline(options.timeout_s, fmt::format("rank {}: joining the job of {} processes", rank, size));
+    g_job.world =
+        under_mpiexec() || size == 1 ? join_under_mpiexec(rank, size) : join_apart(store, rank, size, timeout);
+    comm::check_mpi(MPI_Comm_dup(g_job.world, &g_job.meetings), "MPI_Comm_dup");
+  }
   g_job.rank = rank;
   g_job.size = size;
   g_job.runtime = std::make_unique<comm::Runtime>(g_job.world);
@@ -174,16 +196,68 @@ void start_job(c10d::Store& store, int rank, int size, std::chrono::milliseconds
 
 bool job_started() { return g_job.runtime != nullptr; }
 
+double job_timeout_s() { return g_job.timeout_s; }
+
+namespace {
+
+// The members of a new group meet before the blocking MPI calls that make its communicator
+// (MPI_Comm_create_group, the communicator's lanes): the first member hears from every other,
+// then answers each, under the watchdog like a collective — so a member that never calls
+// new_group is named at the deadline (or at once, if it has left) instead of hanging the rest.
+void meet(const std::vector<int>& members, std::int64_t id, const std::string& name) {
+  const auto me = std::find(members.begin(), members.end(), g_job.rank) - members.begin();
+  comm::OpCall call;
+  call.kind = comm::OpKind::split;
+  call.comm_id = id + 2;  // (not the group's id: its first collective is #0 there)
+  call.comm_name = name;
+  call.members = &members;
+  call.comm_rank = static_cast<int>(me);
+  call.on_communication_thread = true;
+  comm::OpScope scope(call);
+  comm::watchdog().count_entry(call.comm_id);
+  const int tag = static_cast<int>(id % 32768);
+  std::vector<int> tokens(members.size(), 0);
+  std::vector<MPI_Request> requests;
+  auto exchange = [&](bool receive, int peer, int& token) {
+    MPI_Request request;
+    comm::check_mpi(receive ? MPI_Irecv(&token, 1, MPI_INT, peer, tag, g_job.meetings, &request)
+                            : MPI_Isend(&token, 1, MPI_INT, peer, tag, g_job.meetings, &request),
+                    "group meeting");
+    requests.push_back(request);
+  };
+  auto wait = [&] {
+    comm::watchdog().wait_all(static_cast<int>(requests.size()), requests.data());
+    requests.clear();
+  };
+  if (me == 0) {
+    for (std::size_t k = 1; k < members.size(); ++k) exchange(true, members[k], tokens[k]);
+    wait();
+    for (std::size_t k = 1; k < members.size(); ++k) exchange(false, members[k], tokens[k]);
+    wait();
+  } else {
+    exchange(false, members[0], tokens[0]);
+    wait();
+    exchange(true, members[0], tokens[0]);
+    wait();
+  }
+  comm::watchdog().forget(call.comm_id);
+}
+
+}  // namespace
+
 std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& world_ranks, const std::string& name) {
   comm::Communicator& world = g_job.runtime->world();
   std::vector<int> ranks(world_ranks.begin(), world_ranks.end());
   if (ranks.empty())
     for (int r = 0; r < world.size(); ++r) ranks.push_back(r);
+  // Ids are odd and the same on every member: a hash of the group's name (the world is 1).
+  const std::int64_t id = static_cast<std::int64_t>(std::hash<std::string>{}("torch:" + name) & 0x3FFFFFFFFFFFFFFFull) | 1;
+  meet(ranks, id, "new_group " + name);
+  // Everyone is here: the blocking calls below find every member (a deadline all the same).
+  Deadline deadline(g_job.timeout_s, fmt::format("rank {}: making the communicator of {}", g_job.rank, name));
   MPI_Group world_group, group;
   MPI_Comm_group(g_job.world, &world_group);
   MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
-  // Ids are odd and the same on every member: a hash of the group's name (the world is 1).
-  const std::int64_t id = static_cast<std::int64_t>(std::hash<std::string>{}("torch:" + name) & 0x3FFFFFFFFFFFFFFFull) | 1;
   MPI_Comm created;
   comm::check_mpi(MPI_Comm_create_group(g_job.world, group, static_cast<int>(id % 32768), &created),
                   "MPI_Comm_create_group");
@@ -193,9 +267,12 @@ std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& 
                                               comm::make_backend(g_job.runtime->options().backend));
 }
 
-void end_job() {
+void end_job(const std::string& why) {
   if (!g_job.runtime) return;
+  comm::watchdog().note_leaving(why);  // a rank that still waits for this one names the reason
+  comm::ProgressThread::get().finish_polls();  // sends still in flight go (or are reported) first
   g_job.runtime->shut_down();  // every rank has arrived: nobody waits for anyone any more
+  if (g_job.meetings != MPI_COMM_NULL) MPI_Comm_free(&g_job.meetings);
   g_job.runtime.reset();
   g_job.ended = true;
   if (g_job.rendezvous_server == 0 && g_job.world == MPI_COMM_WORLD) {

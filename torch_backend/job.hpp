@@ -31,7 +31,11 @@ bool job_started();
 // A communicator over these ranks of the world (a new_group's global ranks, in group order);
 // collective over those ranks only. `name` shows in the watchdog's reports.
 std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& world_ranks, const std::string& name);
-// The runtime's last meeting, then MPI's end (at the program's exit).
-void end_job();
+// The runtime's last meeting, then MPI's end (at the program's exit). `why` the rank leaves
+// ("exit", "exception: ValueError") goes on the status board first, for the reports of ranks
+// that still wait for it.
+void end_job(const std::string& why);
+// The job's deadline for any one wait (NANODIST_TIMEOUT, else init_process_group's timeout).
+double job_timeout_s();
 
 }  // namespace nanodist_torch

@@ -4,16 +4,30 @@
 //   import torch.distributed as dist, nanodist_torch
 //   dist.init_process_group("nanodist", rank=rank, world_size=world_size)
 //
-// Underneath: NANODIST_BACKEND (mpi, ring, naive, shm), NANODIST_TIMEOUT (else
-// init_process_group's timeout), NANODIST_CHECK — read as every nanodist program reads them.
+// Underneath: NANODIST_BACKEND (mpi, ring, naive, shm; unset: shm, the fastest where ranks
+// share a host), NANODIST_TIMEOUT (else init_process_group's timeout), NANODIST_CHECK — read as
+// every nanodist program reads them. Rank 0 says at init which backend runs, and how.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "comm/progress_thread.hpp"
+#include "comm/watchdog/abort_hooks.hpp"
+#include "comm/watchdog/watchdog.hpp"
+#include "torch_backend/deadline.hpp"
 #include "torch_backend/job.hpp"
 #include "torch_backend/process_group.hpp"
-#include "comm/progress_thread.hpp"
 
 namespace py = pybind11;
 
@@ -21,6 +35,48 @@ namespace nanodist_torch {
 namespace {
 
 using comm::ProgressThread;
+
+// What each group runs on (backend_description()), by its name; the default group's first.
+std::mutex g_descriptions_mutex;
+std::map<std::string, std::string> g_descriptions;
+std::string g_default_description;
+
+// Why this process is leaving, for the ranks still waiting for it: set by the exception hook.
+std::mutex g_leaving_mutex;
+std::string g_leaving = "exit";
+
+// How often the monitor looks at the communication thread, and how far past the job's
+// deadline one task may run before the monitor ends the job.
+constexpr auto kMonitorEvery = std::chrono::seconds(1);
+constexpr double kStallMarginSeconds = 5.0;
+std::atomic<bool> g_monitoring{false};
+
+// The communication thread runs calls under the watchdog, whose waits have deadlines; what
+// else runs there — a future's callback — has none. A callback that waits for something
+// queued behind it (future.wait() on a later call) would hold the thread forever: past the
+// deadline this monitor says so in one line and ends the job.
+void start_monitor() {
+  if (g_monitoring.exchange(true)) return;
+  std::thread([] {
+    while (g_monitoring.load()) {
+      std::this_thread::sleep_for(kMonitorEvery);
+      const std::int64_t started = ProgressThread::get().task_started_ns();
+      if (!g_monitoring.load() || started == 0 || !comm::has_watchdog()) continue;
+      const double ran_s = static_cast<double>(comm::now_ns() - started) * 1e-9;
+      comm::Watchdog& watchdog = comm::watchdog();
+      const bool in_collective =
+          watchdog.board().mine().state.load() == static_cast<std::int64_t>(comm::RankState::in_collective);
+      if (in_collective || ran_s < job_timeout_s() + kStallMarginSeconds) continue;
+      const std::string line = fmt::format(
+          "[watchdog] rank {}: the communication thread has run one task for {:.1f} s outside any collective (a "
+          "future's callback that waits for a call queued behind it waits forever); ending the job (exit status {})\n",
+          watchdog.board().world_rank(), ran_s, comm::kWatchdogExitCode);
+      [[maybe_unused]] auto written = write(STDERR_FILENO, line.data(), line.size());
+      comm::run_abort_hooks();
+      _exit(comm::kWatchdogExitCode);
+    }
+  }).detach();
+}
 
 // torch.distributed's creator (extended API): called by the ranks of each new group, the
 // default one first. MPI and the runtime start with the default group, on the communication
@@ -36,9 +92,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const p
 
   py::gil_scoped_release release;  // joining waits for the other processes
   std::unique_ptr<comm::Communicator> communicator;
+  int max_tag = 0;
+  bool first = false;
   try {
     ProgressThread::get().run([&] {
-      const bool first = !job_started();  // the default group: torch.distributed's world
+      first = !job_started();  // the default group: torch.distributed's world
       // (nanodist for a subgroup only, the default group on another backend: the first group
       // must still hold every rank, in order, for its ranks to be the world's)
       if (first && !world_ranks.empty())
@@ -48,24 +106,47 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const p
                                    "(make the default group nanodist, or a new_group of all ranks)");
       start_job(*store, rank, size, timeout);
       communicator = make_group(world_ranks, first ? "default_pg" : "group " + group_id);
+      max_tag = communicator->max_tag();
     });
   } catch (const std::exception& e) {
     throw std::runtime_error(e.what());  // one line in Python: the message alone
   }
-  return c10::make_intrusive<ProcessGroupNanodist>(rank, size, std::move(communicator));
+  const std::string description = communicator->backend_description();
+  {
+    std::lock_guard lock(g_descriptions_mutex);
+    g_descriptions[communicator->name()] = description;
+    if (first) g_default_description = description;
+  }
+  if (first) {
+    if (rank == 0) std::fprintf(stderr, "nanodist: %d ranks, backend %s\n", size, description.c_str());
+    start_monitor();
+  }
+  return c10::make_intrusive<ProcessGroupNanodist>(rank, size, std::move(communicator), max_tag);
+}
+
+// The exception that ends the program is noted before Python prints it (then atexit runs end()).
+void note_exception(const std::string& kind) {
+  std::lock_guard lock(g_leaving_mutex);
+  g_leaving = "exception: " + kind;
 }
 
 // At the program's exit: the last meeting of all ranks (under the watchdog), then MPI's end.
 void end() {
   py::gil_scoped_release release;
   if (ProgressThread::get().running()) {
+    std::string why;
+    {
+      std::lock_guard lock(g_leaving_mutex);
+      why = g_leaving;
+    }
+    // The thread may be held by a task that never ends (a stuck callback): the exit has a
+    // deadline too (the meeting's own, and a margin for the thread to come to it).
+    Deadline deadline(job_timeout_s() + 2 * kStallMarginSeconds, "the program's exit (the last meeting of all ranks)");
     try {
-      ProgressThread::get().run([] {
-        ProgressThread::get().finish_polls();  // sends still in flight go (or are reported) first
-        end_job();
-      });
+      ProgressThread::get().run([&why] { end_job(why); });
     } catch (...) {
     }
+    g_monitoring = false;
     ProgressThread::get().stop();
   }
 }
@@ -81,6 +162,25 @@ PYBIND11_MODULE(nanodist_torch, m) {
       "communication_seconds", [] { return comm::ProgressThread::get().busy_seconds(); },
       "seconds the communication thread has spent running collectives so far (this process)");
   m.def("_end", &nanodist_torch::end, "the last meeting of all ranks and MPI's end (run at exit)");
+  m.def(
+      "backend_description",
+      [](const std::string& group) {
+        std::lock_guard lock(nanodist_torch::g_descriptions_mutex);
+        if (group.empty()) return nanodist_torch::g_default_description;
+        const auto found = nanodist_torch::g_descriptions.find(group);
+        return found == nanodist_torch::g_descriptions.end() ? std::string() : found->second;
+      },
+      py::arg("group") = "",
+      "what runs the collectives underneath (\"shm: 2 ranks on one node, single copy …\"): the default group's, "
+      "or a group's by its nanodist name ('group 1')");
+  // An uncaught exception goes through sys.excepthook before atexit: noted first, so the ranks
+  // still waiting for this one say "rank 1 left the program (exception: ValueError)".
+  py::module_ sys = py::module_::import("sys");
+  py::object previous_hook = sys.attr("excepthook");
+  sys.attr("excepthook") = py::cpp_function([previous_hook](py::object kind, py::object value, py::object trace) {
+    nanodist_torch::note_exception(py::str(kind.attr("__name__")));
+    previous_hook(kind, value, trace);
+  });
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "NANODIST"))
     backend.attr("register_backend")("nanodist", m.attr("_create"), py::arg("extended_api") = true);

@@ -4,11 +4,13 @@
 #include <mpi.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
 
 #include "comm/progress_thread.hpp"
+#include "torch_backend/tensor_forms.hpp"
 
 namespace nanodist_torch {
 namespace {
@@ -16,53 +18,6 @@ namespace {
 using comm::ProgressThread;
 
 using c10d::OpType;
-
-// The library's element types; the rest (uint8, int8, int16, float16, bool) only move as bytes.
-bool library_has(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong || t == at::kBFloat16;
-}
-
-// Calls f(T{}) with the C++ type the library uses for tensors of type t (library_has(t)).
-template <class F>
-void with_element_type(at::ScalarType t, F&& f) {
-  switch (t) {
-    case at::kFloat:
-      return f(float{});
-    case at::kDouble:
-      return f(double{});
-    case at::kInt:
-      return f(std::int32_t{});
-    case at::kLong:
-      return f(std::int64_t{});
-    case at::kBFloat16:
-      return f(comm::bfloat16{});
-    default:
-      TORCH_CHECK(false, "nanodist: no element type for ", t);
-  }
-}
-
-template <class T>
-std::span<T> span_of(const at::Tensor& t) {
-  return {static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
-}
-
-comm::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* call) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return comm::ReduceOp::sum;
-    case c10d::ReduceOp::AVG:
-      return comm::ReduceOp::avg;
-    case c10d::ReduceOp::PRODUCT:
-      return comm::ReduceOp::prod;
-    case c10d::ReduceOp::MIN:
-      return comm::ReduceOp::min;
-    case c10d::ReduceOp::MAX:
-      return comm::ReduceOp::max;
-    default:
-      TORCH_CHECK(false, "nanodist: ", call, " does not support this ReduceOp (BAND, BOR, BXOR and PREMUL_SUM are not "
-                  "built; SUM, AVG, PRODUCT, MIN and MAX are)");
-  }
-}
 
 void require_cpu(const at::Tensor& t, const char* call) {
   TORCH_CHECK(t.device().is_cpu(), "nanodist: ", call, " takes CPU tensors, got one on ", t.device());
@@ -75,11 +30,6 @@ void require_one(const std::vector<at::Tensor>& tensors, const char* call) {
   require_cpu(tensors[0], call);
 }
 
-void require_reducible(const at::Tensor& t, const char* call) {
-  TORCH_CHECK(library_has(t.scalar_type()), "nanodist: ", call, " does not support tensors of type ", t.scalar_type(),
-              " (it reduces float32, float64, bfloat16, int32 and int64)");
-}
-
 void require_like(const at::Tensor& t, const at::Tensor& model, const char* call, const char* what) {
   require_cpu(t, call);
   TORCH_CHECK(t.scalar_type() == model.scalar_type() && t.numel() == model.numel(), "nanodist: ", call, ": ", what,
@@ -87,40 +37,11 @@ void require_like(const at::Tensor& t, const at::Tensor& model, const char* call
               t.scalar_type(), ", ", t.numel());
 }
 
-// A tensor as the library moves it: contiguous, of a type the library has. A type it lacks
-// (in a call that only moves bytes) travels as its bytes in int32 words, padded up.
-at::Tensor movable(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  if (library_has(c.scalar_type())) return c;
-  const std::int64_t bytes = c.numel() * static_cast<std::int64_t>(c.element_size());
-  at::Tensor words = at::zeros({(bytes + 3) / 4}, at::kInt);
-  if (bytes > 0) words.view(at::kByte).narrow(0, 0, bytes).copy_(c.reshape({-1}).view(at::kByte));
-  return words;
-}
-
-// Writes what movable(t) gave back into t, where it was a copy.
-void put_back(const at::Tensor& t, const at::Tensor& moved) {
-  if (moved.is_same(t)) return;
-  if (moved.scalar_type() == t.scalar_type()) {
-    t.copy_(moved.view(t.sizes()));
-    return;
-  }
-  const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
-  at::Tensor c = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
-  if (bytes > 0) c.reshape({-1}).view(at::kByte).copy_(moved.view(at::kByte).narrow(0, 0, bytes));
-  t.copy_(c);
-}
-
-// `parts` (equal tensors) laid end to end in one movable buffer, and back.
-at::Tensor joined(const std::vector<at::Tensor>& parts) {
-  std::vector<at::Tensor> moved;
-  for (const auto& p : parts) moved.push_back(movable(p).reshape({-1}));
-  return at::cat(moved);
-}
-void split_into(const at::Tensor& whole, const std::vector<at::Tensor>& parts) {
-  const std::int64_t block = parts.empty() ? 0 : whole.numel() / static_cast<std::int64_t>(parts.size());
-  for (std::size_t i = 0; i < parts.size(); ++i)
-    put_back(parts[i], whole.narrow(0, static_cast<std::int64_t>(i) * block, block));
+// t reduced in place over the communicator (in the library's form of it: tensor_forms.hpp).
+void allreduce_tensor(comm::Communicator& c, const at::Tensor& t, comm::ReduceOp op) {
+  at::Tensor r = reducible(t);
+  with_element_type(r.scalar_type(), [&](auto tag) { c.allreduce(span_of<decltype(tag)>(r), op); });
+  put_back_reduced(t, r);
 }
 
 // The allgather every all_gather form runs: `in` from every rank, end to end, in one buffer.
@@ -134,14 +55,14 @@ at::Tensor gathered(comm::Communicator& c, const at::Tensor& in) {
   return recv;
 }
 
-// The reduce_scatter both forms run: `send` (size() blocks, movable) reduced, this rank's block into `out`.
+// The reduce_scatter both forms run: `send` (size() blocks, reducible) reduced, this rank's block into `out`.
 void reduce_scatter_into(comm::Communicator& c, const at::Tensor& send, const at::Tensor& out, comm::ReduceOp op) {
-  at::Tensor recv = movable(out);
+  at::Tensor recv = reducible(out);
   with_element_type(recv.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     c.reduce_scatter(std::span<const T>(span_of<T>(send)), span_of<T>(recv), op);
   });
-  put_back(out, recv);
+  put_back_reduced(out, recv);
 }
 
 // NANODIST_TORCH_OVERLAP=0 makes every call wait for its collective before returning, as a
@@ -156,12 +77,28 @@ bool overlapped() {
   return on;
 }
 
+// How long a Work::wait() waits past the watchdog's deadline before it gives up: the thread's
+// own collective reports at the deadline and ends the job; a wait still going past it means
+// the thread is held by something no deadline watches (a future's callback).
+constexpr double kWaitMarginSeconds = 10.0;
+// The longest wait a std::chrono::milliseconds holds without overflow worries (a year).
+constexpr double kLongestWaitSeconds = 365.0 * 24 * 3600;
+
+// How often a send or receive in flight looks whether its peer has left the program, and how
+// long that must last before the watchdog is asked to report (its own wait then decides).
+constexpr std::int64_t kPeerCheckEveryNs = 100'000'000;  // 100 ms
+constexpr std::int64_t kPeerLeftForNs = 1'000'000'000;   // 1 s
+
 }  // namespace
 
-NanodistWork::NanodistWork(OpType type, std::vector<at::Tensor> outputs)
+NanodistWork::NanodistWork(OpType type, std::vector<at::Tensor> outputs, std::string what, std::int64_t index,
+                           std::shared_ptr<GroupCalls> group)
     : c10d::Work(-1, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      what_(std::move(what)),
+      index_(index),
+      group_(std::move(group)) {}
 
 void NanodistWork::complete() {
   future_->markCompleted(c10::IValue(outputs_));
@@ -173,8 +110,36 @@ void NanodistWork::fail(std::exception_ptr error) {
   finish(error);
 }
 
-ProcessGroupNanodist::ProcessGroupNanodist(int rank, int size, std::unique_ptr<comm::Communicator> communicator)
-    : c10d::ProcessGroup(rank, size), communicator_(std::move(communicator)) {}
+bool NanodistWork::wait(std::chrono::milliseconds timeout) {
+  if (!isCompleted() && ProgressThread::is_current())
+    TORCH_CHECK(false, "nanodist: ", what_, " is waited for on the communication thread (in a future's callback), "
+                "but it runs on that thread after the callback returns: it would wait forever. Wait for it outside "
+                "the callback, or chain another callback with then()");
+  const double deadline_s =
+      std::min(kLongestWaitSeconds,
+               (comm::has_watchdog() ? comm::watchdog().timeout_s() : kLongestWaitSeconds) + kWaitMarginSeconds);
+  const auto longest = std::chrono::milliseconds(static_cast<std::int64_t>(deadline_s * 1000));
+  const auto limit = timeout == kNoTimeout ? longest : std::min(timeout, longest);
+  try {
+    return c10d::Work::wait(limit);
+  } catch (const c10::Error& e) {
+    if (isCompleted()) throw;  // the call's own error
+    TORCH_CHECK(false, "nanodist: ", what_, " is not done after ", limit.count() / 1000.0,
+                " s: the communication thread is held by something no deadline watches (a future's callback that "
+                "waits, or the job is ending)");
+  }
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> NanodistWork::getFuture() {
+  if (group_->issued.load() > index_ + 1 && !isCompleted() && !ProgressThread::is_current()) wait(kNoTimeout);
+  return future_;
+}
+
+ProcessGroupNanodist::ProcessGroupNanodist(int rank, int size, std::unique_ptr<comm::Communicator> communicator,
+                                           int max_tag)
+    : c10d::ProcessGroup(rank, size), communicator_(std::move(communicator)), max_tag_(max_tag) {
+  name_ = communicator_->name();
+}
 
 ProcessGroupNanodist::~ProcessGroupNanodist() {
   // The communicator is freed on the communication thread, after the calls queued before. Once
@@ -191,39 +156,119 @@ ProcessGroupNanodist::~ProcessGroupNanodist() {
     keep(last);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, std::vector<at::Tensor> outputs,
-                                                             std::function<void(comm::Communicator&)> body) {
-  return enqueue(type, std::move(outputs),
-                 [body = std::move(body)](comm::Communicator& c, NanodistWork&) { body(c); });
+c10::intrusive_ptr<NanodistWork> ProcessGroupNanodist::make_work(OpType type, const char* name,
+                                                               std::vector<at::Tensor> outputs) {
+  const std::int64_t index = calls_->issued.fetch_add(1);
+  return c10::make_intrusive<NanodistWork>(type, std::move(outputs),
+                                           fmt::format("{} (call {} on '{}')", name, index, name_), index, calls_);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(
-    OpType type, std::vector<at::Tensor> outputs, std::function<void(comm::Communicator&, NanodistWork&)> body) {
-  const bool overlap = overlapped();
-  auto work = c10::make_intrusive<NanodistWork>(type, std::move(outputs));
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, const char* name,
+                                                             std::vector<at::Tensor> outputs,
+                                                             std::function<void(comm::Communicator&)> body) {
+  auto work = make_work(type, name, std::move(outputs));
   std::shared_ptr<comm::Communicator> communicator = communicator_;
   auto task = [work, communicator, body = std::move(body)] {
     // The results are written in place, as torch.distributed's own backends write them: no
     // autograd recording (a parameter that requires grad can be broadcast into).
     at::NoGradGuard no_grad;
     try {
-      body(*communicator, *work);
-      if (!work->deferred()) work->complete();
+      body(*communicator);
+      work->complete();
     } catch (...) {
       work->fail(std::current_exception());
     }
   };
-  // A future's callback runs on the communication thread; a collective it calls (PyTorch's
-  // PowerSGD hook does) runs there at once, in the same place on every rank, instead of
-  // queuing behind the task that waits for it.
+  // A future's callback runs on the communication thread right after its call; a collective
+  // it issues (PyTorch's PowerSGD hook does) runs there at once: right after that call, on
+  // every rank (docs/pytorch.md, "Order").
   if (ProgressThread::get().on_thread()) {
     task();
     return work;
   }
   TORCH_CHECK(ProgressThread::get().post(std::move(task)),
               "nanodist: the communication thread has ended (the program is exiting)");
-  if (!overlap) work->wait();  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
+  if (!overlapped()) work->wait(kNoTimeout);  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
   return work;
+}
+
+namespace {
+
+// A send or receive posted on the communication thread, and what completes it.
+struct MessageInFlight {
+  comm::Work posted;
+  std::function<void()> finish;  // writes the result (a receive's copy back) once done
+  std::int64_t deadline_ns = 0;
+  std::int64_t next_peer_check_ns = 0;
+  std::int64_t peer_left_since_ns = -1;
+};
+
+// One look at a message in flight: true once it is done, or has failed. Past its deadline,
+// or once its peer has left the program, the watchdog's own wait takes over (its report).
+bool advance(MessageInFlight& m) {
+  if (m.posted.test()) return true;
+  const std::int64_t now = comm::now_ns();
+  if (now >= m.next_peer_check_ns) {
+    m.next_peer_check_ns = now + kPeerCheckEveryNs;
+    if (!comm::watchdog().awaited_rank_left(m.posted.call()))
+      m.peer_left_since_ns = -1;
+    else if (m.peer_left_since_ns < 0)
+      m.peer_left_since_ns = now;
+  }
+  const bool peer_gone = m.peer_left_since_ns >= 0 && now - m.peer_left_since_ns >= kPeerLeftForNs;
+  if (now < m.deadline_ns && !peer_gone) return false;
+  m.posted.wait();  // the report, and the end of the job (or it completes meanwhile)
+  return true;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue_message(OpType type, const char* name,
+                                                                     std::vector<at::Tensor> outputs, Post post,
+                                                                     Finish finish) {
+  auto work = make_work(type, name, std::move(outputs));
+  std::shared_ptr<comm::Communicator> communicator = communicator_;
+  auto task = [work, communicator, post = std::move(post), finish = std::move(finish)] {
+    auto message = std::make_shared<MessageInFlight>();
+    auto done = [work, message, finish] {
+      at::NoGradGuard no_grad;
+      finish(*work, message->posted);
+      work->complete();
+    };
+    try {
+      message->posted = post(*communicator);
+      const std::int64_t now = comm::now_ns();
+      message->deadline_ns = message->posted.started_ns() + static_cast<std::int64_t>(std::min(
+                                 comm::watchdog().timeout_s() * 1e9, 9e18 - static_cast<double>(now)));
+      message->next_peer_check_ns = now + kPeerCheckEveryNs;
+      if (message->posted.test()) return done();
+    } catch (...) {
+      return work->fail(std::current_exception());
+    }
+    // Not done yet: the thread goes on to the next call, and looks again between calls.
+    ProgressThread::get().keep_polling([work, message, done] {
+      try {
+        if (!advance(*message)) return false;
+        done();
+      } catch (...) {
+        work->fail(std::current_exception());
+      }
+      return true;
+    });
+  };
+  if (ProgressThread::get().on_thread()) {
+    task();
+    return work;
+  }
+  TORCH_CHECK(ProgressThread::get().post(std::move(task)),
+              "nanodist: the communication thread has ended (the program is exiting)");
+  if (!overlapped()) work->wait(kNoTimeout);
+  return work;
+}
+
+void ProcessGroupNanodist::check_tag(int tag, const char* call) const {
+  TORCH_CHECK(tag >= 0 && tag <= max_tag_, "nanodist: ", call, ": tag ", tag, " is outside 0 to ", max_tag_,
+              " (MPI's largest tag here)");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::broadcast(std::vector<at::Tensor>& tensors,
@@ -231,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::broadcast(std::vector<at::T
   require_one(tensors, "broadcast");
   const at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(OpType::BROADCAST, tensors, [t, root](comm::Communicator& c) {
+  return enqueue(OpType::BROADCAST, "broadcast", tensors, [t, root](comm::Communicator& c) {
     at::Tensor moved = movable(t);
     with_element_type(moved.scalar_type(), [&](auto tag) { c.broadcast(span_of<decltype(tag)>(moved), root); });
     put_back(t, moved);
@@ -241,43 +286,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::broadcast(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
   require_one(tensors, "all_reduce");
-  require_reducible(tensors[0], "all_reduce");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "all_reduce");
+  const comm::ReduceOp op = reduction_for(opts.reduceOp, tensors[0].scalar_type(), "all_reduce");
   const at::Tensor t = tensors[0];
-  return enqueue(OpType::ALLREDUCE, tensors, [t, op](comm::Communicator& c) {
-    at::Tensor moved = movable(t);
-    with_element_type(moved.scalar_type(), [&](auto tag) { c.allreduce(span_of<decltype(tag)>(moved), op); });
-    put_back(t, moved);
-  });
+  return enqueue(OpType::ALLREDUCE, "all_reduce", tensors,
+                 [t, op](comm::Communicator& c) { allreduce_tensor(c, t, op); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                          const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<comm::ReduceOp> ops;
   for (const auto& t : tensors) {
     require_cpu(t, "all_reduce_coalesced");
-    require_reducible(t, "all_reduce_coalesced");
+    ops.push_back(reduction_for(opts.reduceOp, t.scalar_type(), "all_reduce_coalesced"));
   }
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "all_reduce_coalesced");
-  return enqueue(OpType::ALLREDUCE_COALESCED, tensors, [tensors, op](comm::Communicator& c) {
-    for (const auto& t : tensors) {  // one allreduce each: the tensors may differ in type
-      at::Tensor moved = movable(t);
-      with_element_type(moved.scalar_type(), [&](auto tag) { c.allreduce(span_of<decltype(tag)>(moved), op); });
-      put_back(t, moved);
-    }
+  return enqueue(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, [tensors, ops](comm::Communicator& c) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) allreduce_tensor(c, tensors[i], ops[i]);  // (types may differ)
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::reduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::ReduceOptions& opts) {
   require_one(tensors, "reduce");
-  require_reducible(tensors[0], "reduce");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce");
+  const comm::ReduceOp op = reduction_for(opts.reduceOp, tensors[0].scalar_type(), "reduce");
   const at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(OpType::REDUCE, tensors, [t, op, root](comm::Communicator& c) {
-    at::Tensor moved = movable(t);
-    with_element_type(moved.scalar_type(), [&](auto tag) { c.reduce(span_of<decltype(tag)>(moved), op, root); });
-    put_back(t, moved);
+  return enqueue(OpType::REDUCE, "reduce", tensors, [t, op, root](comm::Communicator& c) {
+    at::Tensor r = reducible(t);
+    with_element_type(r.scalar_type(), [&](auto tag) { c.reduce(span_of<decltype(tag)>(r), op, root); });
+    if (c.rank() == root) put_back_reduced(t, r);
   });
 }
 
@@ -290,7 +326,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allgather(std::vector<std::
   for (const auto& o : outputs[0]) require_like(o, inputs[0], "all_gather", "every output");
   const at::Tensor in = inputs[0];
   const std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(OpType::ALLGATHER, outs, [in, outs](comm::Communicator& c) {
+  return enqueue(OpType::ALLGATHER, "all_gather", outs, [in, outs](comm::Communicator& c) {
     split_into(gathered(c, in), outs);
   });
 }
@@ -303,7 +339,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::_allgather_base(at::Tensor&
               "nanodist: _allgather_base: the output must hold ", getSize(), " × the input (", input.numel(),
               " elements of ", input.scalar_type(), "), got ", output.numel(), " of ", output.scalar_type());
   const at::Tensor in = input, out = output;
-  return enqueue(OpType::_ALLGATHER_BASE, {output}, [in, out](comm::Communicator& c) {
+  return enqueue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, [in, out](comm::Communicator& c) {
     put_back(out, gathered(c, in));  // (copied into out whatever its layout)
   });
 }
@@ -323,7 +359,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::allgather_coalesced(std::ve
   for (const auto& list : outputs) flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
   const std::vector<std::vector<at::Tensor>> outs = outputs;
   const std::vector<at::Tensor> ins = inputs;
-  return enqueue(OpType::ALLGATHER_COALESCED, flat_outputs, [ins, outs](comm::Communicator& c) {
+  return enqueue(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outputs, [ins, outs](comm::Communicator& c) {
     for (std::size_t i = 0; i < ins.size(); ++i) {
       std::vector<at::Tensor> column;
       for (const auto& list : outs) column.push_back(list[i]);
@@ -349,7 +385,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::gather(std::vector<std::vec
     TORCH_CHECK(outputs.empty() || outputs[0].empty(), "nanodist: gather: only the root passes outputs");
   }
   const at::Tensor in = inputs[0];
-  return enqueue(OpType::GATHER, outs, [in, outs, root](comm::Communicator& c) {
+  return enqueue(OpType::GATHER, "gather", outs, [in, outs, root](comm::Communicator& c) {
     const at::Tensor send = movable(in);
     at::Tensor recv = at::empty({c.rank() == root ? send.numel() * c.size() : 0}, send.options());
     with_element_type(send.scalar_type(), [&](auto tag) {
@@ -377,7 +413,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::scatter(std::vector<at::Ten
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "nanodist: scatter: only the root passes inputs");
   }
   const at::Tensor out = outputs[0];
-  return enqueue(OpType::SCATTER, outputs, [ins, out, root](comm::Communicator& c) {
+  return enqueue(OpType::SCATTER, "scatter", outputs, [ins, out, root](comm::Communicator& c) {
     at::Tensor recv = movable(out);
     const at::Tensor send = c.rank() == root ? joined(ins) : at::empty({0}, recv.options());
     with_element_type(recv.scalar_type(), [&](auto tag) {
@@ -392,15 +428,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::reduce_scatter(std::vector<
                                                                     std::vector<std::vector<at::Tensor>>& inputs,
                                                                     const c10d::ReduceScatterOptions& opts) {
   require_one(outputs, "reduce_scatter");
-  require_reducible(outputs[0], "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(getSize()),
               "nanodist: reduce_scatter needs one input list of ", getSize(), " tensors");
   for (const auto& i : inputs[0]) require_like(i, outputs[0], "reduce_scatter", "every input");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter");
+  const comm::ReduceOp op = reduction_for(opts.reduceOp, outputs[0].scalar_type(), "reduce_scatter");
   const at::Tensor out = outputs[0];
   const std::vector<at::Tensor> ins = inputs[0];
-  return enqueue(OpType::REDUCE_SCATTER, outputs, [ins, out, op](comm::Communicator& c) {
-    reduce_scatter_into(c, joined(ins), out, op);
+  return enqueue(OpType::REDUCE_SCATTER, "reduce_scatter", outputs, [ins, out, op](comm::Communicator& c) {
+    std::vector<at::Tensor> parts;
+    for (const auto& i : ins) parts.push_back(reducible(i));
+    reduce_scatter_into(c, at::cat(parts), out, op);
   });
 }
 
@@ -408,14 +445,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::_reduce_scatter_base(at::Te
                                                                           const c10d::ReduceScatterOptions& opts) {
   require_cpu(input, "_reduce_scatter_base");
   require_cpu(output, "_reduce_scatter_base");
-  require_reducible(input, "_reduce_scatter_base");
   TORCH_CHECK(output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize(),
               "nanodist: _reduce_scatter_base: the input must hold ", getSize(), " × the output (", output.numel(),
               " elements of ", output.scalar_type(), "), got ", input.numel(), " of ", input.scalar_type());
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base");
+  const comm::ReduceOp op = reduction_for(opts.reduceOp, input.scalar_type(), "reduce_scatter_tensor");
   const at::Tensor in = input, out = output;
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [in, out, op](comm::Communicator& c) {
-    reduce_scatter_into(c, movable(in), out, op);
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, [in, out, op](comm::Communicator& c) {
+    reduce_scatter_into(c, reducible(in), out, op);
   });
 }
 
@@ -474,7 +510,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::alltoall_base(at::Tensor& o
   const auto me = static_cast<std::size_t>(getRank());
   TORCH_CHECK(ins[me].numel() == outs[me].numel(), "nanodist: all_to_all: this rank sends itself ", ins[me].numel(),
               " elements but expects ", outs[me].numel());
-  return enqueue(OpType::ALLTOALL_BASE, {output},
+  return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {output},
                  [ins, outs](comm::Communicator& c) { exchange_all(c, ins, outs); });
 }
 
@@ -493,66 +529,71 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::alltoall(std::vector<at::Te
   TORCH_CHECK(inputs[me].numel() == outputs[me].numel(), "nanodist: all_to_all: this rank sends itself ",
               inputs[me].numel(), " elements but expects ", outputs[me].numel());
   const std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return enqueue(OpType::ALLTOALL, outputs, [ins, outs](comm::Communicator& c) { exchange_all(c, ins, outs); });
+  return enqueue(OpType::ALLTOALL, "all_to_all", outputs, [ins, outs](comm::Communicator& c) { exchange_all(c, ins, outs); });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::send(std::vector<at::Tensor>& tensors, int dst, int) {
+// Sends and receives are posted (MPI's nonblocking calls, on the communicator's tagged lane)
+// and the thread goes on to the next call at once; its polls complete them. So a receive
+// never holds up what is queued behind it (the isend of a ring exchange, batch_isend_irecv,
+// another group's collective), and messages match by source and tag, as in gloo and MPI.
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   require_one(tensors, "send");
+  check_tag(tag, "send");
+  TORCH_CHECK(dst >= 0 && dst < getSize(), "nanodist: send: rank ", dst, " is not a rank of this group of ", getSize());
   TORCH_CHECK(dst != getRank(), "nanodist: send to this rank itself (", dst, ") would wait forever");
   const at::Tensor t = tensors[0];
-  // The send is posted and the thread goes on to the next call (a receive, typically): two
-  // ranks that each isend to the other before they irecv do not wait for each other. Its Work
-  // completes when the message has gone, checked between the thread's tasks.
-  return enqueue(OpType::SEND, tensors, [t, dst, keep = communicator_](comm::Communicator& c, NanodistWork& work) {
-    const at::Tensor moved = movable(t);
-    auto sent = std::make_shared<comm::Work>();
-    with_element_type(moved.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      *sent = c.send_async(std::span<const T>(span_of<T>(moved)), dst);
-    });
-    if (sent->test()) return;
-    work.defer_completion();
-    const std::int64_t deadline = comm::now_ns() + static_cast<std::int64_t>(comm::watchdog().timeout_s() * 1e9);
-    ProgressThread::get().keep_polling(
-        [sent, moved, keep, deadline, done = c10::intrusive_ptr<NanodistWork>::reclaim_copy(&work)] {
-          try {
-            if (!sent->test()) {
-              if (comm::now_ns() < deadline) return false;
-              sent->wait();  // past the deadline: the watchdog's report, and the end of the job
-            }
-            done->complete();
-          } catch (...) {
-            done->fail(std::current_exception());
-          }
-          return true;
+  auto buffer = std::make_shared<at::Tensor>();  // the bytes in flight: kept until the send is done
+  return enqueue_message(
+      OpType::SEND, "send", tensors,
+      [t, dst, tag, buffer](comm::Communicator& c) {
+        *buffer = movable(t);
+        comm::Work posted;
+        with_element_type(buffer->scalar_type(), [&](auto type) {
+          using T = decltype(type);
+          posted = c.isend(std::span<const T>(span_of<T>(*buffer)), dst, tag);
         });
-  });
+        return posted;
+      },
+      [buffer](NanodistWork&, const comm::Work&) { buffer->reset(); });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recv(std::vector<at::Tensor>& tensors, int src, int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   require_one(tensors, "recv");
+  check_tag(tag, "recv");
+  TORCH_CHECK(src >= 0 && src < getSize(), "nanodist: recv: rank ", src, " is not a rank of this group of ",
+              getSize());
   TORCH_CHECK(src != getRank(), "nanodist: recv from this rank itself (", src, ") would wait forever");
-  const at::Tensor t = tensors[0];
-  return enqueue(OpType::RECV, tensors, [t, src](comm::Communicator& c) {
-    at::Tensor moved = movable(t);
-    with_element_type(moved.scalar_type(), [&](auto tag) { c.recv(span_of<decltype(tag)>(moved), src); });
-    put_back(t, moved);
-  });
+  return receive(tensors, src, tag, OpType::RECV, "recv");
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recvAnysource(std::vector<at::Tensor>& tensors, int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   require_one(tensors, "recv (from any source)");
+  check_tag(tag, "recv (from any source)");
+  return receive(tensors, comm::Communicator::kAnySource, tag, OpType::RECVANYSOURCE, "recv (from any source)");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::receive(std::vector<at::Tensor>& tensors, int source, int tag,
+                                                             OpType type, const char* name) {
   const at::Tensor t = tensors[0];
-  return enqueue(OpType::RECVANYSOURCE, tensors, [t](comm::Communicator& c, NanodistWork& work) {
-    at::Tensor moved = movable(t);
-    with_element_type(moved.scalar_type(),
-                      [&](auto tag) { work.set_source_rank(c.recv_from_any(span_of<decltype(tag)>(moved))); });
-    put_back(t, moved);
-  });
+  auto buffer = std::make_shared<at::Tensor>();  // where the message lands: t itself, or a copy
+  return enqueue_message(
+      type, name, tensors,
+      [t, source, tag, buffer](comm::Communicator& c) {
+        *buffer = movable(t);
+        comm::Work posted;
+        with_element_type(buffer->scalar_type(),
+                          [&](auto element) { posted = c.irecv(span_of<decltype(element)>(*buffer), source, tag); });
+        return posted;
+      },
+      [t, buffer](NanodistWork& work, const comm::Work& done) {
+        put_back(t, *buffer);
+        buffer->reset();
+        work.set_source_rank(done.source());
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::barrier(const c10d::BarrierOptions&) {
-  return enqueue(OpType::BARRIER, {}, [](comm::Communicator& c) { c.barrier(); });
+  return enqueue(OpType::BARRIER, "barrier", {}, [](comm::Communicator& c) { c.barrier(); });
 }
 
 }  // namespace nanodist_torch

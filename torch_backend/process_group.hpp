@@ -1,13 +1,21 @@
 // ProcessGroupNanodist: torch.distributed's collectives on nanodist's communicators.
 //
 // Each call checks its tensors at once (an unsupported op or type raises in Python, naming
-// both), queues the collective on the communication thread and returns a Work. The Work's
-// future completes when the collective has run (DDP waits on the future, not on wait()).
+// both), queues the call on the communication thread and returns a Work. The Work's future
+// completes when the call is done (DDP waits on the future, not on wait()).
 //
 //   python:  import nanodist_torch; dist.init_process_group("nanodist", rank=r, world_size=n)
 //   here:    allreduce([t], SUM) → thread: communicator.allreduce(span(t)) → work.complete()
+//            isend([t], 1, tag)  → thread: communicator.isend(...) posted; a poll completes it
+//
+// Order (docs/pytorch.md, "Order"): the thread runs the queued calls one at a time, in the
+// order issued, so a group's collectives run in the same order on every rank; sends and
+// receives are only posted there and complete later, so a receive never holds up what is
+// queued behind it.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,33 +27,46 @@
 
 namespace nanodist_torch {
 
+// What the Works of one group share: how many calls the group has issued so far.
+struct GroupCalls {
+  std::atomic<std::int64_t> issued{0};
+};
+
 // One call's handle: complete() or fail() on the communication thread, wait() or the future
 // from Python.
 class NanodistWork : public c10d::Work {
  public:
-  NanodistWork(c10d::OpType type, std::vector<at::Tensor> outputs);
+  // `what` names the call in errors ("all_reduce #3 on 'default_pg'"); `index` is its place
+  // among the group's calls.
+  NanodistWork(c10d::OpType type, std::vector<at::Tensor> outputs, std::string what, std::int64_t index,
+               std::shared_ptr<GroupCalls> group);
   void complete();
   void fail(std::exception_ptr error);
   // The rank a receive from any rank got its message from (before complete()).
   void set_source_rank(int rank) { source_rank_ = rank; }
-  // The call's body completes it later itself (a send still waiting for its receiver).
-  void defer_completion() { deferred_ = true; }
-  bool deferred() const { return deferred_; }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Waits with a deadline (the watchdog's, and a margin), never forever; refused on the
+  // communication thread for a call that has not run yet (it runs after the waiting callback).
+  bool wait(std::chrono::milliseconds timeout) override;
+  // A future taken after the group has issued later calls is taken once this call is done, so
+  // that a callback attached to it runs at once, where the program attaches it, on every rank
+  // (not earlier on a rank where the call happened to finish late): see docs/pytorch.md.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return source_rank_; }
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::string what_;
+  std::int64_t index_;
+  std::shared_ptr<GroupCalls> group_;
   int source_rank_ = -1;
-  bool deferred_ = false;
 };
 
 class ProcessGroupNanodist : public c10d::ProcessGroup {
  public:
-  ProcessGroupNanodist(int rank, int size, std::unique_ptr<comm::Communicator> communicator);
+  ProcessGroupNanodist(int rank, int size, std::unique_ptr<comm::Communicator> communicator, int max_tag);
   ~ProcessGroupNanodist() override;
 
   const std::string getBackendName() const override { return "nanodist"; }
@@ -88,14 +109,26 @@ class ProcessGroupNanodist : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
 
  private:
-  // Queues body(communicator) on the communication thread; the Work completes after it.
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+  // A collective: body(communicator) runs on the communication thread, after every call
+  // queued before it; the Work completes after it.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                          std::function<void(comm::Communicator&)> body);
-  // The same, for a body that writes into its Work (a receive from any rank: its source).
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         std::function<void(comm::Communicator&, NanodistWork&)> body);
+  // A send or a receive: post(communicator) starts it on the communication thread and returns
+  // its comm::Work; the thread's polls complete it (then finish(work, done) writes the result).
+  using Post = std::function<comm::Work(comm::Communicator&)>;
+  using Finish = std::function<void(NanodistWork&, const comm::Work&)>;
+  c10::intrusive_ptr<c10d::Work> enqueue_message(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                                 Post post, Finish finish);
+  // A receive from `source` (or kAnySource) into tensors[0]: done, written back and its sender named.
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int source, int tag, c10d::OpType type,
+                                         const char* name);
+  c10::intrusive_ptr<NanodistWork> make_work(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  void check_tag(int tag, const char* call) const;
 
   std::shared_ptr<comm::Communicator> communicator_;
+  std::shared_ptr<GroupCalls> calls_ = std::make_shared<GroupCalls>();
+  std::string name_;  // the communicator's, for errors
+  int max_tag_;
 };
 
 }  // namespace nanodist_torch

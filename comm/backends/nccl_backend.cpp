@@ -59,6 +59,8 @@ ncclDataType_t nccl_type(DataType t) {
       return ncclInt64;
     case DataType::bf16:
       return ncclBfloat16;
+    case DataType::u8:
+      return ncclUint8;
   }
   return ncclFloat32;
 }
@@ -75,6 +77,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMax;
     case ReduceOp::avg:
       return ncclAvg;
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      fail("nccl backend: NCCL has no bitwise reduction ({})", name_of(op));
   }
   return ncclSum;
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/algorithms/algorithms.hpp"
+#include "comm/host_split.hpp"
 #include "comm/backend.hpp"
 #include "comm/mpi_comm.hpp"
 #include "comm/error.hpp"
@@ -185,8 +186,7 @@ class ShmBackend final : public Backend {
   void init(const Transport& t) {
     group_size_ = t.size();
     MPI_Comm node;
-    check_mpi(MPI_Comm_split_type(t.mpi_comm(), MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &node),
-              "MPI_Comm_split_type");
+    node = split_by_host(t.mpi_comm(), t.rank());
     if (const int pretend = ranks_per_node_from_environment(); pretend > 0) {  // smaller "nodes" inside it
       int local = 0;
       MPI_Comm_rank(node, &local);

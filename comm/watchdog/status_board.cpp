@@ -1,4 +1,5 @@
 #include "comm/watchdog/status_board.hpp"
+#include "comm/host_split.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -19,24 +20,28 @@ std::int64_t now_ns() {
       .count();
 }
 
-void OpRecord::set_name(std::string_view name) {
+void pack_text(PackedText& into, std::string_view text) {
   char packed[sizeof(std::uint64_t) * 6] = {};
-  std::memcpy(packed, name.data(), std::min(name.size(), sizeof(packed) - 1));
-  for (std::size_t i = 0; i < comm_name.size(); ++i) {
+  std::memcpy(packed, text.data(), std::min(text.size(), sizeof(packed) - 1));
+  for (std::size_t i = 0; i < into.size(); ++i) {
     std::uint64_t word;
     std::memcpy(&word, packed + 8 * i, 8);
-    comm_name[i].store(word, std::memory_order_relaxed);
+    into[i].store(word, std::memory_order_relaxed);
   }
 }
 
-std::string OpRecord::name() const {
+std::string unpack_text(const PackedText& from) {
   char packed[sizeof(std::uint64_t) * 6 + 1] = {};
-  for (std::size_t i = 0; i < comm_name.size(); ++i) {
-    std::uint64_t word = comm_name[i].load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    std::uint64_t word = from[i].load(std::memory_order_relaxed);
     std::memcpy(packed + 8 * i, &word, 8);
   }
   return std::string(packed);
 }
+
+void OpRecord::set_name(std::string_view name) { pack_text(comm_name, name); }
+
+std::string OpRecord::name() const { return unpack_text(comm_name); }
 
 OpView OpRecord::view(std::int64_t now) const {
   OpView v;
@@ -59,7 +64,7 @@ StatusBoard::StatusBoard(MPI_Comm world) {
   check_mpi(MPI_Comm_rank(world, &world_rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(world, &world_size_), "MPI_Comm_size");
   MPI_Comm node;
-  check_mpi(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  node = split_by_host(world, world_rank_);
   int node_rank = 0;
   MPI_Comm_rank(node, &node_rank);
 
@@ -122,6 +127,8 @@ RankView StatusBoard::view(int world_rank, std::int64_t comm_id) {
   v.entered = entered(world_rank, comm_id);
   v.current = s.current.view(now);
   v.last = s.last.view(now);
+  const std::string leaving = unpack_text(s.leaving);
+  std::memcpy(v.leaving, leaving.data(), std::min(leaving.size(), sizeof(v.leaving) - 1));
   return v;
 }
 

@@ -35,6 +35,11 @@ struct OpView {
   char comm_name[48] = {};
 };
 
+// Up to 47 characters packed into atomics, so a reader in another process never sees them torn.
+using PackedText = std::array<std::atomic<std::uint64_t>, 6>;
+void pack_text(PackedText& into, std::string_view text);
+std::string unpack_text(const PackedText& from);
+
 // One collective call as the watchdog describes it.
 struct OpRecord {
   std::atomic<std::int64_t> kind{0};                      // OpKind
@@ -46,7 +51,7 @@ struct OpRecord {
   std::atomic<std::int64_t> root{-1};                     // root or peer rank, or -1
   std::atomic<std::int64_t> start_ns{0};                  // when it was entered
   std::atomic<std::int64_t> end_ns{0};                    // when it returned, 0 while in it
-  std::array<std::atomic<std::uint64_t>, 6> comm_name{};  // up to 47 chars, packed
+  PackedText comm_name{};                                 // up to 47 chars
 
   void set_name(std::string_view name);
   std::string name() const;
@@ -72,6 +77,7 @@ struct RankSlot {
   OpRecord current;                    // valid while state == in_collective
   OpRecord last;                       // the latest collective entered
   std::array<CommProgress, kTrackedComms> progress;
+  PackedText leaving{};  // why it is leaving the program, once it is ("exception: ValueError"); empty before
 };
 
 // What /proc says of a rank's process.
@@ -87,6 +93,7 @@ struct RankView {
   std::int64_t entered = -1;  // collectives entered on the communicator asked about; -1 unknown
   OpView current;             // valid while state is in_collective or reported
   OpView last;                // kind 0: no collective call yet
+  char leaving[48] = {};      // why it is leaving the program (RankSlot::leaving); empty: it is not
 };
 
 struct BoardHeader {

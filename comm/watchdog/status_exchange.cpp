@@ -1,4 +1,5 @@
 #include "comm/watchdog/status_exchange.hpp"
+#include "comm/host_split.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -63,7 +64,7 @@ StatusExchange::StatusExchange(MPI_Comm world, StatusBoard& board) : board_(boar
 
   // A node is named by its first world rank; every rank learns every rank's node and host.
   MPI_Comm node;
-  check_mpi(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  node = split_by_host(world, me_);
   int leader = me_;
   MPI_Bcast(&leader, 1, MPI_INT, 0, node);
   MPI_Comm_free(&node);

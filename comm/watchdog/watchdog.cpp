@@ -31,6 +31,14 @@ constexpr unsigned kSpinsBeforeYield = 16;
 // how long a wait lasts before it answers other nodes' questions about this node's board: a
 // collective that finishes sooner pays nothing for listening.
 constexpr std::int64_t kListenAfterNs = 10'000'000;  // 10 ms
+// How often a wait looks whether a rank it waits for has left the program, and how long that
+// must have lasted before the wait gives up on it (a message sent just before leaving may
+// still be on its way).
+constexpr std::int64_t kLeftCheckEveryNs = 100'000'000;  // 100 ms
+constexpr std::int64_t kLeftForNs = 1'000'000'000;       // 1 s
+// How long a rank that did not report first waits for its launcher to end it, before it ends
+// itself (processes started apart have no launcher that would).
+constexpr double kLaterRankLingerSeconds = 3.0;
 namespace {
 
 Watchdog* g_watchdog = nullptr;
@@ -132,6 +140,32 @@ void Watchdog::leave() {
 
 void Watchdog::mark_finalizing() { board_.mine().state = static_cast<std::int64_t>(RankState::finalizing); }
 
+void Watchdog::note_leaving(std::string_view why) { pack_text(board_.mine().leaving, why); }
+
+namespace {
+bool is_point_to_point(OpKind kind) { return kind == OpKind::send || kind == OpKind::recv || kind == OpKind::sendrecv; }
+}  // namespace
+
+bool Watchdog::awaited_rank_left(const OpCall& call) {
+  if (!call.members) return false;
+  const bool point_to_point = is_point_to_point(call.kind);
+  for (int r = 0; r < static_cast<int>(call.members->size()); ++r) {
+    if (r == call.comm_rank || (point_to_point && call.root >= 0 && r != call.root)) continue;
+    const int w = (*call.members)[static_cast<std::size_t>(r)];
+    if (exchange_ && !exchange_->same_node(w)) continue;
+    const RankView v = board_.view(w, call.comm_id);
+    if (v.pid == 0 || v.state == RankState::interrupted) continue;  // (a Ctrl-C has its own ending)
+    if (v.process == ProcessState::gone) return true;
+    if (call.kind == OpKind::finalize) continue;  // the others finishing are arriving here
+    const bool arrived = !point_to_point && v.entered > call.seq;
+    const bool finishing = v.leaving[0] != '\0' || v.state == RankState::finalizing ||
+                           (v.state == RankState::in_collective &&
+                            v.current.kind == static_cast<std::int64_t>(OpKind::finalize));
+    if (finishing && !arrived) return true;
+  }
+  return false;
+}
+
 void Watchdog::wait_all(int n, MPI_Request* requests) {
   wait_until([&] {
     int done = 0;
@@ -146,6 +180,8 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
   // collective report first: they see more of what went wrong.
   const std::int64_t grace = call_.kind == OpKind::finalize ? 1'000'000'000 : 0;
   const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
+  std::int64_t next_left_check = now_ns() + kLeftCheckEveryNs;
+  std::int64_t left_since = -1;  // since when a rank this call waits for has been seen gone
   set_waiting(true);
   for (unsigned spin = 0;; ++spin) {
     bool done = false;
@@ -167,6 +203,20 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       }
       if ((aborting >= 0 && aborting != board_.world_rank()) || now > deadline)
         end_failed_wait(now, "timed out", on_timeout);
+      if (now >= next_left_check) {
+        next_left_check = now + kLeftCheckEveryNs;
+        if (!awaited_rank_left(call_))
+          left_since = -1;
+        else if (left_since < 0)
+          left_since = now;
+        else if (now - left_since >= kLeftForNs)
+          end_failed_wait(now, "stopped: a rank it waits for has left the program", on_timeout);
+      }
+      // MPI moves the messages of nonblocking sends and receives posted earlier only while it is
+      // called: a wait that spins on shared memory gives it a turn, so a peer that waits for
+      // such a message is not held up by this one (the PyTorch backend's isend, then all_reduce).
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
     }
     if (spin > kSpinsBeforeYield) std::this_thread::yield();
   }
@@ -237,13 +287,13 @@ void Watchdog::linger(double seconds) {
 }
 
 // Where one awaited rank is, as the report sorts them.
-enum class Whereabouts { arrived, unknown, interrupted, dead, stopped, finished, elsewhere, outside };
+enum class Whereabouts { arrived, unknown, interrupted, left, dead, stopped, finished, elsewhere, outside };
 
 struct Awaited {
   int rank = 0;  // in the communicator
   Whereabouts where = Whereabouts::unknown;
   std::string line;        // its report line ("rank 2 is dead: …"); empty when arrived
-  std::string other_call;  // elsewhere: the call it waits in ("barrier #1")
+  std::string other_call;  // elsewhere: the call it waits in ("barrier #1"); left: why it left ("exception: E")
   bool reported = false;   // elsewhere: its own watchdog has fired
 };
 
@@ -295,6 +345,10 @@ std::string collective_diagnosis(const std::vector<Awaited>& awaited, int my_ran
     const std::vector<int> ranks = ranks_where(awaited, w);
     add(fmt::format("{} {}", ranks.size() > 1 ? many : one, rest), ranks);
   };
+  std::map<std::string, std::vector<int>> left_by_reason;
+  for (const Awaited& a : awaited)
+    if (a.where == Whereabouts::left) left_by_reason[a.other_call].push_back(a.rank);
+  for (const auto& [reason, ranks] : left_by_reason) add(fmt::format("left the program ({})", reason), ranks);
   are(Whereabouts::dead, "is", "are", "dead");
   are(Whereabouts::stopped, "is", "are", "stopped (suspended)");
   add(fmt::format("finished without calling {}", my_call), ranks_where(awaited, Whereabouts::finished));
@@ -321,6 +375,9 @@ std::string point_to_point_diagnosis(const std::vector<Awaited>& awaited, const 
   switch (peer.where) {
     case Whereabouts::dead:
       doing = "is dead";
+      break;
+    case Whereabouts::left:
+      doing = fmt::format("left the program ({})", peer.other_call);
       break;
     case Whereabouts::stopped:
       doing = "is stopped (suspended)";
@@ -390,6 +447,11 @@ Awaited Watchdog::where_is(int r, int w, const RankView& v, bool point_to_point,
                : fmt::format("its last call is {}, entered {} ago", describe(v.last), seconds(v.last.started_ago_ns));
   if (v.state == RankState::interrupted)  // gone, or going, because of a Ctrl-C: no failure
     return {r, W::interrupted, fmt::format("{} was interrupted (Ctrl-C or SIGTERM) and is ending", rank)};
+  // It said why it leaves (the PyTorch backend does, at the program's exit).
+  const bool said_why = v.leaving[0] != '\0';
+  if (said_why && v.process == ProcessState::gone)
+    return {r, W::left, fmt::format("{} left the program ({}): process {} is gone; {}", rank, v.leaving, v.pid, last),
+            v.leaving};
   if (v.process == ProcessState::gone)
     return {r, W::dead, fmt::format("{} is dead: process {} is gone (crashed or killed); {}", rank, v.pid, last)};
   if (v.process == ProcessState::stopped)
@@ -403,6 +465,7 @@ Awaited Watchdog::where_is(int r, int w, const RankView& v, bool point_to_point,
                          v.last.type == static_cast<std::int64_t>(call_.type) && v.last.op == call_.op &&
                          v.last.root == call_.root;
   if (!point_to_point && v.entered > call_.seq && (!same_number || same_call)) return {r, W::arrived, ""};
+  if (said_why) return {r, W::left, fmt::format("{} left the program ({}) and is ending; {}", rank, v.leaving, last), v.leaving};
   if (v.state == RankState::finalizing ||
       (v.state == RankState::in_collective && v.current.kind == static_cast<std::int64_t>(OpKind::finalize)))
     return {r, W::finished,
@@ -437,7 +500,8 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
   const bool interrupted_elsewhere = exchange_ && exchange_->interrupt_seen();
   report_found_trouble_ = false;
   for (const Awaited& a : awaited)
-    report_found_trouble_ = report_found_trouble_ || a.where == Whereabouts::dead || a.where == Whereabouts::stopped ||
+    report_found_trouble_ = report_found_trouble_ || a.where == Whereabouts::dead || a.where == Whereabouts::left ||
+                            a.where == Whereabouts::stopped ||
                             a.reported || (a.where == Whereabouts::unknown && !interrupted_elsewhere);
   return text;
 }
@@ -509,8 +573,9 @@ void Watchdog::end_job(const std::string& report, bool first) {
     _exit(kWatchdogExitCode);
   }
   // Wait for the launcher to end this process once the first rank has exited; end it
-  // ourselves if that never comes (the first rank died, or runs on a node that lost its launcher).
-  linger(10.0);
+  // ourselves if that never comes (the first rank died, or runs on a node that lost its
+  // launcher, or the job was started apart and has none).
+  linger(kLaterRankLingerSeconds);
   _exit(kWatchdogExitCode);
 }
 

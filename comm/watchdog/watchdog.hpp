@@ -82,6 +82,15 @@ class Watchdog {
   void forget(std::int64_t comm_id) { board_.forget(comm_id); }
   // Called before MPI_Finalize so peers can tell "finished" from "stuck".
   void mark_finalizing();
+  // Says, on the status board, why this rank is leaving the program ("exception: ValueError",
+  // "exit"): a rank that waits for it names the reason in its report.
+  void note_leaving(std::string_view why);
+  // True when a rank that `call` waits for, on this node, has left for good: its process is
+  // gone, or it is finishing the program (or said it leaves) without having entered this call. A wait that sees
+  // it for a second (a message sent just before leaving may still be on its way) ends the job
+  // with the report at once, whatever the deadline. Ranks on other nodes: their launcher or
+  // the deadline tells.
+  bool awaited_rank_left(const OpCall& call);
 
  private:
   // The full report of the call in progress: a one-line diagnosis, then each missing rank.

@@ -212,10 +212,11 @@ if rank in members:
     dist.broadcast(t, src=members[-1], group=group)
 
 # What the library does not do is a Python error naming the call and the type, not a crash.
-for call, why in ((lambda: dist.all_reduce(torch.ones(3, dtype=torch.float16)), "Half"),
-                  (lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "ReduceOp"),
-                  (lambda: dist.reduce_scatter(torch.ones(2, dtype=torch.uint8),
-                                               [torch.ones(2, dtype=torch.uint8)] * size), "Byte")):
+for call, why in ((lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "bitwise"),
+                  (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG), "AVG"),
+                  (lambda: dist.reduce_scatter(torch.ones(2, dtype=torch.int16),
+                                               [torch.ones(2, dtype=torch.int16)] * size, op=dist.ReduceOp.AVG), "AVG"),
+                  (lambda: dist.send(torch.ones(2), dst=(rank + 1) % size, tag=-1), "tag")):
     try:
         call()
     except RuntimeError as error:
