@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-import nanodist_torch  # noqa: F401  (registers "nanodist")
+import nanodist_torch  # registers "nanodist"
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--init", default="tcp://127.0.0.1:29531")
@@ -229,5 +229,5 @@ for call, why in ((lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
 
 dist.barrier()
 if rank == 0:
-    print(f"nanodist backend ({os.environ.get('NANODIST_BACKEND', 'mpi')}), {size} ranks: {checks} checks passed")
+    print(f"nanodist backend ({nanodist_torch.backend_description()}), {size} ranks: {checks} checks passed")
 dist.destroy_process_group()
