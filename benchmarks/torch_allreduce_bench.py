@@ -2,7 +2,7 @@
 """torch.distributed.all_reduce on 2 ranks: gloo beside nanodist (each backend underneath),
 4 KB to 256 MB, in one run; busbw (nccl-tests' 2(n-1)/n · S / t) and the ratio to gloo.
 
-    python3 benchmarks/torch_allreduce_bench.py [--backends mpi,shm] [--max-mb 256] [--repeats 10]
+    python3 benchmarks/torch_allreduce_bench.py [--backends default,mpi,shm] [--max-mb 256] [--repeats 10]
 
 Each row is the median over --repeats timed calls (after 2 warm-up calls) of the slowest
 rank. Runs `mpiexec -n 2` once per nanodist backend; gloo runs in each as the default group,
@@ -62,7 +62,8 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backends", default="mpi,shm", help="nanodist backends underneath")
+    parser.add_argument("--backends", default="default,mpi",
+                        help="nanodist backends underneath ('default': no NANODIST_BACKEND, as a user starts it)")
     parser.add_argument("--max-mb", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -73,7 +74,9 @@ def main():
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(here, "..", "build", "python"), env.get("PYTHONPATH", "")])
     table = {}
     for backend in args.backends.split(","):
-        env["NANODIST_BACKEND"] = backend
+        env.pop("NANODIST_BACKEND", None)
+        if backend != "default":
+            env["NANODIST_BACKEND"] = backend
         out = subprocess.run(["mpiexec", "--oversubscribe", "-n", "2", "/usr/bin/python3", os.path.abspath(__file__),
                               "--worker", "--max-mb", str(args.max_mb), "--repeats", str(args.repeats)],
                              env=env, check=True, capture_output=True, text=True).stdout

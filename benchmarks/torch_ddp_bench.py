@@ -5,7 +5,8 @@ model (4 layers, 128 wide, block 64, batch 12 per rank), the same model at batch
 step) and preset b (6 layers, 384 wide, block 256, batch 32 per rank), each side at 1 thread
 per rank (2 ranks on 2 cores).
 
-nanodist runs on mpi and on shm underneath, and once more on shm with the communication
+nanodist runs as a user starts it (no NANODIST_BACKEND: its default), on mpi and on shm
+underneath, and once more on shm with the communication
 thread's overlap turned off (NANODIST_TORCH_OVERLAP=0: each all_reduce returns when done).
 "comm" is the time the communication thread spent in collectives per step; "hidden" is the
 part of it the overlap took off the step: (step without overlap − step with) / comm.
@@ -25,7 +26,10 @@ CONFIGS = {"main": ["--n-layer", "4", "--n-head", "4", "--n-embd", "128", "--blo
                        "2", "--steps", "60", "--warmup", "5"],
            "b": ["--n-layer", "6", "--n-head", "6", "--n-embd", "384", "--block-size", "256", "--batch-size", "32",
                  "--steps", "4", "--warmup", "1"]}
-SIDES = [("gloo", "gloo", {}), ("nanodist/mpi", "nanodist", {"NANODIST_BACKEND": "mpi"}),
+# (name, backend, environment: None removes the variable — "default" is nanodist as a user
+# starts it, with no NANODIST_BACKEND)
+SIDES = [("gloo", "gloo", {}), ("nanodist (default)", "nanodist", {"NANODIST_BACKEND": None}),
+         ("nanodist/mpi", "nanodist", {"NANODIST_BACKEND": "mpi"}),
          ("nanodist/shm", "nanodist", {"NANODIST_BACKEND": "shm"}),
          ("nanodist/shm, no overlap", "nanodist", {"NANODIST_BACKEND": "shm", "NANODIST_TORCH_OVERLAP": "0"})]
 
@@ -45,9 +49,10 @@ def main():
             runs = []
             for _ in range(args.repeats):  # interleaved would be fairer still; sides alternate by config
                 port += 1
+                side_env = {k: v for k, v in dict(env, **extra).items() if v is not None}
                 out = subprocess.run(["/usr/bin/python3", os.path.join(here, "pytorch_ddp_train.py"), "--ranks", "2",
                                       "--threads", "1", "--backend", backend, "--port", str(port)] + CONFIGS[config],
-                                     env=dict(env, **extra), check=True, capture_output=True, text=True).stdout
+                                     env=side_env, check=True, capture_output=True, text=True).stdout
                 runs.append(json.loads(out.strip().splitlines()[-1]))
             results[name] = {"step_ms": statistics.median(r["step_ms"] for r in runs),
                              "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),

@@ -466,8 +466,10 @@ Awaited Watchdog::where_is(int r, int w, const RankView& v, bool point_to_point,
                          v.last.root == call_.root;
   if (!point_to_point && v.entered > call_.seq && (!same_number || same_call)) return {r, W::arrived, ""};
   if (said_why) return {r, W::left, fmt::format("{} left the program ({}) and is ending; {}", rank, v.leaving, last), v.leaving};
+  // (In the last meeting, or stopped there by another rank's report: it finished all the same.)
   if (v.state == RankState::finalizing ||
-      (v.state == RankState::in_collective && v.current.kind == static_cast<std::int64_t>(OpKind::finalize)))
+      ((v.state == RankState::in_collective || v.state == RankState::reported) &&
+       v.current.kind == static_cast<std::int64_t>(OpKind::finalize)))
     return {r, W::finished,
             fmt::format("{} has finished its work and is shutting down (it skipped this collective)", rank)};
   if (v.state == RankState::in_collective || v.state == RankState::reported)
