@@ -444,9 +444,11 @@ class MessageInFlight final : public PendingOp {
   MessageInFlight(MPI_Request request, const OpCall& call, int tag)
       : request_(request), call_(call), tag_(tag) {}
   bool test() override {
+    if (completed_) return true;  // (its error, if any, was thrown once: the request is gone)
     int done = 0;
     MPI_Status status;
     const int code = MPI_Test(&request_, &done, &status);
+    completed_ = done != 0 || code != MPI_SUCCESS;
     int error_class = MPI_SUCCESS;
     if (code != MPI_SUCCESS) MPI_Error_class(code, &error_class);
     if (error_class == MPI_ERR_TRUNCATE)
@@ -471,6 +473,7 @@ class MessageInFlight final : public PendingOp {
   OpCall call_;
   int tag_;
   int source_ = -1;
+  bool completed_ = false;
 };
 }  // namespace
 

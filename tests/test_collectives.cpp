@@ -586,6 +586,102 @@ TEST_CASE("a receive from any rank names each sender; sends posted with send_asy
   }
 }
 
+TEST_CASE("isend and irecv match by source and tag, on a lane no collective's step can take", "[collectives][p2p]") {
+  Communicator& world = comm::runtime().world();
+  if (world.size() < 2) return;
+  for (const char* name : {"mpi", "ring", "shm"}) {
+    INFO("backend " << name);
+    Communicator c = world.with_backend(comm::parse_backend(name));
+    const std::size_t big = 1 << 18;  // past the eager size
+    // Rank 0 sends two messages to rank 1 with tags 1 and 2; rank 1 takes them in the other
+    // order, each by its tag. Between posting and waiting, every rank runs an allreduce and a
+    // ring step (send_recv, the algorithms' point-to-point): neither takes a tagged message.
+    std::vector<float> first = inputs<float>(11, big), second = inputs<float>(12, 5);
+    std::vector<float> got_first(big), got_second(5);
+    std::vector<comm::Work> posted;
+    if (c.rank() == 0) {
+      posted.push_back(c.isend(std::span<const float>(first), 1, 1));
+      posted.push_back(c.isend(std::span<const float>(second), 1, 2));
+    } else if (c.rank() == 1) {
+      posted.push_back(c.irecv(std::span(got_second), 0, 2));
+      posted.push_back(c.irecv(std::span(got_first), 0, 1));
+    }
+    std::vector<std::int64_t> sum = {1, 2};
+    c.allreduce(std::span(sum));
+    const int next = (c.rank() + 1) % c.size(), previous = (c.rank() + c.size() - 1) % c.size();
+    std::vector<float> step_in(5);
+    const std::vector<float> step_out = inputs<float>(c.rank(), 5);
+    c.send_recv(std::span<const float>(step_out), next, std::span(step_in), previous);
+    for (auto& w : posted) w.wait();
+    CHECK(sum[1] == 2 * c.size());
+    CHECK(mismatches(step_in, inputs<float>(previous, 5)) == 0);
+    if (c.rank() == 1) {
+      CHECK(mismatches(got_first, first) == 0);
+      CHECK(mismatches(got_second, second) == 0);
+    }
+    // A receive from any rank takes the first message with its tag and names the sender.
+    if (c.rank() == 0) {
+      for (int k = 1; k < c.size(); ++k) {
+        std::vector<std::int32_t> got(3);
+        comm::Work w = c.irecv(std::span(got), Communicator::kAnySource, 7);
+        w.wait();
+        REQUIRE(w.source() >= 1);
+        CHECK(got == inputs<std::int32_t>(w.source(), 3));
+      }
+    } else {
+      const std::vector<std::int32_t> mine = inputs<std::int32_t>(c.rank(), 3);
+      c.isend(std::span<const std::int32_t>(mine), 0, 7).wait();
+    }
+    // A message that does not fill the receive exactly is an error naming both sizes.
+    if (c.rank() < 2) {
+      std::vector<float> three(3), four(4);
+      if (c.rank() == 0) {
+        c.isend(std::span<const float>(three), 1, 9).wait();
+      } else {
+        comm::Work w = c.irecv(std::span(four), 0, 9);
+        CHECK_THROWS_WITH(w.wait(), Catch::Contains("rank 0 sent 3 float elements with tag 9, this receive takes 4"));
+      }
+    }
+    CHECK_THROWS_WITH(c.isend(std::span<const float>(first), next, -1), Catch::Contains("tag -1 is outside"));
+    c.barrier();
+  }
+}
+
+TEST_CASE("uint8 reduces on every backend, and the bitwise operators reduce integers only", "[collectives]") {
+  auto& b = backends();
+  const int me = b.reference.rank();
+  for (auto& tested : b.tested) {
+    INFO("backend " << tested.backend_name());
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::band, ReduceOp::bor,
+                        ReduceOp::bxor}) {
+      INFO("op " << comm::name_of(op));
+      same_as_reference<std::uint8_t>(b.reference, tested, [&](Communicator& c) {
+        std::vector<std::uint8_t> data(1001);
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 37 + me * 101 + 3);
+        c.allreduce(std::span(data), op);
+        return data;
+      });
+      same_as_reference<std::int64_t>(b.reference, tested, [&](Communicator& c) {
+        auto data = inputs<std::int64_t>(me, 13, op);
+        c.allreduce(std::span(data), op);
+        return data;
+      });
+    }
+    // The bitwise operators against a fold computed here.
+    std::vector<std::int32_t> data(7), want(7);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      data[i] = static_cast<std::int32_t>((me + 1) * 0x1111 + i);
+      want[i] = static_cast<std::int32_t>(0x1111 + i);
+      for (int r = 1; r < tested.size(); ++r) want[i] ^= static_cast<std::int32_t>((r + 1) * 0x1111 + i);
+    }
+    tested.allreduce(std::span(data), ReduceOp::bxor);
+    CHECK(data == want);
+    std::vector<float> floats(3);
+    CHECK_THROWS_WITH(tested.allreduce(std::span(floats), ReduceOp::band),
+                      Catch::Contains("the bitwise reduction band takes integers, not float"));
+  }
+}
+
 TEST_CASE("the communicator counts its calls and bytes by kind", "[collectives][traffic]") {
   Communicator c = comm::runtime().world().with_backend(comm::BackendKind::ring);
   const auto n = static_cast<std::size_t>(c.size());

@@ -115,18 +115,28 @@ bool NanodistWork::wait(std::chrono::milliseconds timeout) {
     TORCH_CHECK(false, "nanodist: ", what_, " is waited for on the communication thread (in a future's callback), "
                 "but it runs on that thread after the callback returns: it would wait forever. Wait for it outside "
                 "the callback, or chain another callback with then()");
-  const double deadline_s =
+  // Waits in rounds of the deadline: a round that ends with the thread still in the task it was
+  // in when the round began (a callback that does not return) ends the wait; one that ends with
+  // the thread moving on (calls queued before this one, each under its own deadline) goes on.
+  const double round_s =
       std::min(kLongestWaitSeconds,
                (comm::has_watchdog() ? comm::watchdog().timeout_s() : kLongestWaitSeconds) + kWaitMarginSeconds);
-  const auto longest = std::chrono::milliseconds(static_cast<std::int64_t>(deadline_s * 1000));
-  const auto limit = timeout == kNoTimeout ? longest : std::min(timeout, longest);
-  try {
-    return c10d::Work::wait(limit);
-  } catch (const c10::Error& e) {
-    if (isCompleted()) throw;  // the call's own error
-    TORCH_CHECK(false, "nanodist: ", what_, " is not done after ", limit.count() / 1000.0,
-                " s: the communication thread is held by something no deadline watches (a future's callback that "
-                "waits, or the job is ending)");
+  const auto round = std::chrono::milliseconds(static_cast<std::int64_t>(round_s * 1000));
+  for (;;) {
+    const auto limit = timeout == kNoTimeout ? round : std::min(timeout, round);
+    const std::int64_t task_before = ProgressThread::get().task_started_ns();
+    try {
+      return c10d::Work::wait(limit);
+    } catch (const c10::Error&) {
+      if (isCompleted()) throw;  // the call's own error
+      const std::int64_t task_now = ProgressThread::get().task_started_ns();
+      const bool stuck = task_now != 0 && task_now == task_before;
+      if (timeout != kNoTimeout || stuck)
+        TORCH_CHECK(false, "nanodist: ", what_, " is not done after ", limit.count() / 1000.0, " s",
+                    stuck ? ": the communication thread has been held all that time by one task no deadline watches "
+                            "(a future's callback that waits)"
+                          : "");
+    }
   }
 }
 
@@ -194,10 +204,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, const 
 
 namespace {
 
-// A send or receive posted on the communication thread, and what completes it.
+// A send or receive posted on the communication thread: its Work, and when to stop waiting.
 struct MessageInFlight {
   comm::Work posted;
-  std::function<void()> finish;  // writes the result (a receive's copy back) once done
   std::int64_t deadline_ns = 0;
   std::int64_t next_peer_check_ns = 0;
   std::int64_t peer_left_since_ns = -1;

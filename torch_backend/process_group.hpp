@@ -45,8 +45,10 @@ class NanodistWork : public c10d::Work {
   // The rank a receive from any rank got its message from (before complete()).
   void set_source_rank(int rank) { source_rank_ = rank; }
 
-  // Waits with a deadline (the watchdog's, and a margin), never forever; refused on the
-  // communication thread for a call that has not run yet (it runs after the waiting callback).
+  // Waits, never forever: it gives up with an error once the communication thread has been
+  // held by one task (a callback) for the watchdog's deadline and a margin, or at `timeout`.
+  // Refused at once on the communication thread for a call that has not run yet (it would run
+  // after the waiting callback).
   bool wait(std::chrono::milliseconds timeout) override;
   // A future taken after the group has issued later calls is taken once this call is done, so
   // that a callback attached to it runs at once, where the program attaches it, on every rank

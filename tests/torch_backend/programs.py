@@ -197,6 +197,13 @@ for dtype in TYPES:
         if not refused(f"reduce_scatter_MAX_{dtype}", lambda: dist.reduce_scatter(out, ins, op=dist.ReduceOp.MAX)):
             check(f"reduce_scatter_MAX_{dtype}", out, expected("MAX", dtype))
 
+# A long uint8 sum wraps on every backend underneath (Open MPI's vectorised uint8 sum saturates
+# at 255: the mpi backend reduces uint8 with its own kernel).
+i = torch.arange(1001)
+t = ((i * 37 + rank * 101 + 3) % 256).to(torch.uint8)
+dist.all_reduce(t)
+check("all_reduce_SUM_uint8_long", t, (sum((i * 37 + r * 101 + 3) % 256 for r in range(size)) % 256).to(torch.uint8))
+
 # 7. A collective issued from a future's callback, with a later call issued before the
 #    callback is attached: it runs at the same place on every rank (after the later call).
 first = torch.full((4,), float(rank + 1))
