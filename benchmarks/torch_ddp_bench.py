@@ -11,7 +11,9 @@ thread's overlap turned off (NANODIST_TORCH_OVERLAP=0: each all_reduce returns w
 "comm" is the time the communication thread spent in collectives per step; "hidden" is the
 part of it the overlap took off the step: (step without overlap − step with) / comm.
 
-    python3 benchmarks/torch_ddp_bench.py [--repeats 3] [--configs main,main-b2,b]"""
+    python3 benchmarks/torch_ddp_bench.py [--repeats 3] [--configs main,main-b2,b] [--sides gloo,...]
+
+The sides run in rounds (each once per round), and each cell is the median of its rounds."""
 import argparse
 import json
 import os
@@ -38,33 +40,35 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell; the median counts")
     parser.add_argument("--configs", default="main,main-b2,b")
+    parser.add_argument("--sides", default=None, help="only these sides, by name (e.g. 'gloo,nanodist (default)')")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("OPENBLAS_CORETYPE", None)  # both sides with the CPU's own kernels (DESIGN.md)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(here, "..", "build", "python"), env.get("PYTHONPATH", "")])
     port = 29800
+    sides = [side for side in SIDES if args.sides is None or side[0] in args.sides.split(",")]
     for config in args.configs.split(","):
-        results = {}
-        for name, backend, extra in SIDES:
-            runs = []
-            for _ in range(args.repeats):  # interleaved would be fairer still; sides alternate by config
+        runs = {name: [] for name, _, _ in sides}
+        for _ in range(args.repeats):  # rounds: each side once per round, so a slow minute hits all sides
+            for name, backend, extra in sides:
                 port += 1
                 side_env = {k: v for k, v in dict(env, **extra).items() if v is not None}
                 out = subprocess.run(["/usr/bin/python3", os.path.join(here, "pytorch_ddp_train.py"), "--ranks", "2",
                                       "--threads", "1", "--backend", backend, "--port", str(port)] + CONFIGS[config],
                                      env=side_env, check=True, capture_output=True, text=True).stdout
-                runs.append(json.loads(out.strip().splitlines()[-1]))
-            results[name] = {"step_ms": statistics.median(r["step_ms"] for r in runs),
-                             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                             "comm_ms": statistics.median(r["comm_ms_per_step"] for r in runs)}
+                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+        results = {name: {"step_ms": statistics.median(r["step_ms"] for r in runs[name]),
+                          "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs[name]),
+                          "comm_ms": statistics.median(r["comm_ms_per_step"] for r in runs[name])}
+                   for name in runs}
         gloo = results["gloo"]["tokens_per_s"]
         print(f"\n{config}: median of {args.repeats} runs, 2 ranks × 1 thread")
         print(f"{'':>26} {'step ms':>9} {'tokens/s':>10} {'/ gloo':>7} {'comm ms':>8}")
         for name, r in results.items():
             comm = f"{r['comm_ms']:.1f}" if name != "gloo" else "-"
             print(f"{name:>26} {r['step_ms']:>9.1f} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / gloo:>7.2f} {comm:>8}")
-        on, off = results["nanodist/shm"], results["nanodist/shm, no overlap"]
-        if off["comm_ms"] > 0:
+        on, off = results.get("nanodist/shm"), results.get("nanodist/shm, no overlap")
+        if on and off and off["comm_ms"] > 0:
             print(f"{'hidden by the overlap':>26} {100 * (off['step_ms'] - on['step_ms']) / off['comm_ms']:.0f} % of "
                   f"{off['comm_ms']:.1f} ms of communication per step")
 
