@@ -30,6 +30,9 @@ class PendingOp {
   virtual void wait();
   // A receive from any rank, once done: the rank whose message it took (else -1).
   virtual int source() const { return -1; }
+  // Withdraws an operation not yet done, where it can be withdrawn (a posted receive); true
+  // when it was (it is then done, with nothing received).
+  virtual bool cancel() { return false; }
 };
 
 // Backends that keep state per communicator (nccl: an ncclComm_t, a CUDA stream, an event)

@@ -467,6 +467,13 @@ class MessageInFlight final : public PendingOp {
     return true;
   }
   int source() const override { return source_; }
+  bool cancel() override {
+    if (completed_ || call_.kind != OpKind::recv) return completed_;
+    check_mpi(MPI_Cancel(&request_), "MPI_Cancel");
+    check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");  // a cancelled receive completes at once
+    completed_ = true;
+    return true;
+  }
 
  private:
   MPI_Request request_;
@@ -480,7 +487,8 @@ class MessageInFlight final : public PendingOp {
 int Communicator::max_tag() const {
   int* upper = nullptr;
   int found = 0;
-  MPI_Comm_get_attr(lanes_[kTaggedLane].get(), MPI_TAG_UB, &upper, &found);
+  // (MPI_TAG_UB is an attribute of MPI_COMM_WORLD alone: a communicator made from a group has none)
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper, &found);
   return found && upper ? *upper : 32767;  // (MPI promises at least 32767)
 }
 
@@ -623,6 +631,12 @@ void Work::wait() {
   // A queued one: the communication thread runs it under the watchdog (its deadline, its
   // report); finish() waits for the thread to be done with it.
   if (!done()) finish();
+}
+
+bool Work::cancel() {
+  if (!op_ || queued_ || !op_->cancel()) return done();
+  op_.reset();
+  return true;
 }
 
 void Work::finish() {

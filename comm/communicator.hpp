@@ -63,6 +63,9 @@ class Work {
   bool done() const { return !op_ && !queued_; }
   // A receive (Communicator::irecv), once done: the rank whose message it took.
   int source() const { return source_; }
+  // Withdraws a receive posted with irecv that has not matched a message (at a program's end,
+  // one nobody waits for any more): true when it was, and the Work is then done.
+  bool cancel();
   // The call as the watchdog names it, and when it started (for a caller that polls test()
   // against the deadline itself).
   const OpCall& call() const { return call_; }

@@ -18,6 +18,7 @@
 #include "comm/progress_thread.hpp"
 #include "comm/runtime.hpp"
 #include "torch_backend/deadline.hpp"
+#include "torch_backend/process_group.hpp"
 
 namespace nanodist_torch {
 namespace {
@@ -270,6 +271,7 @@ std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& 
 void end_job(const std::string& why) {
   if (!g_job.runtime) return;
   comm::watchdog().note_leaving(why);  // a rank that still waits for this one names the reason
+  withdraw_pending_receives();
   comm::ProgressThread::get().finish_polls();  // sends still in flight go (or are reported) first
   g_job.runtime->shut_down();  // every rank has arrived: nobody waits for anyone any more
   if (g_job.meetings != MPI_COMM_NULL) MPI_Comm_free(&g_job.meetings);

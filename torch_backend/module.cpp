@@ -14,7 +14,8 @@
 
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -46,37 +47,61 @@ std::mutex g_leaving_mutex;
 std::string g_leaving = "exit";
 
 // How often the monitor looks at the communication thread, and how far past the job's
-// deadline one task may run before the monitor ends the job.
+// deadline the thread may go without a collective before the monitor ends the job.
 constexpr auto kMonitorEvery = std::chrono::seconds(1);
 constexpr double kStallMarginSeconds = 5.0;
-std::atomic<bool> g_monitoring{false};
 
 // The communication thread runs calls under the watchdog, whose waits have deadlines; what
 // else runs there — a future's callback — has none. A callback that waits for something
-// queued behind it (future.wait() on a later call) would hold the thread forever: past the
-// deadline this monitor says so in one line and ends the job.
-void start_monitor() {
-  if (g_monitoring.exchange(true)) return;
-  std::thread([] {
-    while (g_monitoring.load()) {
-      std::this_thread::sleep_for(kMonitorEvery);
-      const std::int64_t started = ProgressThread::get().task_started_ns();
-      if (!g_monitoring.load() || started == 0 || !comm::has_watchdog()) continue;
-      const double ran_s = static_cast<double>(comm::now_ns() - started) * 1e-9;
-      comm::Watchdog& watchdog = comm::watchdog();
-      const bool in_collective =
-          watchdog.board().mine().state.load() == static_cast<std::int64_t>(comm::RankState::in_collective);
-      if (in_collective || ran_s < job_timeout_s() + kStallMarginSeconds) continue;
+// queued behind it (future.wait() on a later call) would hold the thread forever: once the
+// thread has been in one task, outside any collective, for longer than the deadline (counted
+// from the task's start or the end of its last collective, whichever is later: a task of many
+// collectives is not stuck), this monitor says so in one line and ends the job.
+class Monitor {
+ public:
+  void start() {
+    std::lock_guard lock(mutex_);
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this] { watch(); });
+  }
+  // Before the runtime (the status board it reads) goes away.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, kMonitorEvery, [&] { return stopping_; })) {
+      const std::int64_t task_started = ProgressThread::get().task_started_ns();
+      if (task_started == 0) continue;
+      comm::Watchdog& watchdog = comm::watchdog();  // (alive: stop() comes before the runtime's end)
+      const comm::RankSlot& me = watchdog.board().mine();
+      if (me.state.load() == static_cast<std::int64_t>(comm::RankState::in_collective)) continue;
+      const std::int64_t since = std::max(task_started, me.last.end_ns.load());
+      const double idle_s = static_cast<double>(comm::now_ns() - since) * 1e-9;
+      if (idle_s < job_timeout_s() + kStallMarginSeconds) continue;
       const std::string line = fmt::format(
-          "[watchdog] rank {}: the communication thread has run one task for {:.1f} s outside any collective (a "
+          "[watchdog] rank {}: the communication thread has run one task for {:.1f} s without a collective (a "
           "future's callback that waits for a call queued behind it waits forever); ending the job (exit status {})\n",
-          watchdog.board().world_rank(), ran_s, comm::kWatchdogExitCode);
+          watchdog.board().world_rank(), idle_s, comm::kWatchdogExitCode);
       [[maybe_unused]] auto written = write(STDERR_FILENO, line.data(), line.size());
       comm::run_abort_hooks();
       _exit(comm::kWatchdogExitCode);
     }
-  }).detach();
-}
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+Monitor g_monitor;
 
 // torch.distributed's creator (extended API): called by the ranks of each new group, the
 // default one first. MPI and the runtime start with the default group, on the communication
@@ -119,7 +144,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const p
   }
   if (first) {
     if (rank == 0) std::fprintf(stderr, "nanodist: %d ranks, backend %s\n", size, description.c_str());
-    start_monitor();
+    g_monitor.start();
   }
   return c10::make_intrusive<ProcessGroupNanodist>(rank, size, std::move(communicator), max_tag);
 }
@@ -142,11 +167,13 @@ void end() {
     // The thread may be held by a task that never ends (a stuck callback): the exit has a
     // deadline too (the meeting's own, and a margin for the thread to come to it).
     Deadline deadline(job_timeout_s() + 2 * kStallMarginSeconds, "the program's exit (the last meeting of all ranks)");
+    g_monitor.stop();  // (the exit's own deadline watches from here)
     try {
       ProgressThread::get().run([&why] { end_job(why); });
     } catch (...) {
+      // end_job's waits report and end the job themselves; what else throws here (MPI already
+      // ended by the program) leaves nothing to do but go
     }
-    g_monitoring = false;
     ProgressThread::get().stop();
   }
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -115,6 +116,8 @@ bool NanodistWork::wait(std::chrono::milliseconds timeout) {
     TORCH_CHECK(false, "nanodist: ", what_, " is waited for on the communication thread (in a future's callback), "
                 "but it runs on that thread after the callback returns: it would wait forever. Wait for it outside "
                 "the callback, or chain another callback with then()");
+  std::int64_t never = 0;
+  first_waited_ns_.compare_exchange_strong(never, comm::now_ns());
   // Waits in rounds of the deadline: a round that ends with the thread still in the task it was
   // in when the round began (a callback that does not return) ends the wait; one that ends with
   // the thread moving on (calls queued before this one, each under its own deadline) goes on.
@@ -122,17 +125,21 @@ bool NanodistWork::wait(std::chrono::milliseconds timeout) {
       std::min(kLongestWaitSeconds,
                (comm::has_watchdog() ? comm::watchdog().timeout_s() : kLongestWaitSeconds) + kWaitMarginSeconds);
   const auto round = std::chrono::milliseconds(static_cast<std::int64_t>(round_s * 1000));
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    const auto limit = timeout == kNoTimeout ? round : std::min(timeout, round);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    const auto limit = timeout == kNoTimeout ? round : std::max(std::chrono::milliseconds(1), std::min(timeout - waited, round));
     const std::int64_t task_before = ProgressThread::get().task_started_ns();
     try {
       return c10d::Work::wait(limit);
     } catch (const c10::Error&) {
-      if (isCompleted()) throw;  // the call's own error
+      if (isCompleted()) return c10d::Work::wait(kNoTimeout);  // done meanwhile, or its own error: as it is
       const std::int64_t task_now = ProgressThread::get().task_started_ns();
       const bool stuck = task_now != 0 && task_now == task_before;
-      if (timeout != kNoTimeout || stuck)
-        TORCH_CHECK(false, "nanodist: ", what_, " is not done after ", limit.count() / 1000.0, " s",
+      const bool out_of_time = timeout != kNoTimeout && std::chrono::steady_clock::now() - start >= timeout;
+      if (out_of_time || stuck)
+        TORCH_CHECK(false, "nanodist: ", what_, " is not done after ",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), " s",
                     stuck ? ": the communication thread has been held all that time by one task no deadline watches "
                             "(a future's callback that waits)"
                           : "");
@@ -141,8 +148,51 @@ bool NanodistWork::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> NanodistWork::getFuture() {
-  if (group_->issued.load() > index_ + 1 && !isCompleted() && !ProgressThread::is_current()) wait(kNoTimeout);
+  const std::int64_t issued = group_->issued.load();
+  if (issued > index_ + 1 && !isCompleted() && !ProgressThread::is_current())
+    return group_->complete_after(future_, issued);
   return future_;
+}
+
+void GroupCalls::ran_one() {
+  {
+    std::lock_guard lock(mutex_);
+    ++ran_;
+  }
+  release_ready();
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> GroupCalls::complete_after(const c10::intrusive_ptr<c10::ivalue::Future>& call,
+                                                                   std::int64_t after) {
+  auto given = c10::make_intrusive<c10::ivalue::Future>(call->elementType());
+  {
+    std::lock_guard lock(mutex_);
+    late_.push_back({after, call, given});
+  }
+  // (runs at once if the call is done already; else on the communication thread when it is)
+  call->addCallback([self = shared_from_this()](c10::ivalue::Future&) { self->release_ready(); });
+  return given;
+}
+
+void GroupCalls::release_ready() {
+  std::vector<Late> ready;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = late_.begin(); it != late_.end();) {
+      if (it->after <= ran_ && it->call->completed()) {
+        ready.push_back(std::move(*it));
+        it = late_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Late& late : ready) {  // (outside the lock: completing runs the future's callbacks)
+    if (late.call->hasError())
+      late.given->setError(late.call->exception_ptr());
+    else
+      late.given->markCompleted(late.call->value());
+  }
 }
 
 ProcessGroupNanodist::ProcessGroupNanodist(int rank, int size, std::unique_ptr<comm::Communicator> communicator,
@@ -178,7 +228,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, const 
                                                              std::function<void(comm::Communicator&)> body) {
   auto work = make_work(type, name, std::move(outputs));
   std::shared_ptr<comm::Communicator> communicator = communicator_;
-  auto task = [work, communicator, body = std::move(body)] {
+  auto task = [work, communicator, calls = calls_, body = std::move(body)] {
     // The results are written in place, as torch.distributed's own backends write them: no
     // autograd recording (a parameter that requires grad can be broadcast into).
     at::NoGradGuard no_grad;
@@ -188,6 +238,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, const 
     } catch (...) {
       work->fail(std::current_exception());
     }
+    calls->ran_one();
   };
   // A future's callback runs on the communication thread right after its call; a collective
   // it issues (PyTorch's PowerSGD hook does) runs there at once: right after that call, on
@@ -207,16 +258,25 @@ namespace {
 // A send or receive posted on the communication thread: its Work, and when to stop waiting.
 struct MessageInFlight {
   comm::Work posted;
-  std::int64_t deadline_ns = 0;
+  std::int64_t deadline_ns = std::numeric_limits<std::int64_t>::max();  // none until someone waits
   std::int64_t next_peer_check_ns = 0;
   std::int64_t peer_left_since_ns = -1;
 };
 
 // One look at a message in flight: true once it is done, or has failed. Past its deadline,
 // or once its peer has left the program, the watchdog's own wait takes over (its report).
-bool advance(MessageInFlight& m) {
+std::atomic<bool> g_withdraw_receives{false};
+
+bool advance(MessageInFlight& m, const NanodistWork& work) {
   if (m.posted.test()) return true;
+  if (g_withdraw_receives.load() && m.posted.cancel())  // the program's end: a receive nobody took
+    throw comm::Error("nanodist: a receive withdrawn at the program's end (no message came for it)");
   const std::int64_t now = comm::now_ns();
+  // The deadline counts from the first wait(): a receive posted early and only looked at with
+  // is_completed() (a stop signal, say) may stay open as long as the program likes.
+  const std::int64_t waited = work.first_waited_ns();
+  if (waited != 0 && m.deadline_ns == std::numeric_limits<std::int64_t>::max())
+    m.deadline_ns = waited + static_cast<std::int64_t>(std::min(comm::watchdog().timeout_s() * 1e9, 1e18));
   if (now >= m.next_peer_check_ns) {
     m.next_peer_check_ns = now + kPeerCheckEveryNs;
     if (!comm::watchdog().awaited_rank_left(m.posted.call()))
@@ -232,32 +292,38 @@ bool advance(MessageInFlight& m) {
 
 }  // namespace
 
+void withdraw_pending_receives() { g_withdraw_receives = true; }
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue_message(OpType type, const char* name,
                                                                      std::vector<at::Tensor> outputs, Post post,
                                                                      Finish finish) {
   auto work = make_work(type, name, std::move(outputs));
   std::shared_ptr<comm::Communicator> communicator = communicator_;
-  auto task = [work, communicator, post = std::move(post), finish = std::move(finish)] {
+  auto task = [work, communicator, calls = calls_, post = std::move(post), finish = std::move(finish)] {
     auto message = std::make_shared<MessageInFlight>();
     auto done = [work, message, finish] {
       at::NoGradGuard no_grad;
       finish(*work, message->posted);
       work->complete();
     };
+    bool finished = true;
     try {
       message->posted = post(*communicator);
-      const std::int64_t now = comm::now_ns();
-      message->deadline_ns = message->posted.started_ns() + static_cast<std::int64_t>(std::min(
-                                 comm::watchdog().timeout_s() * 1e9, 9e18 - static_cast<double>(now)));
-      message->next_peer_check_ns = now + kPeerCheckEveryNs;
-      if (message->posted.test()) return done();
+      message->next_peer_check_ns = comm::now_ns() + kPeerCheckEveryNs;
+      if (message->posted.test())
+        done();
+      else
+        finished = false;
     } catch (...) {
-      return work->fail(std::current_exception());
+      work->fail(std::current_exception());
     }
-    // Not done yet: the thread goes on to the next call, and looks again between calls.
-    ProgressThread::get().keep_polling([work, message, done] {
+    calls->ran_one();
+    if (finished) return;
+    // Not done yet: the thread goes on to the next call, and looks again between calls. (The
+    // communicator is kept: the Work's call names it, and the group may be destroyed meanwhile.)
+    ProgressThread::get().keep_polling([work, message, done, communicator] {
       try {
-        if (!advance(*message)) return false;
+        if (!advance(*message, *work)) return false;
         done();
       } catch (...) {
         work->fail(std::current_exception());

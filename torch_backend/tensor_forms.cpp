@@ -68,11 +68,12 @@ comm::ReduceOp reduction_for(const c10d::ReduceOp& op, at::ScalarType type, cons
               "); view them as real (torch.view_as_real) to sum them");
   TORCH_CHECK(library_has(reduced_as(type)), "nanodist: ", call, " does not support tensors of type ", type,
               " (it reduces float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8 and bool)");
+  const bool boolean = type == at::kBool;  // (bytes of 0 and 1: "or" as max, never a sum that wraps at 256)
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
-      return comm::ReduceOp::sum;
+      return boolean ? comm::ReduceOp::max : comm::ReduceOp::sum;
     case c10d::ReduceOp::PRODUCT:
-      return comm::ReduceOp::prod;
+      return boolean ? comm::ReduceOp::min : comm::ReduceOp::prod;
     case c10d::ReduceOp::MIN:
       return comm::ReduceOp::min;
     case c10d::ReduceOp::MAX:

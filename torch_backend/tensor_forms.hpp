@@ -7,8 +7,8 @@
 //   reducing (all_reduce, reduce, reduce_scatter): a type the library reduces, as itself; the
 //     others widened to one it does — float16 → float32 (summed there, rounded once at the
 //     end), int8 and int16 → int32 (wrapping as they would: the low bits of a wrapped int32 sum
-//     or product are the wrapped int8 one), bool → uint8 (then nonzero: SUM and MAX are "or",
-//     PRODUCT and MIN "and").
+//     or product are the wrapped int8 one), bool → uint8 (SUM and MAX are "or", run as max;
+//     PRODUCT and MIN "and", run as min).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -112,7 +112,7 @@ StatusBoard::~StatusBoard() {
 std::int64_t StatusBoard::entered(int world_rank, std::int64_t comm_id) {
   for (auto& p : slot(world_rank).progress)
     if (p.comm_id.load() == comm_id) return p.entered.load();
-  return slot(world_rank).pid.load() == 0 ? -1 : 0;
+  return -1;  // not in its table: none entered yet, a communicator it has freed, or one past the table's size
 }
 
 RankView StatusBoard::view(int world_rank, std::int64_t comm_id) {

@@ -115,7 +115,8 @@ class StatusBoard {
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
 
-  // How many collectives `world_rank` has entered on communicator `comm_id`; -1 if unknown.
+  // How many collectives `world_rank` has entered on communicator `comm_id`; -1 if its table
+  // does not say (it has entered none yet, has freed that communicator, or tracks too many).
   std::int64_t entered(int world_rank, std::int64_t comm_id);
   // Slot `world_rank` as it stands now, with its progress on communicator `comm_id`.
   RankView view(int world_rank, std::int64_t comm_id);

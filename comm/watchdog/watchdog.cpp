@@ -149,21 +149,31 @@ bool is_point_to_point(OpKind kind) { return kind == OpKind::send || kind == OpK
 bool Watchdog::awaited_rank_left(const OpCall& call) {
   if (!call.members) return false;
   const bool point_to_point = is_point_to_point(call.kind);
+  // A receive from any rank waits for all the others, and any one of them may still send: it
+  // has lost its peers only when every one of them has left.
+  const bool any_source = point_to_point && call.root < 0;
+  int others = 0, left = 0;
   for (int r = 0; r < static_cast<int>(call.members->size()); ++r) {
     if (r == call.comm_rank || (point_to_point && call.root >= 0 && r != call.root)) continue;
+    ++others;
     const int w = (*call.members)[static_cast<std::size_t>(r)];
-    if (exchange_ && !exchange_->same_node(w)) continue;
+    if (exchange_ && !exchange_->same_node(w)) continue;  // (its launcher, or the deadline, tells)
     const RankView v = board_.view(w, call.comm_id);
     if (v.pid == 0 || v.state == RankState::interrupted) continue;  // (a Ctrl-C has its own ending)
-    if (v.process == ProcessState::gone) return true;
-    if (call.kind == OpKind::finalize) continue;  // the others finishing are arriving here
-    const bool arrived = !point_to_point && v.entered > call.seq;
-    const bool finishing = v.leaving[0] != '\0' || v.state == RankState::finalizing ||
-                           (v.state == RankState::in_collective &&
-                            v.current.kind == static_cast<std::int64_t>(OpKind::finalize));
-    if (finishing && !arrived) return true;
+    bool gone = v.process == ProcessState::gone;
+    if (!gone && call.kind != OpKind::finalize) {  // (in the last meeting, the others finishing are arriving)
+      // Arrived: it entered this call — or its count is unknown (a communicator it has freed,
+      // or more than the board tracks), which must never end a wait that may be correct.
+      const bool arrived = !point_to_point && (v.entered > call.seq || v.entered < 0);
+      const bool finishing = v.leaving[0] != '\0' || v.state == RankState::finalizing ||
+                             (v.state == RankState::in_collective &&
+                              v.current.kind == static_cast<std::int64_t>(OpKind::finalize));
+      gone = finishing && !arrived;
+    }
+    if (gone && !any_source) return true;
+    left += gone;
   }
-  return false;
+  return any_source && others > 0 && left == others;
 }
 
 void Watchdog::wait_all(int n, MPI_Request* requests) {

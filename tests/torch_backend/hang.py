@@ -27,8 +27,10 @@ t = torch.ones(1000)
 dist.all_reduce(t)  # all ranks together once
 
 if mode in ("wait_later", "future_wait"):
-    # Rank 0 comes late to the first call, so rank 1 attaches its callback before that call is
-    # done: the callback runs on the communication thread, where the second call runs after it.
+    # Rank 0 comes to the first call only once rank 1 has attached its callback (told through
+    # the store, which the backend's thread never waits on): the call cannot be done before, so
+    # the callback runs on the communication thread, where the second call runs after it.
+    store = dist.distributed_c10d._get_default_store()
     later = []
 
     def callback(fut):
@@ -39,11 +41,13 @@ if mode in ("wait_later", "future_wait"):
         return fut.value()
 
     if rank == 0:
-        time.sleep(1)
+        store.wait(["callback attached"])
     first = dist.all_reduce(torch.ones(4), async_op=True)
     done = first.get_future().then(callback) if rank == 1 else first.get_future()
     second = dist.all_reduce(torch.ones(4), async_op=True)
     later.append(second)
+    if rank == 1:
+        store.set("callback attached", "1")
     try:
         done.wait()
     except RuntimeError as error:

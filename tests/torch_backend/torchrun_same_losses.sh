@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tutorial's launcher: examples/pytorch/ddp_tutorial.py under torchrun (--standalone, 2
-# processes on this machine), on gloo and on nanodist (the shm backend, its processes joined
-# through the store torchrun passes): the losses of every step and the final weights the same.
+# processes on this machine), on gloo and on nanodist as a user starts it (no NANODIST_BACKEND:
+# shm, its processes joined through the store torchrun passes and grouped by host, so they share
+# memory): the losses of every step and the final weights the same.
 # torch 1.13's torchrun fails on Python 3.11 unless given --redirects, --tee and --log_dir
 # ("'NoneType' object has no attribute 'get'"): docs/pytorch.md.
 #   torchrun_same_losses.sh SOURCE_DIR PYTHON
@@ -10,12 +11,14 @@ source_dir=$1 python=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for backend in gloo nanodist; do
-  NANODIST_BACKEND=shm "$python" -m torch.distributed.run --standalone --nproc_per_node 2 \
+  env -u NANODIST_BACKEND "$python" -m torch.distributed.run --standalone --nproc_per_node 2 \
     --redirects 1 --tee 1 --log_dir "$work/logs_$backend" \
     "$source_dir/examples/pytorch/ddp_tutorial.py" --backend $backend > "$work/$backend.out" 2>&1 ||
     { status=$?; cat "$work/$backend.out"; echo "FAILED: torchrun on $backend exited with $status"; exit 1; }
 done
 grep -q "backend nanodist" "$work/nanodist.out" || { cat "$work/nanodist.out"; echo "FAILED: not run on nanodist"; exit 1; }
+grep -q "backend shm: 2 ranks on one node" "$work/nanodist.out" ||
+  { cat "$work/nanodist.out"; echo "FAILED: nanodist's default under torchrun is not shared memory on one node"; exit 1; }
 lines() { grep -E "^\[default0\]:(step|done)" "$1" | sed 's/backend [a-z]*/backend X/'; }
 if [ "$(lines "$work/gloo.out" | grep -c step)" -lt 10 ] || ! diff <(lines "$work/gloo.out") <(lines "$work/nanodist.out"); then
   echo "FAILED: under torchrun, gloo and nanodist differ"
