@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The communication thread under ThreadSanitizer: the library's collectives (blocking and
-# asynchronous, caller and thread progress: test_collectives on 2 and 3 ranks) and the PyTorch
-# backend (its collectives under mpiexec and started apart, issue 46's programs, a rank that
-# fails). The tsan preset builds only what these need, in build-tsan/; any report fails a test.
-# Not part of CI's run (its budget); docs/pytorch.md has the last result.
+# The communication thread under ThreadSanitizer: the library's collectives, blocking and
+# asynchronous, caller and thread progress, tagged point-to-point (test_collectives on 2 to 4
+# ranks). The tsan preset builds only what they need (and the PyTorch module), in build-tsan/;
+# any report outside Open MPI, PMIx and libevent (tests/sanitizers/tsan.supp) fails a test.
+# Not part of CI's run (its budget); docs/pytorch.md, "ThreadSanitizer", has the last result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh --pytorch
