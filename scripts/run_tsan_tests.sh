@@ -4,14 +4,4 @@
 # ranks). The tsan preset builds only what they need (and the PyTorch module), in build-tsan/;
 # any report outside Open MPI, PMIx and libevent (tests/sanitizers/tsan.supp) fails a test.
 # Not part of CI's run (its budget); docs/pytorch.md, "ThreadSanitizer", has the last result.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh --pytorch
-start=$SECONDS
-cmake --preset tsan
-cmake --build --preset tsan
-build_seconds=$((SECONDS - start))
-source scripts/env.sh
-start=$SECONDS
-ctest --preset tsan "$@" 2>&1 | tee build-tsan/ctest.log
-echo "run_tsan_tests: build ${build_seconds} s, tests $((SECONDS - start)) s"
+exec bash "$(dirname "$0")/run_sanitizer_tests.sh" --preset tsan "$@"
