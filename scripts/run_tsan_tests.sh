@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The communication thread under ThreadSanitizer: the library's collectives, blocking and
-# asynchronous, caller and thread progress, tagged point-to-point (test_collectives on 2 to 4
+# asynchronous, caller and thread progress, tagged point-to-point (test_collectives on 2 to 5
 # ranks). The tsan preset builds only what they need (and the PyTorch module), in build-tsan/;
 # any report outside Open MPI, PMIx and libevent (tests/sanitizers/tsan.supp) fails a test.
 # Not part of CI's run (its budget); docs/pytorch.md, "ThreadSanitizer", has the last result.
