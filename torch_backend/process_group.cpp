@@ -223,6 +223,22 @@ c10::intrusive_ptr<NanodistWork> ProcessGroupNanodist::make_work(OpType type, co
                                            fmt::format("{} (call {} on '{}')", name, index, name_), index, calls_);
 }
 
+// The end of every call: its task queued on the communication thread — or, issued there (by a
+// future's callback, which runs right after its call: PyTorch's PowerSGD hook does this), run
+// at once, right after that call on every rank (docs/pytorch.md, "Order").
+namespace {
+c10::intrusive_ptr<c10d::Work> run_or_queue(const c10::intrusive_ptr<NanodistWork>& work, std::function<void()> task) {
+  if (ProgressThread::get().on_thread()) {
+    task();
+    return work;
+  }
+  TORCH_CHECK(ProgressThread::get().post(std::move(task)),
+              "nanodist: the communication thread has ended (the program is exiting)");
+  if (!overlapped()) work->wait(kNoTimeout);  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
+  return work;
+}
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, const char* name,
                                                              std::vector<at::Tensor> outputs,
                                                              std::function<void(comm::Communicator&)> body) {
@@ -240,17 +256,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue(OpType type, const 
     }
     calls->ran_one();
   };
-  // A future's callback runs on the communication thread right after its call; a collective
-  // it issues (PyTorch's PowerSGD hook does) runs there at once: right after that call, on
-  // every rank (docs/pytorch.md, "Order").
-  if (ProgressThread::get().on_thread()) {
-    task();
-    return work;
-  }
-  TORCH_CHECK(ProgressThread::get().post(std::move(task)),
-              "nanodist: the communication thread has ended (the program is exiting)");
-  if (!overlapped()) work->wait(kNoTimeout);  // NANODIST_TORCH_OVERLAP=0: each call returns when it is done
-  return work;
+  return run_or_queue(work, std::move(task));
 }
 
 namespace {
@@ -331,14 +337,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue_message(OpType type
       return true;
     });
   };
-  if (ProgressThread::get().on_thread()) {
-    task();
-    return work;
-  }
-  TORCH_CHECK(ProgressThread::get().post(std::move(task)),
-              "nanodist: the communication thread has ended (the program is exiting)");
-  if (!overlapped()) work->wait(kNoTimeout);
-  return work;
+  return run_or_queue(work, std::move(task));
 }
 
 void ProcessGroupNanodist::check_tag(int tag, const char* call) const {
