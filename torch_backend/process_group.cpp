@@ -85,11 +85,6 @@ constexpr double kWaitMarginSeconds = 10.0;
 // The longest wait a std::chrono::milliseconds holds without overflow worries (a year).
 constexpr double kLongestWaitSeconds = 365.0 * 24 * 3600;
 
-// How often a send or receive in flight looks whether its peer has left the program, and how
-// long that must last before the watchdog is asked to report (its own wait then decides).
-constexpr std::int64_t kPeerCheckEveryNs = 100'000'000;  // 100 ms
-constexpr std::int64_t kPeerLeftForNs = 1'000'000'000;   // 1 s
-
 }  // namespace
 
 NanodistWork::NanodistWork(OpType type, std::vector<at::Tensor> outputs, std::string what, std::int64_t index,
@@ -265,8 +260,7 @@ namespace {
 struct MessageInFlight {
   comm::Work posted;
   std::int64_t deadline_ns = std::numeric_limits<std::int64_t>::max();  // none until someone waits
-  std::int64_t next_peer_check_ns = 0;
-  std::int64_t peer_left_since_ns = -1;
+  comm::LeftRankWatch peer{comm::now_ns()};  // its peer gone a second: the watchdog's own wait takes over
 };
 
 // One look at a message in flight: true once it is done, or has failed. Past its deadline,
@@ -283,14 +277,7 @@ bool advance(MessageInFlight& m, const NanodistWork& work) {
   const std::int64_t waited = work.first_waited_ns();
   if (waited != 0 && m.deadline_ns == std::numeric_limits<std::int64_t>::max())
     m.deadline_ns = waited + static_cast<std::int64_t>(std::min(comm::watchdog().timeout_s() * 1e9, 1e18));
-  if (now >= m.next_peer_check_ns) {
-    m.next_peer_check_ns = now + kPeerCheckEveryNs;
-    if (!comm::watchdog().awaited_rank_left(m.posted.call()))
-      m.peer_left_since_ns = -1;
-    else if (m.peer_left_since_ns < 0)
-      m.peer_left_since_ns = now;
-  }
-  const bool peer_gone = m.peer_left_since_ns >= 0 && now - m.peer_left_since_ns >= kPeerLeftForNs;
+  const bool peer_gone = m.peer.gone_long_enough(comm::watchdog(), m.posted.call(), now);
   if (now < m.deadline_ns && !peer_gone) return false;
   m.posted.wait();  // the report, and the end of the job (or it completes meanwhile)
   return true;
@@ -315,7 +302,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::enqueue_message(OpType type
     bool finished = true;
     try {
       message->posted = post(*communicator);
-      message->next_peer_check_ns = comm::now_ns() + kPeerCheckEveryNs;
       if (message->posted.test())
         done();
       else

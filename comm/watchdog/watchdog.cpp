@@ -146,6 +146,18 @@ namespace {
 bool is_point_to_point(OpKind kind) { return kind == OpKind::send || kind == OpKind::recv || kind == OpKind::sendrecv; }
 }  // namespace
 
+LeftRankWatch::LeftRankWatch(std::int64_t start_ns) : next_look_ns_(start_ns + kLeftCheckEveryNs) {}
+
+bool LeftRankWatch::gone_long_enough(Watchdog& watchdog, const OpCall& call, std::int64_t now) {
+  if (now < next_look_ns_) return gone_since_ns_ >= 0 && now - gone_since_ns_ >= kLeftForNs;
+  next_look_ns_ = now + kLeftCheckEveryNs;
+  if (!watchdog.awaited_rank_left(call))
+    gone_since_ns_ = -1;
+  else if (gone_since_ns_ < 0)
+    gone_since_ns_ = now;
+  return gone_since_ns_ >= 0 && now - gone_since_ns_ >= kLeftForNs;
+}
+
 bool Watchdog::awaited_rank_left(const OpCall& call) {
   if (!call.members) return false;
   const bool point_to_point = is_point_to_point(call.kind);
@@ -190,8 +202,7 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
   // collective report first: they see more of what went wrong.
   const std::int64_t grace = call_.kind == OpKind::finalize ? 1'000'000'000 : 0;
   const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
-  std::int64_t next_left_check = now_ns() + kLeftCheckEveryNs;
-  std::int64_t left_since = -1;  // since when a rank this call waits for has been seen gone
+  LeftRankWatch left(now_ns());
   set_waiting(true);
   for (unsigned spin = 0;; ++spin) {
     bool done = false;
@@ -213,15 +224,8 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       }
       if ((aborting >= 0 && aborting != board_.world_rank()) || now > deadline)
         end_failed_wait(now, "timed out", on_timeout);
-      if (now >= next_left_check) {
-        next_left_check = now + kLeftCheckEveryNs;
-        if (!awaited_rank_left(call_))
-          left_since = -1;
-        else if (left_since < 0)
-          left_since = now;
-        else if (now - left_since >= kLeftForNs)
-          end_failed_wait(now, "stopped: a rank it waits for has left the program", on_timeout);
-      }
+      if (left.gone_long_enough(*this, call_, now))
+        end_failed_wait(now, "stopped: a rank it waits for has left the program", on_timeout);
       // MPI moves the messages of nonblocking sends and receives posted earlier only while it is
       // called: a wait that spins on shared memory gives it a turn, so a peer that waits for
       // such a message is not held up by this one (the PyTorch backend's isend, then all_reduce).

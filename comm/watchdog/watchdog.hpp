@@ -135,6 +135,22 @@ class Watchdog {
   bool report_found_trouble_ = false;  // the last report saw a rank dead, stopped, reported or unknown
 };
 
+// Watches, for one wait, whether a rank it waits for has left (Watchdog::awaited_rank_left):
+// it looks at most every 100 ms, and says so once the rank has been gone for a second (a
+// message sent just before leaving may still be on its way). Used by the watchdog's own waits
+// and by the PyTorch backend's sends and receives in flight.
+class LeftRankWatch {
+ public:
+  // The first look is 100 ms after `start_ns`: a wait that ends sooner pays nothing.
+  explicit LeftRankWatch(std::int64_t start_ns);
+  // True once a rank `call` waits for has been seen gone for a second, as of `now`.
+  bool gone_long_enough(Watchdog& watchdog, const OpCall& call, std::int64_t now);
+
+ private:
+  std::int64_t next_look_ns_ = 0;
+  std::int64_t gone_since_ns_ = -1;  // since when a rank this wait waits for has been seen gone
+};
+
 // The process's watchdog, set up by Runtime.
 Watchdog& watchdog();
 bool has_watchdog();
