@@ -9,9 +9,8 @@ set -euo pipefail
 source_dir=$1 data_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# A port no socket holds now, for each run's rendezvous (a random one can be in the kernel's
-# ephemeral range, held by another test's connection: "Address already in use").
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A port no socket holds now and no connection will take, for each run's rendezvous.
+free_port() { python3 "$source_dir/tests/torch_backend/free_port.py"; }
 for flags in "" "--find-unused --accumulate 2" "--uneven"; do
   for backend in gloo nanodist; do
     port=$(free_port)

@@ -5,15 +5,14 @@ RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT set; exits with the first n
 
     launch_apart.py 3 python3 collectives.py --init env://"""
 import os
-import socket
 import subprocess
 import sys
 
+from free_port import free_port
+
 n = int(sys.argv[1])
 command = sys.argv[2:]
-with socket.socket() as s:  # a free port for PyTorch's TCP store
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
+port = free_port()  # for PyTorch's TCP store
 processes = []
 for rank in range(n):
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

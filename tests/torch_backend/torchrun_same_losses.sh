@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The tutorial's launcher: examples/pytorch/ddp_tutorial.py under torchrun (--standalone, 2
-# processes on this machine), on gloo and on nanodist as a user starts it (no NANODIST_BACKEND:
-# shm, its processes joined through the store torchrun passes and grouped by host, so they share
-# memory): the losses of every step and the final weights the same.
+# The tutorial's launcher: examples/pytorch/ddp_tutorial.py under torchrun (2 processes on this
+# machine), on gloo and on nanodist as a user starts it (no NANODIST_BACKEND: shm, its processes
+# joined through the store torchrun passes and grouped by host, so they share memory): the losses
+# of every step and the final weights the same.
+# One node with a port we choose rather than --standalone: torchrun's agent then holds the store
+# and the workers only connect. --standalone has the workers bind a port drawn from the ephemeral
+# range, which a test running beside this one can take first ("Address already in use").
 # torch 1.13's torchrun fails on Python 3.11 unless given --redirects, --tee and --log_dir
 # ("'NoneType' object has no attribute 'get'"): docs/pytorch.md.
 #   torchrun_same_losses.sh SOURCE_DIR PYTHON
@@ -11,7 +14,9 @@ source_dir=$1 python=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for backend in gloo nanodist; do
-  env -u NANODIST_BACKEND "$python" -m torch.distributed.run --standalone --nproc_per_node 2 \
+  port=$("$python" "$source_dir/tests/torch_backend/free_port.py")
+  env -u NANODIST_BACKEND "$python" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 \
+    --master_addr 127.0.0.1 --master_port "$port" \
     --redirects 1 --tee 1 --log_dir "$work/logs_$backend" \
     "$source_dir/examples/pytorch/ddp_tutorial.py" --backend $backend > "$work/$backend.out" 2>&1 ||
     { status=$?; cat "$work/$backend.out"; echo "FAILED: torchrun on $backend exited with $status"; exit 1; }
