@@ -144,7 +144,7 @@ void GPT::init_blocks(Rng& rng) {
 // parameters it owns and skips the others' — so every part starts from exactly the whole
 // model's numbers, and the copies of wte on the first and last stage are identical.
 GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
-    : config_(config), part_(part), dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL) {
+    : config_(config), part_(part), dropout_batch_{.seed = seed} {
   config_.validate();
   const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
   int next = 0;  // chunks in model order, each a non-empty range inside the model
@@ -200,8 +200,23 @@ void GPT::zero_grad() {
   for (auto& p : parameters_) p.tensor.zero_grad();
 }
 
-Tensor GPT::maybe_dropout(const Tensor& x) {
-  return training_ && config_.dropout > 0.0f ? dropout(x, config_.dropout, dropout_rng_) : x;
+int64_t dropout_site(DropoutSite which, int layer) {
+  if (which == DropoutSite::embedding) return 0;
+  return 1 + 3 * static_cast<int64_t>(layer) + (static_cast<int64_t>(which) - 1);
+}
+
+DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, DropoutSite which, int layer,
+                         int64_t first_element) {
+  return {.p = training ? p : 0.0f,
+          .seed = batch.seed,
+          .step = batch.step,
+          .site = dropout_site(which, layer),
+          .first_sample = batch.first_sample,
+          .first_element = first_element};
+}
+
+Tensor GPT::maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer) {
+  return dropout(x, dropout_mask(config_.dropout, training_, batch, which, layer));
 }
 
 void GPT::mark_grad_ready(const std::vector<int>& group) {
@@ -245,7 +260,7 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
   Tensor tok = embedding(wte_, ids, {B, T});                                               // [B,T,C]
   Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
   end_use(0);
-  return maybe_dropout(add(tok, pos));
+  return maybe_dropout(add(tok, pos), dropout_batch_, DropoutSite::embedding, 0);
 }
 
 Tensor GPT::run_blocks(Tensor x) {
@@ -279,14 +294,16 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
     begin_use(group);  // outside the recomputed span: ZeRO-3 gathers once for the replay and its backward
     if (full) {
       x = add_pending(x, std::exchange(mlp_out, {}));
-      auto block = [this, l](const Tensor& input) {
-        auto [stream, out] = block_forward(blocks_[l], input, {});
+      // the batch by value: by backward the model may be on another micro-batch
+      auto block = [this, l, batch = dropout_batch_](const Tensor& input) {
+        auto [stream, out] = block_forward(blocks_[l], block_ids_[l], batch, input, {});
         return add(stream, out);
       };
-      x = recomputed(x, block, {&dropout_rng_});
+      x = recomputed(x, block);
     } else {
       // handed over, not copied: without a tape nothing else keeps them alive through the block
-      std::tie(x, mlp_out) = block_forward(blocks_[l], std::move(x), std::exchange(mlp_out, {}));
+      std::tie(x, mlp_out) =
+          block_forward(blocks_[l], block_ids_[l], dropout_batch_, std::move(x), std::exchange(mlp_out, {}));
       if (!carry) x = add(x, std::exchange(mlp_out, {}));
     }
     end_use(group);
@@ -297,16 +314,19 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
 // One block: x [B,T,C] (plus the previous MLP's output, when its add was left to this block's
 // ln_1) → x + attention sublayer, and the MLP sublayer's output [B,T,C] for the caller to add.
 // Under --recompute selective the attention core is recomputed in backward (nn/recompute.hpp).
-std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, Tensor x, Tensor previous_mlp_out) {
-  const float attn_dropout = training_ ? config_.dropout : 0.0f;
-  auto attention_core = [this, attn_dropout](const Tensor& qkv) {
-    return attention(qkv, config_.n_head, attn_dropout, &dropout_rng_);  // [B,T,3C] → [B,T,C]
+std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
+                                             Tensor previous_mlp_out) {
+  const DropoutMask weights_mask =
+      dropout_mask(config_.dropout, training_, batch, DropoutSite::attention_weights, layer);
+  auto attention_core = [this, weights_mask](const Tensor& qkv) {
+    return attention(qkv, config_.n_head, weights_mask);  // [B,T,3C] → [B,T,C]
   };
   Tensor h;
   std::tie(x, h) = add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
   h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn");  // [B,T,3C]
-  h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core, {&dropout_rng_}) : attention_core(h);
-  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"));
+  h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);
+  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"), batch,
+                    DropoutSite::attention_output, layer);
   if (fusion() == Fusion::fused) {
     std::tie(x, h) = add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
   } else {
@@ -317,7 +337,8 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, Tensor x, Te
     h = bias_gelu(linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc"), b.c_fc_bias);        // [B,T,4C]
   else
     h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                 // [B,T,4C]
-  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"));  // [B,T,C]
+  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"), batch,  // [B,T,C]
+                    DropoutSite::mlp_output, layer);
   return {x, h};
 }
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/autograd.hpp"
+#include "nn/dropout_mask.hpp"
 #include "nn/error.hpp"
 #include "nn/rng.hpp"
 #include "nn/tensor.hpp"
@@ -63,6 +64,22 @@ struct GPTPart {
   bool is_whole(const GPTConfig& config) const;
   bool owns_block(int l) const;
 };
+
+// The batch a forward runs on, as its dropout masks see it (nn/dropout_mask.hpp): the run's
+// seed, the optimizer step, and the micro-batch's first sample in the step's global batch.
+struct DropoutBatch {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int64_t first_sample = 0;
+};
+// Which dropout of the model: the embedding's, then three in every block.
+enum class DropoutSite { embedding, attention_weights, attention_output, mlp_output };
+// The mask's site number: 0 for the embedding, 1 + 3·layer + 0|1|2 for block `layer`'s.
+int64_t dropout_site(DropoutSite which, int layer);
+// The mask of `which` for `batch` when training with rate p, a slice of whose rows starts
+// `first_element` into each sample's whole tensor; p = 0 (no mask) when not training.
+DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, DropoutSite which, int layer,
+                         int64_t first_element = 0);
 
 struct NamedTensor {
   std::string name;
@@ -137,7 +154,9 @@ class GPT {
 
   void set_training(bool on) { training_ = on; }  // dropout only while training
   bool training() const { return training_; }
-  Rng& dropout_rng() { return dropout_rng_; }
+  // The batch the next forwards run on, for their dropout masks (default: the seed given at
+  // construction, step 0, first sample 0).
+  void set_dropout_batch(const DropoutBatch& batch) { dropout_batch_ = batch; }
   void zero_grad();
 
   // For data-parallel overlap (trainers/gradient_averaging.hpp): during backward, called each
@@ -174,9 +193,10 @@ class GPT {
   std::pair<Tensor, Tensor> run_chunk_open(Tensor x, Tensor mlp_out, int chunk);
   std::pair<Tensor, Tensor> run_blocks_open(Tensor x);  // every chunk, the same way
   void require_whole(const char* what) const;
-  Tensor maybe_dropout(const Tensor& x);
-  // One block: {x + attention, the MLP's output} [B,T,C] each.
-  std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, Tensor x, Tensor previous_mlp_out);
+  Tensor maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer);
+  // One block, number `layer`: {x + attention, the MLP's output} [B,T,C] each.
+  std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
+                                          Tensor previous_mlp_out);
   void mark_grad_ready(const std::vector<int>& group);
   void begin_use(int group);  // the group-use hooks around a span of ops, in forward and backward
   void end_use(int group);
@@ -189,7 +209,7 @@ class GPT {
   std::vector<int> block_ids_;        // their global numbers
   std::vector<int32_t> positions_;  // 0, 1, …, block_size−1
   bool training_ = true;
-  Rng dropout_rng_;
+  DropoutBatch dropout_batch_;
   GradReadyHook grad_ready_hook_;
   GroupUseHooks group_use_hooks_;
   std::vector<int> embedding_group_, ln_f_group_;  // indices into parameters_

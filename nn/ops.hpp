@@ -6,7 +6,7 @@
 #include <span>
 #include <utility>
 
-#include "nn/rng.hpp"
+#include "nn/dropout_mask.hpp"
 #include "nn/tensor.hpp"
 
 namespace nn {
@@ -54,15 +54,15 @@ Fusion fusion();
 Tensor softmax(const Tensor& x);
 
 // attention.cpp — causal multi-head self-attention on the packed output of c_attn:
-// qkv [B,T,3C] = (q | k | v) → y [B,T,C]. Dropout p on the attention weights when
-// `training` and p > 0 (masks drawn from rng).
-Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
+// qkv [B,T,3C] = (q | k | v) → y [B,T,C]. Dropout on the attention weights [B,H,T,T] when
+// dropout.p > 0 (its rows: samples; head h's weights at h·T·T of the sample's).
+Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& dropout = {});
 
 // attention_naive.cpp — the same attention as eager PyTorch computes it, one op per step
 // (--attention naive), and those steps: q, k or v (which = 0, 1, 2) of qkv as [B,H,T,hs]; its
 // inverse [B,H,T,hs] → [B,T,C]; a product per leading index ([…,M,K]·[…,K,N], or […,N,K]ᵀ);
 // the causal mask of […,T,T] scores.
-Tensor causal_self_attention_naive(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
+Tensor causal_self_attention_naive(const Tensor& qkv, int n_head, const DropoutMask& dropout = {});
 Tensor split_heads(const Tensor& qkv, int which, int n_head);
 Tensor merge_heads(const Tensor& y);
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b);
@@ -71,14 +71,14 @@ Tensor causal_mask(const Tensor& x);
 enum class AttentionKernel { fused, naive };
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
-Tensor attention(const Tensor& qkv, int n_head, float dropout_p = 0.0f, Rng* rng = nullptr);
+Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout = {});
 
 // embedding.cpp — rows of weight [V,C] picked by ids → [ids.size(), C] viewed as out_shape + [C].
 Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape);
 
-// dropout.cpp — zero each element with probability p, scale the rest by 1/(1-p).
-// p == 0 returns x itself.
-Tensor dropout(const Tensor& x, float p, Rng& rng);
+// dropout.cpp — zero each element with probability mask.p, scale the rest by 1/(1-p); which
+// ones: nn/dropout_mask.hpp (x's rows are samples). p == 0 returns x itself.
+Tensor dropout(const Tensor& x, const DropoutMask& mask);
 
 // cross_entropy.cpp — mean over rows whose target is not ignore_index of
 // -log softmax(logits[row])[target]. logits [N,V] (or [...,V]), targets N ints.

@@ -9,23 +9,19 @@
 //
 // How recomputed(x, f) works on the tape:
 //
-//   forward:   y = f(x) under NoGrad — nothing recorded, f's intermediates die at once;
-//              the generators f draws from are saved as they stood before
-//   backward:  the saved generators are put back, y' = f(x) runs again with grad on, onto a
-//              tape of its own; y's gradient seeds y' and that tape runs backward (filling
-//              x's and the weights' gradients); the generators are given their state back
+//   forward:   y = f(x) under NoGrad — nothing recorded, f's intermediates die at once
+//   backward:  y' = f(x) runs again with grad on, onto a tape of its own; y's gradient seeds
+//              y' and that tape runs backward (filling x's and the weights' gradients)
 //
-// The replay draws the same dropout masks (a mask is a hash of the generator's state), and
-// the ops compute the same values with grad on or off, so a run with recomputation ends
-// bit-identical to the same run without it.
+// The replay draws the same dropout masks (a mask is a function of where its elements sit,
+// nn/dropout_mask.hpp, which f carries with it — not of a generator's state), and the ops
+// compute the same values with grad on or off, so a run with recomputation ends bit-identical
+// to the same run without it.
 #pragma once
 #include <array>
 #include <functional>
-#include <initializer_list>
 #include <string_view>
-#include <vector>
 
-#include "nn/rng.hpp"
 #include "nn/tensor.hpp"
 
 namespace nn {
@@ -38,9 +34,10 @@ constexpr std::string_view name_of(Recompute r) { return kRecomputeNames[static_
 void set_recompute(Recompute recompute);
 Recompute recompute_mode();
 
-// y = forward(x), keeping only x for backward (see above). `rngs`: every generator forward
-// draws from. forward must be a pure function of x, the weights and those generators, and
-// everything it refers to must live until backward. Without grad mode it is forward(x).
-Tensor recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> forward, std::initializer_list<Rng*> rngs);
+// y = forward(x), keeping only x for backward (see above). forward must be a pure function of
+// x, the weights and what it captured (by value: the model's state may have moved on to
+// another micro-batch by backward), and everything it refers to must live until backward.
+// Without grad mode it is forward(x).
+Tensor recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> forward);
 
 }  // namespace nn

@@ -40,8 +40,7 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
       part_(part.value_or(nn::GPTPart::whole(config))),
       tp_(tp),
       sequence_parallel_(sequence_parallel),
-      dropout_rng_(seed ^ 0xd1b54a32d192ed03ULL),
-      own_rng_(seed ^ 0x9e3779b97f4a7c15ULL, 1'000'000'007ULL * static_cast<uint64_t>(tp.rank() + 1)) {
+      dropout_batch_{.seed = seed} {
   const int W = tp.size();
   if (config.n_head % W != 0)
     nn::fail("tensor parallelism: n_head {} is not divisible by the {} tensor-parallel ranks", config.n_head, W);
@@ -61,6 +60,7 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
       nn::BlockWeights b;
       for (const nn::BlockTensor& t : nn::block_tensors()) b.*t.field = keep(whole, p + t.name, block_split(t.name));
       blocks_.push_back(b);
+      block_ids_.push_back(l);
       block_groups_.push_back(indices_from(first));
     }
   if (part_.head) {
@@ -141,9 +141,10 @@ std::vector<float> TensorParallelGPT::gather(const TpParameter& p, std::span<con
   return whole;
 }
 
-nn::Tensor TensorParallelGPT::maybe_dropout(const nn::Tensor& x) {
-  if (!training_ || config_.dropout <= 0.0f) return x;
-  return nn::dropout(x, config_.dropout, sharded() ? own_rng_ : dropout_rng_);
+nn::Tensor TensorParallelGPT::maybe_dropout(const nn::Tensor& x, const nn::DropoutBatch& batch, nn::DropoutSite which,
+                                            int layer) {
+  const int64_t first_element = sharded() ? tp_.rank() * x.size(1) * x.size(2) : 0;  // this rank's positions
+  return nn::dropout(x, nn::dropout_mask(config_.dropout, training_, batch, which, layer, first_element));
 }
 
 nn::Shape TensorParallelGPT::activation_shape(int64_t B, int64_t T) const {
@@ -170,14 +171,15 @@ nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int
   nn::Tensor partial = vocab_parallel_lookup(wte_rows_, rows_per_rank_ * tp_.rank(), ids, {B, T});  // [B,T,C]
   if (!sharded()) {
     nn::Tensor tok = reduce_from_tensor_parallel(partial, tp_);
-    return maybe_dropout(nn::add(tok, nn::embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T})));
+    return maybe_dropout(nn::add(tok, nn::embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T})),
+                         dropout_batch_, nn::DropoutSite::embedding, 0);
   }
   // Sequence parallel: the sum of the lookups, this rank's positions only, and their position rows.
   const int64_t S = T / tp_.size();
   nn::Tensor tok = reduce_scatter_to_sequence_parallel(partial, tp_);  // [B,S,C]
   std::span<const int32_t> mine =
       std::span(positions_).subspan(static_cast<size_t>(S * tp_.rank()), static_cast<size_t>(S));
-  return maybe_dropout(nn::add(tok, nn::embedding(wpe_, mine, {S})));
+  return maybe_dropout(nn::add(tok, nn::embedding(wpe_, mine, {S})), dropout_batch_, nn::DropoutSite::embedding, 0);
 }
 
 nn::Tensor TensorParallelGPT::run_blocks(nn::Tensor x) {
@@ -206,18 +208,20 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x
   const bool carry = nn::fusion() == nn::Fusion::fused && !full;
   for (int l = first; l < first + range.end - range.first; ++l) {
     nn::BlockWeights& b = blocks_[static_cast<std::size_t>(l)];
+    const int layer = block_ids_[static_cast<std::size_t>(l)];
     mark_grad_ready(block_groups_[static_cast<std::size_t>(l)]);  // outside the recomputed span
     if (full) {
       x = nn::add_pending(x, std::exchange(mlp_out, {}));
-      auto block = [this, &b](const nn::Tensor& input) {
-        auto [stream, out] = block_forward(b, input, {});
+      // the batch by value: by backward the model may be on another micro-batch
+      auto block = [this, &b, layer, batch = dropout_batch_](const nn::Tensor& input) {
+        auto [stream, out] = block_forward(b, layer, batch, input, {});
         return nn::add(stream, out);
       };
       // The replay runs the block's collectives again, on every rank of the group alike.
-      x = nn::recomputed(x, block, {&dropout_rng_, &own_rng_});
+      x = nn::recomputed(x, block);
     } else {
       // handed over, not copied: without a tape nothing else keeps them alive through the block
-      std::tie(x, mlp_out) = block_forward(b, std::move(x), std::exchange(mlp_out, {}));
+      std::tie(x, mlp_out) = block_forward(b, layer, dropout_batch_, std::move(x), std::exchange(mlp_out, {}));
       if (!carry) x = nn::add(x, std::exchange(mlp_out, {}));
     }
   }
@@ -227,19 +231,24 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x
 // One block on this rank's slices: x [B,T,C] (or [B,T/tp,C]; plus the previous MLP's output
 // when its add was left to this ln_1) → {x + attention, the MLP's output}, the same shape each.
 // Under --recompute selective the attention core on this rank's heads is recomputed in backward.
-std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::block_forward(const nn::BlockWeights& b, nn::Tensor x,
+std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::block_forward(const nn::BlockWeights& b, int layer,
+                                                                   const nn::DropoutBatch& batch, nn::Tensor x,
                                                                    nn::Tensor previous_mlp_out) {
   const int local_heads = config_.n_head / tp_.size();
-  const float attn_dropout = training_ ? config_.dropout : 0.0f;
-  auto attention_core = [this, local_heads, attn_dropout](const nn::Tensor& qkv) {
-    return nn::attention(qkv, local_heads, attn_dropout, &own_rng_);  // [B,T,3C/tp] → [B,T,C/tp]
+  auto attention_core = [this, local_heads, layer, batch](const nn::Tensor& qkv) {
+    // This rank's heads: from head rank·local_heads of the sample's weights [n_head,T,T].
+    const int64_t T = qkv.size(1), first_element = int64_t{tp_.rank()} * local_heads * T * T;
+    const nn::DropoutMask mask =
+        nn::dropout_mask(config_.dropout, training_, batch, nn::DropoutSite::attention_weights, layer, first_element);
+    return nn::attention(qkv, local_heads, mask);  // [B,T,3C/tp] → [B,T,C/tp]
   };
   nn::Tensor h;
   std::tie(x, h) = nn::add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
   h = column_in(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C/tp]
-  h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core, {&own_rng_})
-                                                       : attention_core(h);               // [B,T,C/tp]
-  h = maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias));  // [B,T,C] (or [B,T/tp,C])
+  h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core)
+                                                       : attention_core(h);  // [B,T,C/tp]
+  h = maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias), batch, nn::DropoutSite::attention_output,
+                    layer);  // [B,T,C] (or [B,T/tp,C])
   if (nn::fusion() == nn::Fusion::fused) {
     std::tie(x, h) = nn::add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
   } else {
@@ -250,7 +259,7 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::block_forward(const nn::Blo
     h = nn::bias_gelu(column_in(h, b.c_fc_weight, {}), b.c_fc_bias);  // [B,T,4C/tp]
   else
     h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]
-  return {x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias))};
+  return {x, maybe_dropout(row_out(h, b.mlp_proj_weight, b.mlp_proj_bias), batch, nn::DropoutSite::mlp_output, layer)};
 }
 
 // ln_f, then lm_head (tied to wte: a column-parallel linear over the vocabulary) → [B,T,Vr].
@@ -343,11 +352,6 @@ float TensorParallelGPT::clip_grad_norm(float max_norm) {
   std::vector<nn::NamedTensor> all = named_parameters();
   if (max_norm > 0.0f) nn::clip_to_norm(all, max_norm, norm);
   return norm;
-}
-
-void TensorParallelGPT::set_dropout_seeds(uint64_t shared, uint64_t own) {
-  dropout_rng_ = nn::Rng(shared);
-  own_rng_ = nn::Rng(own);
 }
 
 void TensorParallelGPT::zero_grad() {

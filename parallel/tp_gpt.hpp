@@ -15,10 +15,10 @@
 // the same on every rank: f and g make every replicated activation's gradient whole).
 //
 // Initialisation: the whole model (or the stage's part of it) is drawn from the seed (nn::GPT)
-// and this rank keeps its slices, so any W starts from exactly the W = 1 model. Dropout on the
-// residual stream uses the same random stream on every rank (identical masks); inside
-// attention (a tensor-parallel region: different heads per rank), and on a sequence-parallel
-// shard (different positions per rank), each rank draws its own — Megatron's rule.
+// and this rank keeps its slices, so any W starts from exactly the W = 1 model. Dropout masks
+// are those of the one-process model (nn/dropout_mask.hpp): on the residual stream every rank
+// draws the same mask, inside attention each rank the part of its heads, on a sequence-parallel
+// shard the part of its positions — each slice placed in the whole tensor, so no W changes them.
 #pragma once
 
 #include <cstdint>
@@ -109,17 +109,17 @@ class TensorParallelGPT final : public StageModel {
   // its last gradient, with their indices in parameters().
   void set_grad_ready_hook(nn::GPT::GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
 
-  // Dropout masks: `shared` seeds the residual-stream masks (identical on the group's ranks),
-  // `own` this rank's masks inside tensor-parallel regions and on its sequence shard.
-  void set_dropout_seeds(uint64_t shared, uint64_t own);
+  // The batch the next forwards run on, for their dropout masks (nn::GPT's).
+  void set_dropout_batch(const nn::DropoutBatch& batch) { dropout_batch_ = batch; }
   void zero_grad();
 
  private:
   nn::Tensor keep(const nn::GPT& whole, const std::string& name, TpSplit split);
   bool sharded() const { return sequence_parallel_ && training_; }
-  nn::Tensor maybe_dropout(const nn::Tensor& x);
-  std::pair<nn::Tensor, nn::Tensor> block_forward(const nn::BlockWeights& b, nn::Tensor x,
-                                                  nn::Tensor previous_mlp_out);
+  // x [B,S,C]: the whole stream (S = T), or this rank's positions under sequence parallelism.
+  nn::Tensor maybe_dropout(const nn::Tensor& x, const nn::DropoutBatch& batch, nn::DropoutSite which, int layer);
+  std::pair<nn::Tensor, nn::Tensor> block_forward(const nn::BlockWeights& b, int layer, const nn::DropoutBatch& batch,
+                                                  nn::Tensor x, nn::Tensor previous_mlp_out);
   // Blocks from {x, an MLP output still to add} → the same (tp_gpt.cpp); run_blocks_open: every chunk.
   std::pair<nn::Tensor, nn::Tensor> run_chunk_open(nn::Tensor x, nn::Tensor mlp_out, int chunk);
   std::pair<nn::Tensor, nn::Tensor> run_blocks_open(nn::Tensor x);
@@ -140,13 +140,13 @@ class TensorParallelGPT final : public StageModel {
   std::vector<TpParameter> parameters_;
   nn::Tensor wte_rows_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<nn::BlockWeights> blocks_;
+  std::vector<int> block_ids_;  // their global numbers
   nn::GPT::GradReadyHook grad_ready_hook_;
   std::vector<int> embedding_group_, ln_f_group_;  // indices into parameters_
   std::vector<std::vector<int>> block_groups_;     // per block held
   std::vector<int32_t> positions_;
   bool training_ = true;
-  nn::Rng dropout_rng_;  // the same on every rank: residual-stream dropout
-  nn::Rng own_rng_;      // this rank's own: dropout inside attention and on a sequence shard
+  nn::DropoutBatch dropout_batch_;
 };
 
 }  // namespace parallel

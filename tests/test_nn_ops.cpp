@@ -14,6 +14,7 @@
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
 #include "nn/onednn_gemm.hpp"
+#include "nn/philox.hpp"
 #include "nn/threads.hpp"
 #include "nn_test_util.hpp"
 
@@ -340,13 +341,9 @@ TEST_CASE("causal self-attention: the future does not leak into the past") {
 TEST_CASE("causal self-attention: gradients, with and without dropout") {
   check_gradients([](auto& in) { return nn::causal_self_attention(in[0], 3); }, {random_tensor({2, 7, 36}, 1)});
   check_gradients([](auto& in) { return nn::causal_self_attention(in[0], 2); }, {random_tensor({1, 5, 30}, 2)});
-  // The same mask on every evaluation: each call starts from a copy of the same generator.
-  check_gradients(
-      [](auto& in) {
-        nn::Rng rng(7);
-        return nn::causal_self_attention(in[0], 2, 0.3f, &rng);
-      },
-      {random_tensor({2, 6, 24}, 3)});
+  // The same mask on every evaluation: a mask is a function of where its elements are.
+  check_gradients([](auto& in) { return nn::causal_self_attention(in[0], 2, {.p = 0.3f, .seed = 7}); },
+                  {random_tensor({2, 6, 24}, 3)});
 }
 
 TEST_CASE("embedding: rows looked up, repeated ids collect both gradients") {
@@ -361,11 +358,19 @@ TEST_CASE("embedding: rows looked up, repeated ids collect both gradients") {
   CHECK_THROWS_AS(nn::embedding(w, std::vector<int32_t>{11}, {1}), nn::Error);
 }
 
-TEST_CASE("dropout: drops about p, keeps the mean, same mask for the same seed and any thread count") {
-  const int64_t n = 200000;
-  Tensor x = Tensor::full({n}, 1.0f);
-  nn::Rng rng(42);
-  Tensor y = nn::dropout(x, 0.3f, rng);
+TEST_CASE("Philox4x32-10 gives Random123's known answers") {
+  CHECK(nn::philox4x32_10({0, 0, 0, 0}, {0, 0}) == nn::PhiloxCounter{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
+  CHECK(nn::philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}) ==
+        nn::PhiloxCounter{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd});
+  CHECK(nn::philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}) ==
+        nn::PhiloxCounter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
+}
+
+TEST_CASE("dropout: drops about p, keeps the mean; the mask is where an element sits, not how the tensor is cut") {
+  const int64_t rows = 4, per_row = 50000, n = rows * per_row;
+  Tensor x = Tensor::full({rows, per_row}, 1.0f);
+  const nn::DropoutMask mask{.p = 0.3f, .seed = 42, .step = 7, .site = 5, .first_sample = 10};
+  Tensor y = nn::dropout(x, mask);
   int64_t zeros = std::count(y.data(), y.data() + n, 0.0f);
   CHECK(std::abs(static_cast<double>(zeros) / n - 0.3) < 0.01);
   double total = 0;
@@ -375,19 +380,37 @@ TEST_CASE("dropout: drops about p, keeps the mean, same mask for the same seed a
 
   const int threads = nn::compute_threads();
   nn::set_compute_threads(1);
-  nn::Rng same(42);
-  Tensor again = nn::dropout(x, 0.3f, same);
+  Tensor again = nn::dropout(x, mask);
   nn::set_compute_threads(threads);
   CHECK(std::equal(y.data(), y.data() + n, again.data()));
-  CHECK(nn::dropout(x, 0.0f, rng).same_storage(x));
-  CHECK_THROWS_AS(nn::dropout(x, 1.0f, rng), nn::Error);
 
-  check_gradients(
-      [](auto& in) {
-        nn::Rng r(3);
-        return nn::dropout(in[0], 0.4f, r);
-      },
-      {random_tensor({5, 9}, 4)});
+  // The rows as two replicas' micro-batches (samples 10-11 and 12-13), and each row as two
+  // ranks' slices (elements 0-19999 and 20000-49999, an offset not a multiple of Philox's 4
+  // words either): the same elements dropped.
+  Tensor half = Tensor::full({2, per_row}, 1.0f);
+  Tensor second_replica = nn::dropout(half, mask.shifted(2, 0));
+  CHECK(std::equal(y.data() + 2 * per_row, y.data() + n, second_replica.data()));
+  const int64_t cut = 20001;
+  Tensor left = nn::dropout(Tensor::full({rows, cut}, 1.0f), mask);
+  Tensor right = nn::dropout(Tensor::full({rows, per_row - cut}, 1.0f), mask.shifted(0, cut));
+  for (int64_t r = 0; r < rows; ++r) {
+    CHECK(std::equal(left.data() + r * cut, left.data() + (r + 1) * cut, y.data() + r * per_row));
+    CHECK(std::equal(right.data() + r * (per_row - cut), right.data() + (r + 1) * (per_row - cut),
+                     y.data() + r * per_row + cut));
+  }
+  // Each coordinate matters: another seed, step, site or sample is another mask.
+  nn::DropoutMask other_seed = mask, other_step = mask, other_site = mask;
+  other_seed.seed += 1;
+  other_step.step += 1;
+  other_site.site += 1;
+  for (const nn::DropoutMask& other : {other_seed, other_step, other_site, mask.shifted(1, 0)}) {
+    Tensor z = nn::dropout(x, other);
+    CHECK_FALSE(std::equal(y.data(), y.data() + n, z.data()));
+  }
+  CHECK(nn::dropout(x, {.p = 0.0f}).same_storage(x));
+  CHECK_THROWS_AS(nn::dropout(x, {.p = 1.0f}), nn::Error);
+
+  check_gradients([](auto& in) { return nn::dropout(in[0], {.p = 0.4f, .seed = 3}); }, {random_tensor({5, 9}, 4)});
 }
 
 TEST_CASE("cross-entropy: value, ignore index, gradient") {
@@ -683,13 +706,13 @@ TEST_CASE("naive attention (--attention naive) equals the fused kernel: output a
   for (auto [p, T] : {std::pair{0.0f, 9}, std::pair{0.3f, 9}, std::pair{0.0f, 130}, std::pair{0.3f, 130}}) {
     Tensor qkv_a = random_tensor({2, T, 36}, 11), qkv_b = qkv_a.clone();
     qkv_b.set_requires_grad(true);
-    nn::Rng rng_a(5), rng_b(5);
+    const nn::DropoutMask mask{.p = p, .seed = 5, .step = 2, .site = 1, .first_sample = 3};
     Tensor weights = random_tensor({2, T, 12}, 12, 1.0f, false);  // L = Σ y ⊙ weights; one forward-backward at a time
     // qkv used twice: the second backward adds to the first's gradient (beta 1 in every block)
-    Tensor fused = nn::causal_self_attention(qkv_a, 3, p, &rng_a);
+    Tensor fused = nn::causal_self_attention(qkv_a, 3, mask);
     Tensor fused_loss = nn::add(nn::sum(nn::mul(fused, weights)), nn::sum(nn::causal_self_attention(qkv_a, 3)));
     nn::autograd::backward(fused_loss);
-    Tensor naive = nn::causal_self_attention_naive(qkv_b, 3, p, &rng_b);
+    Tensor naive = nn::causal_self_attention_naive(qkv_b, 3, mask);
     Tensor naive_loss = nn::add(nn::sum(nn::mul(naive, weights)), nn::sum(nn::causal_self_attention_naive(qkv_b, 3)));
     nn::autograd::backward(naive_loss);
     INFO("dropout " << p << ", T " << T);

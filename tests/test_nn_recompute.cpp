@@ -1,6 +1,6 @@
 // Activation recomputation (nn/recompute.hpp): with dropout on, in fp32 and bf16, the loss and
-// every gradient under --recompute selective and full are bit-identical to none's, the
-// generators end where they would have, and the allocator's peak falls in the order the
+// every gradient under --recompute selective and full are bit-identical to none's, and the
+// allocator's peak falls in the order the
 // settings promise (full < selective < none).
 #include <cstring>
 #include <vector>
@@ -20,11 +20,10 @@ namespace {
 struct Pass {
   float loss = 0;
   std::vector<std::vector<float>> grads;  // every parameter's, in order
-  uint64_t rng_counter = 0;               // where the dropout generator ended
   std::size_t peak_bytes = 0;             // the allocator's peak above the start
 };
 
-// Two forward + backward passes (gradients accumulate, the generator moves on) of a small
+// Two forward + backward passes (gradients accumulate; the second on other samples) of a small
 // GPT with dropout, whose attention weights [B,H,T,T] outweigh a block's other activations.
 Pass run(nn::Recompute recompute, nn::PrecisionSetting precision) {
   nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute);
@@ -40,13 +39,13 @@ Pass run(nn::Recompute recompute, nn::PrecisionSetting precision) {
   const std::size_t start = nn::BufferPool::bytes_in_use();
   nn::BufferPool::reset_peak();
   for (int micro = 0; micro < 2; ++micro) {
+    model.set_dropout_batch({.seed = 9, .step = 1, .first_sample = micro * B});
     nn::Tensor loss = model.loss(ids, targets, B, T);
     nn::autograd::backward(loss);
     pass.loss += loss.item();
   }
   pass.peak_bytes = nn::BufferPool::peak_bytes_in_use() - start;
   for (auto& p : model.parameters()) pass.grads.emplace_back(p.tensor.grad_values().begin(), p.tensor.grad_values().end());
-  pass.rng_counter = model.dropout_rng().counter();
   nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, nn::Recompute::none);
   return pass;
 }
@@ -66,7 +65,6 @@ TEST_CASE("recompute selective and full: the same loss and gradients bit for bit
                       << none.peak_bytes << ", selective " << selective.peak_bytes << ", full " << full.peak_bytes);
     for (const Pass* other : {&selective, &full}) {
       CHECK(other->loss == none.loss);
-      CHECK(other->rng_counter == none.rng_counter);  // the replay gave the generator back
       REQUIRE(other->grads.size() == none.grads.size());
       for (std::size_t i = 0; i < none.grads.size(); ++i) {
         INFO("parameter " << i);
@@ -80,24 +78,26 @@ TEST_CASE("recompute selective and full: the same loss and gradients bit for bit
   }
 }
 
-TEST_CASE("recomputed(): the replay's dropout masks are forward's, and without the saved state they are not") {
-  // A function drawing a fresh mask on every call: recomputed() must put the generator back
-  // before the replay, or the gradient would be a different mask's.
-  nn::Rng rng(99);
-  nn::Tensor x = nn::Tensor::full({1000}, 1.0f, true);
-  auto drop = [&rng](const nn::Tensor& in) { return nn::dropout(in, 0.5f, rng); };
-  nn::Tensor y = nn::recomputed(x, drop, {&rng});
+TEST_CASE("recomputed(): the replay draws forward's dropout mask when the mask is captured by value") {
+  // The model's batch moves on between a micro-batch's forward and its backward (a pipeline
+  // runs other forwards in between): a replay must use the mask forward used.
+  nn::DropoutBatch batch{.seed = 99, .step = 0, .first_sample = 0};
+  nn::Tensor x = nn::Tensor::full({1, 1000}, 1.0f, true);
+  auto mask_of = [](const nn::DropoutBatch& b) {
+    return nn::dropout_mask(0.5f, true, b, nn::DropoutSite::mlp_output, 0);
+  };
+  nn::Tensor y = nn::recomputed(x, [mask = mask_of(batch)](const nn::Tensor& in) { return nn::dropout(in, mask); });
+  batch.first_sample = 1;  // the next micro-batch
   nn::Tensor total = nn::sum(y);
   nn::autograd::backward(total);
   // dy/dx_i is the mask's factor (0 or 2), the same one forward used: x.grad equals y.
   CHECK(bit_identical({x.grad(), x.grad() + 1000}, {y.data(), y.data() + 1000}));
-  CHECK(rng.counter() == 1);  // one draw, the replay's given back
 
-  SECTION("teeth: a replay that does not restore the generator draws another mask") {
-    nn::Rng other(99);
-    nn::Tensor x2 = nn::Tensor::full({1000}, 1.0f, true);
-    auto drop_other = [&other](const nn::Tensor& in) { return nn::dropout(in, 0.5f, other); };
-    nn::Tensor y2 = nn::recomputed(x2, drop_other, {});  // the generator not named
+  SECTION("teeth: a replay that reads the batch as it is by then draws another mask") {
+    nn::Tensor x2 = nn::Tensor::full({1, 1000}, 1.0f, true);
+    batch.first_sample = 0;
+    nn::Tensor y2 = nn::recomputed(x2, [&](const nn::Tensor& in) { return nn::dropout(in, mask_of(batch)); });
+    batch.first_sample = 1;
     nn::Tensor total2 = nn::sum(y2);
     nn::autograd::backward(total2);
     CHECK_FALSE(bit_identical({x2.grad(), x2.grad() + 1000}, {y2.data(), y2.data() + 1000}));

@@ -51,15 +51,36 @@ TEST_CASE("partition sampling deals one global batch out in disjoint slices") {
       CHECK(joined == global.ids);
     }
   }
-  // Random sampling: each rank its own stream.
-  trainers::Batch r0, r1;
-  trainers::BatchSampler(tokens, T, B, 1, trainers::Sampling::random, 7, 0, 2).fill(3, 0, r0);
-  trainers::BatchSampler(tokens, T, B, 1, trainers::Sampling::random, 7, 1, 2).fill(3, 0, r1);
-  CHECK(r0.ids != r1.ids);
 }
 
-TEST_CASE("N ranks with micro-batch B end where 1 rank with batch N·B ends") {
-  const std::string common = tiny(shakespeareish()) + fmt::format(" --sampling partition --max-iters {}", kSteps);
+TEST_CASE("random sampling draws one global batch too: any ranks × micro-batches, the same samples") {
+  std::vector<int32_t> tokens(1000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i);
+  const int T = 8;
+  auto global_batch = [&](int ranks, int micro_steps, int B, int64_t step) {
+    std::vector<int32_t> joined(static_cast<std::size_t>(ranks * micro_steps * B * T));
+    trainers::Batch part;
+    for (int r = 0; r < ranks; ++r) {
+      trainers::BatchSampler sampler(tokens, T, B, micro_steps, trainers::Sampling::random, 7, r, ranks);
+      for (int m = 0; m < micro_steps; ++m) {
+        sampler.fill(step, m, part);
+        for (std::size_t i = 0; i < part.ids.size(); ++i) REQUIRE(part.targets[i] == part.ids[i] + 1);
+        // sample j of the global batch at j·T
+        std::copy(part.ids.begin(), part.ids.end(), joined.begin() + sampler.first_sample(m) * T);
+      }
+    }
+    return joined;
+  };
+  const std::vector<int32_t> one_rank = global_batch(1, 1, 12, 3);
+  CHECK(global_batch(2, 1, 6, 3) == one_rank);
+  CHECK(global_batch(3, 2, 2, 3) == one_rank);
+  CHECK(global_batch(1, 4, 3, 3) == one_rank);
+  CHECK(global_batch(1, 1, 12, 4) != one_rank);  // another step, other samples
+}
+
+TEST_CASE("N ranks with micro-batch B end where 1 rank with batch N·B ends, with dropout and random sampling") {
+  // The defaults' random sampling and dropout: the global batch and every mask are the same on any rank count.
+  const std::string common = tiny(shakespeareish()) + fmt::format(" --dropout 0.1 --max-iters {}", kSteps);
   for (int N : {2, 3}) {
     const std::string reference = fmt::format("ref_{}", N);
     REQUIRE(train_dp(1, common + fmt::format(" --batch-size {} --out-dir {}", 4 * N, out(reference))).status == 0);
@@ -76,9 +97,11 @@ TEST_CASE("N ranks with micro-batch B end where 1 rank with batch N·B ends") {
         CHECK(diff <= kTolerance);
       }
   }
-  SECTION("the comparison has teeth: random sampling (other data) ends far away") {
-    REQUIRE(train_dp(2, common + " --batch-size 4 --sampling random --out-dir " + out("dp2_random")).status == 0);
-    CHECK(max_difference(checkpoint("dp2_random"), checkpoint("ref_2")) > 100 * kTolerance);
+  SECTION("the comparison has teeth: other data (partition sampling) ends far away, and so do other masks") {
+    REQUIRE(train_dp(2, common + " --batch-size 4 --sampling partition --out-dir " + out("dp2_partition")).status == 0);
+    CHECK(max_difference(checkpoint("dp2_partition"), checkpoint("ref_2")) > 100 * kTolerance);
+    REQUIRE(train_dp(2, common + " --batch-size 4 --dropout 0.11 --out-dir " + out("dp2_other_masks")).status == 0);
+    CHECK(max_difference(checkpoint("dp2_other_masks"), checkpoint("ref_2")) > 100 * kTolerance);
   }
 }
 
@@ -111,8 +134,9 @@ TEST_CASE("the communication thread (--progress thread): the same model and opti
   }
 }
 
-TEST_CASE("K accumulation steps of batch B equal one step of batch K·B") {
-  const std::string common = tiny(shakespeareish()) + fmt::format(" --sampling partition --max-iters {}", kSteps);
+TEST_CASE("K accumulation steps of batch B equal one step of batch K·B (partition sampling, dropout)") {
+  const std::string common =
+      tiny(shakespeareish()) + fmt::format(" --sampling partition --dropout 0.1 --max-iters {}", kSteps);
   REQUIRE(train_dp(1, common + " --batch-size 8 --out-dir " + out("acc_ref8")).status == 0);
   REQUIRE(train_dp(1, common + " --batch-size 16 --out-dir " + out("acc_ref16")).status == 0);
   auto r = train_dp(1, common + " --batch-size 4 --grad-accum 2 --out-dir " + out("acc_1x2"));

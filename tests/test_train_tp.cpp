@@ -20,11 +20,11 @@ constexpr int kSteps = 5;
 constexpr float kTolerance = 2e-5f;  // float sums in another order (as the data-parallel test)
 constexpr int kLayers = 4;
 
-// 4 heads (so T = 4 splits them), 4 blocks (enough for 2 stages), partition sampling (so data
-// parallelism splits one batch).
+// 4 heads (so T = 4 splits them), 4 blocks (enough for 2 stages), dropout on and the default
+// random sampling: every layout draws the one-process masks (a rank's heads and positions placed
+// in the whole tensor) on the same global batch.
 std::string common() {
-  return tiny(shakespeareish(), "data", kLayers) +
-         fmt::format(" --n-head 4 --sampling partition --max-iters {}", kSteps);
+  return tiny(shakespeareish(), "data", kLayers) + fmt::format(" --n-head 4 --dropout 0.1 --max-iters {}", kSteps);
 }
 
 // One process with batch B: the reference every layout with that global batch must match.
@@ -131,7 +131,7 @@ TEST_CASE(
 TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on exactly (1×2×2, SP, dropout)",
           "[alone]") {
   const std::string run = common() +
-                          " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 --dropout 0.1 "
+                          " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 "
                           "--max-iters 600 --lr-decay-iters 600 --ckpt-interval 2 --log-interval 100";
   auto resumed = ctrl_c_then_printed_resume(TRAIN_3D, 4, run, "3d_uninterrupted", "3d_ctrl_c");
   CHECK_THAT(resumed.output, Catch::Contains("dp 1 × pp 2 × tp 2 (sequence parallel), schedule 1f1b, 2 micro-batches"));
@@ -147,7 +147,7 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
 }
 
 TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and under another layout") {
-  const std::string settings = common() + " --batch-size 4 --dropout 0.1 --lr-decay-iters 8 --ckpt-interval 4";
+  const std::string settings = common() + " --batch-size 4 --lr-decay-iters 8 --ckpt-interval 4";
   const std::string run = settings + " --micro-batches 2";
   auto straight = train_3d(4, run + " --tp 2 --pp 2 --max-iters 8 --check-collectives --out-dir " + out("3d_straight"));
   REQUIRE(straight.status == 0);

@@ -19,9 +19,10 @@ CommandResult train_dp(int ranks, const std::string& args) { return run_trainer(
 
 // n_embd 34: ln_f holds 34 elements and a block 13940, neither divisible by 3 or 4, so shards
 // end in padding and tensors straddle ranks. Clipping at 0.05 is active at every step (the
-// norms are ≈ 0.5-1), and 2 micro-steps accumulate.
+// norms are ≈ 0.5-1), 2 micro-steps of 4 accumulate, and dropout is on.
 std::string zero_run(const std::string& extra) {
-  return tiny(shakespeareish(), "data") + " --n-embd 34 --max-iters 5 --grad-accum 2 --grad-clip 0.05 " + extra;
+  return tiny(shakespeareish(), "data") +
+         " --n-embd 34 --max-iters 5 --batch-size 4 --grad-accum 2 --grad-clip 0.05 --dropout 0.1 " + extra;
 }
 
 // Float sums in another order (reduce-scatter vs allreduce, the norm shard by shard) differ in
@@ -57,12 +58,16 @@ Memory memory_of_rank0(const std::string& output) {
 
 }  // namespace
 
-TEST_CASE("every ZeRO stage ends where stage 0 ends: 2, 3, 4 ranks, accumulation, clipping, uneven shards") {
+TEST_CASE("every ZeRO stage ends where stage 0 and one rank end: 2, 3, 4 ranks, accumulation, clipping, uneven shards") {
   for (int N : {2, 3, 4}) {
     const std::string reference = fmt::format("zero0_n{}", N);
     auto r0 = train_dp(N, zero_run("--zero 0 --out-dir " + out(reference)));
     REQUIRE(r0.status == 0);
     CHECK_THAT(r0.output, Catch::Contains("norm 0."));  // above the clip: clipping is active
+    // One rank with the same global batch (N·4 per micro-step): the same samples and masks.
+    const std::string one = fmt::format("zero_one_rank_b{}", 4 * N);
+    REQUIRE(train_dp(1, zero_run(fmt::format("--batch-size {} --out-dir {}", 4 * N, out(one)))).status == 0);
+    CHECK(max_difference(checkpoint(reference), checkpoint(one)) <= kTolerance);
     for (int stage : {1, 2, 3}) {
       INFO("N = " << N << ", stage " << stage);
       const std::string name = fmt::format("zero{}_n{}", stage, N);

@@ -46,8 +46,9 @@ std::string PipelineStrategy::virtual_stages_note() const {
                      s_.virtual_stages, s_.virtual_stages * grid_.pp, grid_.pp);
 }
 
-uint64_t PipelineStrategy::micro_stream(int64_t step, int m, int v) const {
-  return static_cast<uint64_t>((step * s_.micro_batches + m) * s_.virtual_stages + v);
+nn::DropoutBatch PipelineStrategy::dropout_batch(int64_t step, int m) const {
+  const int64_t rows = o_.batch_size / s_.micro_batches;
+  return {.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(0) + m * rows};
 }
 
 PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape,
@@ -78,7 +79,7 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
     Timed data(clock, Phase::data);
     sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
     stage_.set_batch(batch_.ids, batch_.targets);
-    stage_.before_forward = [this, step](int m, int v) { before_forward(step, m, v); };
+    stage_.before_forward = [this, step](int m, int /*chunk*/) { before_forward(step, m); };
   }
   // Every forward, backward and wait for a neighbour is timed by the stage itself.
   stage_.on_span = [&clock](const std::string& name, parallel::StageSpan kind, double start, double end) {

@@ -42,11 +42,11 @@ class PipelineStrategy : public GridStrategy {
   LogFacts log_facts() override;
 
  protected:
-  // Micro-batch m of `step` is about to run forward on this stage's chunk v: its dropout
-  // masks, from micro_stream(step, m, v).
-  virtual void before_forward(int64_t step, int m, int v) = 0;
-  // (step·M + m)·V + v: one stream per forward of a chunk (V = 1: step·M + m).
-  uint64_t micro_stream(int64_t step, int m, int v) const;
+  // Micro-batch m of `step` is about to run forward on one of this stage's chunks: the model's
+  // dropout batch is set to dropout_batch(step, m).
+  virtual void before_forward(int64_t step, int m) = 0;
+  // Micro-batch m's place in the step's global batch: this replica's rows [m·b, (m+1)·b).
+  nn::DropoutBatch dropout_batch(int64_t step, int m) const;
   virtual void before_backward(int /*m*/) {}
   int micro_batches() const { return s_.micro_batches; }
   // ", interleaved over 2 chunks per stage (blocks 0-1 | 4-5 on stage 0)"-like, or "" (V = 1).

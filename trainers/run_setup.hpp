@@ -28,15 +28,10 @@ double seconds_since(Clock::time_point start);
 
 // Streams of randomness, each a pure function of (seed, purpose, rank, step): a resumed run
 // draws exactly the numbers an uninterrupted one would, and no RNG state needs saving beyond
-// the seed and the step.
-enum class Stream : uint64_t { init = 1, dropout = 2, eval = 3, sample = 4 };
+// the seed and the step. Training's own randomness — which samples, which dropout masks — does
+// not depend on the rank at all: trainers/batches.hpp and nn/dropout_mask.hpp.
+enum class Stream : uint64_t { init = 1, eval = 3, sample = 4 };
 uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b = 0);
-// Dropout inside a tensor-parallel region is each rank's own (its slice of the heads or MLP
-// columns); the masks on the residual stream are shared by the tp group and numbered by
-// replica and stage. A rank's own stream is numbered past any replica·stage number a run can
-// have (a million), so the two kinds never draw the same numbers.
-inline constexpr uint64_t kOwnDropoutStreamsFrom = 1'000'000;
-inline uint64_t own_dropout_stream(int world_rank) { return kOwnDropoutStreamsFrom + static_cast<uint64_t>(world_rank); }
 
 // After the flags are parsed, what every trainer's main() does first: starts comm (the
 // world), the GEMM engine (a bad NANODIST_GEMM is one line on every rank) and the compute

@@ -66,14 +66,7 @@ class ThreeDParallel final : public PipelineStrategy {
   }
 
  private:
-  void before_forward(int64_t step, int m, int v) override {
-    // Residual-stream masks shared by the tp group; each rank's own inside tp regions.
-    const uint64_t micro = micro_stream(step, m, v);
-    const auto replica_stage = static_cast<uint64_t>(grid_.dp_rank * grid_.pp + grid_.pp_rank);
-    grid_model_.split().set_dropout_seeds(
-        stream_seed(o_.seed, Stream::dropout, replica_stage, micro),
-        stream_seed(o_.seed, Stream::dropout, own_dropout_stream(world_.rank()), micro));
-  }
+  void before_forward(int64_t step, int m) override { grid_model_.split().set_dropout_batch(dropout_batch(step, m)); }
 
   void before_backward(int m) override {
     if (averager_) averager_->before_backward(m == micro_batches() - 1);

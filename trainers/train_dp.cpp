@@ -63,11 +63,10 @@ class DataParallel final : public Strategy {
     step_loss_ = 0;
     for (int micro = 0; micro < K; ++micro) {
       nn::Tensor loss;
-      {  // 2. Unique data: this rank's micro-batch, and its own dropout.
+      {  // 2. Unique data: this rank's slice of the step's global batch (and its dropout masks).
         Timed data(clock, Phase::data, micro);
         sampler_.fill(step, micro, batch_);
-        const auto stream = static_cast<uint64_t>(step * K + micro);
-        model_.dropout_rng() = nn::Rng(stream_seed(o_.seed, Stream::dropout, rank(), stream));
+        model_.set_dropout_batch({.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(micro)});
       }
       {
         Timed forward(clock, Phase::forward, micro);

@@ -93,10 +93,7 @@ class PipelineParallel final : public PipelineStrategy {
   }
 
  private:
-  void before_forward(int64_t step, int m, int v) override {
-    model_.dropout_rng() =
-        nn::Rng(stream_seed(o_.seed, Stream::dropout, static_cast<uint64_t>(world_.rank()), micro_stream(step, m, v)));
-  }
+  void before_forward(int64_t step, int m) override { model_.set_dropout_batch(dropout_batch(step, m)); }
   void before_backward(int m) override {
     if (averager_) averager_->before_backward(m == micro_batches() - 1);
   }

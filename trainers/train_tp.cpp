@@ -65,9 +65,7 @@ class TensorParallel final : public GridStrategy {
       {
         Timed data(clock, Phase::data, micro);
         sampler_.fill(step, micro, batch_);
-        const auto stream = static_cast<uint64_t>(step * K + micro);
-        model_.set_dropout_seeds(stream_seed(o_.seed, Stream::dropout, 0, stream),
-                                 stream_seed(o_.seed, Stream::dropout, own_dropout_stream(world_.rank()), stream));
+        model_.set_dropout_batch({.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(micro)});
       }
       {
         Timed forward(clock, Phase::forward, micro);

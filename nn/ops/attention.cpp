@@ -28,20 +28,21 @@ float* thread_scratch(std::size_t count) {
   return scratch.data();
 }
 
-// Dropout on one head's weights: P_drop[t,j] = P[t,j]·keep/(1−p). The mask element for
-// (head slice, t, j) is a hash of its global index, so backward recomputes it exactly.
-bool kept(uint64_t stream, int64_t index, float p) {
-  return unit_float(hash64(stream, static_cast<uint64_t>(index))) >= p;
+// A row of dropout factors per thread, apart from the scratch (which holds the weights).
+float* thread_factors(std::size_t count) {
+  thread_local std::vector<float> factors;
+  if (factors.size() < count) factors.resize(count);
+  return factors.data();
 }
 
-// Works in place too (out == P). Only the causal part (j ≤ t) is hashed; the future is set to 0.
-void drop(const float* P, float* out, int64_t T, uint64_t stream, int64_t first_index, float p) {
-  const float kept_scale = 1.0f / (1.0f - p);
+// Dropout on one head's weights: P_drop[t,j] = P[t,j]·m/(1−p), the mask of the head's rows
+// from nn/dropout_mask.hpp, so backward draws forward's exactly. Works in place too
+// (out == P). Only the causal part (j ≤ t) is drawn; the future is set to 0.
+void drop(const float* P, float* out, int64_t T, const DropoutMask& head_mask) {
+  float* factors = thread_factors(T);
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j <= t; ++j) {
-      const int64_t i = t * T + j;
-      out[i] = kept(stream, first_index + i, p) ? P[i] * kept_scale : 0.0f;
-    }
+    head_mask.factors(0, t * T, t + 1, factors);
+    for (int64_t j = 0; j <= t; ++j) out[t * T + j] = P[t * T + j] * factors[j];
     std::fill(out + t * T + t + 1, out + (t + 1) * T, 0.0f);
   }
 }
@@ -125,19 +126,16 @@ void causal_softmax_backward(float* dP, const float* P, int64_t T) {
   }
 }
 
-// Dropout on the attention weights: the mask of element i is a pure function of (stream, i).
-struct Dropout {
-  uint64_t stream;
-  float p;
-};
-
 // One head's sizes, and what its products and masks need.
 struct Head {
   int64_t T, C, hs;
   float scale;               // 1/√hs
   bool bf16;                 // products on bf16 inputs (--precision bf16)
-  const Dropout* dropout;    // null: none
-  int64_t mask_offset;       // this head's place in the dropout stream: (b·H + h)·T·T
+  const DropoutMask* dropout;  // null: none; else the batch's, row 0 = sample b = 0
+  int64_t b = 0, h = 0;         // which sample and head
+
+  // This head's weights: row b of the mask, from h·T·T in the sample's weights [H,T,T].
+  DropoutMask head_mask() const { return dropout->shifted(b, h * T * T); }
 };
 
 // The causal mask makes the upper triangle of every [T,T] product future, so the products run
@@ -173,7 +171,7 @@ void head_forward(const Head& H, Operand q, float* P, float* y) {
   const float* weights = P;
   if (H.dropout) {
     float* dropped = thread_scratch(T * T);
-    drop(P, dropped, T, H.dropout->stream, H.mask_offset, H.dropout->p);
+    drop(P, dropped, T, H.head_mask());
     weights = dropped;
   }
   const Operand W = square(weights, T, H.bf16, 0);
@@ -193,7 +191,7 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
   float* dropped = dP + T * T;
   const float* weights = P;
   if (H.dropout) {
-    drop(P, dropped, T, H.dropout->stream, H.mask_offset, H.dropout->p);
+    drop(P, dropped, T, H.head_mask());
     weights = dropped;
   }
   const Operand W = square(weights, T, H.bf16, 0);
@@ -206,7 +204,7 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
     // dP[b0:b1, 0:b1] = dy[b0:b1] v[0:b1]ᵀ
     product(false, true, b1 - b0, b1, hs, 1.0f, dy.at(b0 * C), C, v, 3 * C, 0.0f, dP + b0 * T, T);
   }
-  if (H.dropout) drop(dP, dP, T, H.dropout->stream, H.mask_offset, H.dropout->p);  // same mask and scale
+  if (H.dropout) drop(dP, dP, T, H.head_mask());  // same mask and scale
   causal_softmax_backward(dP, P, T);
   const Operand dS = square(dP, T, H.bf16, 1);
   for (int64_t b0 = 0; b0 < T; b0 += kCausalRows) {
@@ -230,17 +228,16 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
 // backward, per (b, h):  dv += drop(P)ᵀ dy        dPd = dy vᵀ,   dP = drop'(dPd)
 //                        dS = P ⊙ (dP − rowsum(dP ⊙ P))
 //                        dq += dS k / √hs         dk += dSᵀ q / √hs
-Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng* rng) {
+Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& dropout) {
   if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
     fail("attention: qkv {} cannot be split into q, k, v of {} heads", shape_string(qkv.shape()), n_head);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = n_head, hs = C / H;
   // q·kᵀ and P·v over the lower block triangle of each T×T square: 4·B·(causal area)·C
   const double area = causal_block_area(T);
   profile::Scope scope("attention core", 0, 4.0 * B * area * C);
-  const bool use_dropout = dropout_p > 0.0f && rng != nullptr;
-  const Dropout dropout{use_dropout ? rng->next_u64() : 0, dropout_p};
+  if (dropout.p < 0.0f || dropout.p >= 1.0f) fail("attention: dropout p must be in [0, 1), got {}", dropout.p);
   const bool bf16 = matmul_precision() == Precision::bf16;
-  const Head head{T, C, hs, 1.0f / std::sqrt(static_cast<float>(hs)), bf16, use_dropout ? &dropout : nullptr, 0};
+  const Head head{T, C, hs, 1.0f / std::sqrt(static_cast<float>(hs)), bf16, dropout.active() ? &dropout : nullptr};
 
   bool track = autograd::needs_grad({&qkv});
   Tensor y = Tensor::empty({B, T, C}, track);
@@ -253,8 +250,9 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       Head bh = head;
-      bh.mask_offset = (b * H + h) * T * T;
-      head_forward(bh, qkv_d.at(b * T * 3 * C + h * hs), att_d + bh.mask_offset, yd + b * T * C + h * hs);
+      bh.b = b;
+      bh.h = h;
+      head_forward(bh, qkv_d.at(b * T * 3 * C + h * hs), att_d + (b * H + h) * T * T, yd + b * T * C + h * hs);
     }
   if (!track) return y;
 
@@ -272,10 +270,11 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, float dropout_p, Rng
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         Head bh = with_mask;
-        bh.mask_offset = (b * H + h) * T * T;
+        bh.b = b;
+        bh.h = h;
         const int64_t offset = b * T * 3 * C + h * hs;
-        head_backward(bh, qkv_v.at(offset), att.data() + bh.mask_offset, dy.at(b * T * C + h * hs), dqkv + offset,
-                      beta);
+        head_backward(bh, qkv_v.at(offset), att.data() + (b * H + h) * T * T, dy.at(b * T * C + h * hs),
+                      dqkv + offset, beta);
       }
   });
   return y;

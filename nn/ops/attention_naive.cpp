@@ -155,14 +155,14 @@ Tensor causal_mask(const Tensor& x) {
   return out;
 }
 
-Tensor causal_self_attention_naive(const Tensor& qkv, int n_head, float dropout_p, Rng* rng) {
+Tensor causal_self_attention_naive(const Tensor& qkv, int n_head, const DropoutMask& dropout_mask) {
   if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
     fail("attention: qkv {} cannot be split into q, k, v of {} heads", shape_string(qkv.shape()), n_head);
   const int64_t hs = qkv.size(2) / 3 / n_head;
   Tensor q = split_heads(qkv, 0, n_head), k = split_heads(qkv, 1, n_head), v = split_heads(qkv, 2, n_head);
   Tensor scores = scale(batched_matmul(q, k, /*trans_b=*/true), 1.0f / std::sqrt(static_cast<float>(hs)));
   Tensor weights = softmax(causal_mask(scores));
-  if (dropout_p > 0.0f && rng != nullptr) weights = dropout(weights, dropout_p, *rng);
+  if (dropout_mask.active()) weights = dropout(weights, dropout_mask);  // [B, H·T·T] per sample
   return merge_heads(batched_matmul(weights, v, /*trans_b=*/false));
 }
 
@@ -173,9 +173,9 @@ AttentionKernel g_attention = AttentionKernel::fused;
 void set_attention_kernel(AttentionKernel kernel) { g_attention = kernel; }
 AttentionKernel attention_kernel() { return g_attention; }
 
-Tensor attention(const Tensor& qkv, int n_head, float dropout_p, Rng* rng) {
-  return g_attention == AttentionKernel::naive ? causal_self_attention_naive(qkv, n_head, dropout_p, rng)
-                                               : causal_self_attention(qkv, n_head, dropout_p, rng);
+Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout) {
+  return g_attention == AttentionKernel::naive ? causal_self_attention_naive(qkv, n_head, dropout)
+                                               : causal_self_attention(qkv, n_head, dropout);
 }
 
 }  // namespace nn

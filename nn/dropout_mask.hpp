@@ -1,0 +1,38 @@
+// A dropout mask that no layout changes. Element e of a mask is kept or dropped by a Philox
+// draw (nn/philox.hpp) whose counter is where the element sits in the whole computation:
+//
+//   key     = the run's seed
+//   counter = (e / 4 within the sample's whole tensor, the sample's index in the step's global
+//              batch, the site — which dropout of the model —, the optimizer step); e % 4 picks
+//              one of the draw's four words
+//
+// Nothing in it says how many ranks there are, which replica or micro-batch holds the sample,
+// which stage runs the layer, or which slice of heads or positions this rank computes: a
+// replica's micro-batch passes its first sample, a rank holding a slice passes where the slice
+// starts in the whole (unsharded) per-sample tensor. So every layout draws the same masks, and
+// a replay under recomputation draws forward's by construction.
+#pragma once
+#include <cstdint>
+
+#include "nn/philox.hpp"
+
+namespace nn {
+
+struct DropoutMask {
+  float p = 0.0f;             // the drop probability, in [0, 1)
+  uint64_t seed = 0;          // the run's --seed
+  int64_t step = 0;           // the optimizer step
+  int64_t site = 0;           // which dropout of the model (nn/gpt.hpp: dropout_site)
+  int64_t first_sample = 0;   // row 0 of the tensor is this sample of the step's global batch
+  int64_t first_element = 0;  // each row is a slice of its sample's whole tensor, from here
+
+  bool active() const { return p > 0.0f; }
+  // The same mask for a tensor whose rows start `samples` later and whose slices start
+  // `elements` further into each sample's whole tensor.
+  DropoutMask shifted(int64_t samples, int64_t elements) const;
+  // The factors of elements [first, first + n) of row `row`: 0 where dropped, 1/(1 − p) where
+  // kept (first and n in the row's own numbering).
+  void factors(int64_t row, int64_t first, int64_t n, float* out) const;
+};
+
+}  // namespace nn
