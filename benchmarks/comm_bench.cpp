@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/backends/registry.hpp"
 #include "bench_harness.hpp"
 #include "comm/cli_checks.hpp"
 #include "comm/device_memory.hpp"

@@ -93,19 +93,6 @@ enum class BackendKind { mpi, ring, naive, shm, nccl };
 inline constexpr std::array<std::string_view, 5> kBackendNames = {"mpi", "ring", "naive", "shm", "nccl"};
 constexpr std::string_view name_of(BackendKind kind) { return kBackendNames[static_cast<std::size_t>(kind)]; }
 
-// The names of this build's backends.
-std::vector<std::string> backend_names();
-// Empty for a backend of this build; otherwise why not, in one line (nccl: how to get it).
-std::string why_not_a_backend(std::string_view name);
-// The backend `name` names; throws comm::UsageError with why_not_a_backend's line otherwise.
-// Names become kinds here, at the edge (a flag, a list to compare), and travel as kinds.
-BackendKind parse_backend(std::string_view name);
-std::shared_ptr<Backend> make_backend(BackendKind kind);
-
-std::unique_ptr<Backend> make_mpi_backend();
-std::unique_ptr<Backend> make_ring_backend();
-std::unique_ptr<Backend> make_naive_backend();
-std::unique_ptr<Backend> make_shm_backend();
-std::unique_ptr<Backend> make_nccl_backend();  // only in builds with NCCL
+// The names of this build's backends, parsing and making one: comm/backends/registry.hpp.
 
 }  // namespace comm

@@ -2,7 +2,9 @@
 
 #include <cstring>
 
+#include "comm/backends/registry.hpp"
 #include "comm/transport.hpp"
+#include "numeric/hash.hpp"
 
 namespace comm {
 namespace {
@@ -17,9 +19,8 @@ constexpr int kAsyncTags = 32000;  // MPI guarantees tags up to 32767
 // Mixes parent id, split number and color into the new communicator's id: equal on all its
 // members, different from its siblings'.
 std::int64_t derive_id(std::int64_t parent, std::int64_t split, int color) {
-  std::uint64_t x = static_cast<std::uint64_t>(parent) * 0x9E3779B97F4A7C15ull;
-  x ^= static_cast<std::uint64_t>(split) + 0x632BE59BD9B4E019ull + (x << 6) + (x >> 2);
-  x ^= static_cast<std::uint64_t>(color) + 0x8CB92BA72F3D8DD7ull + (x << 6) + (x >> 2);
+  const std::uint64_t x = numeric::hash_values(
+      {static_cast<std::uint64_t>(parent), static_cast<std::uint64_t>(split), static_cast<std::uint64_t>(color)});
   return static_cast<std::int64_t>(x & 0x7FFFFFFFFFFFFFFFull) | 1;  // positive, never 0 (= empty slot)
 }
 

@@ -97,10 +97,18 @@ void ProgressThread::run_polls() {
   }
 }
 
+namespace {
+// Between looks at unfinished polls: short enough that a message is moved within a fraction of
+// its transfer time, long enough not to keep a core spinning; doubled while nothing changes, up
+// to 2⁴ times (0.8 ms).
+constexpr auto kPollPause = std::chrono::microseconds(50);
+constexpr int kPollBackoffDoublings = 4;
+}  // namespace
+
 void ProgressThread::finish_polls() {
   while (!polls_.empty()) {
     run_polls();
-    if (!polls_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!polls_.empty()) std::this_thread::sleep_for(kPollPause);
   }
 }
 
@@ -113,8 +121,8 @@ void ProgressThread::loop() {
       if (polls_.empty()) {
         wake_.wait(lock, ready);
       } else {
-        // Polls waiting, no task: look again after 50 µs, backing off to 1 ms while nothing changes.
-        wake_.wait_for(lock, std::chrono::microseconds(50 << std::min(idle_rounds_, 4)), ready);
+        // Polls waiting, no task: look again after a pause, backing off while nothing changes.
+        wake_.wait_for(lock, kPollPause * (1 << std::min(idle_rounds_, kPollBackoffDoublings)), ready);
       }
       if (!queue_.empty()) {
         task = std::move(queue_.front());

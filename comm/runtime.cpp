@@ -1,4 +1,5 @@
 #include "comm/runtime.hpp"
+#include "comm/backends/registry.hpp"
 #include "comm/host_split.hpp"
 
 #include "comm/watchdog/abort_hooks.hpp"

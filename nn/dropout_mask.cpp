@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "nn/error.hpp"
+#include "nn/rng.hpp"
 
 namespace nn {
 
@@ -18,7 +19,8 @@ void DropoutMask::factors(int64_t row, int64_t first, int64_t n, float* out) con
   // A word below p·2³² drops the element: probability p to within 2⁻³².
   const auto threshold = static_cast<uint32_t>(std::min(std::ldexp(static_cast<double>(p), 32), 4294967295.0));
   const float kept_scale = 1.0f / (1.0f - p);
-  const PhiloxKey key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  const uint64_t stream = stream_seed(seed, Stream::dropout);  // apart from the seed's other uses
+  const PhiloxKey key{static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
   const int64_t begin = first_element + first, end = begin + n;  // in the sample's whole tensor
   if (begin < 0 || (end - 1) / 4 > int64_t{UINT32_MAX})
     fail("dropout: element {} lies outside the 2^34 a sample's mask can number", end - 1);

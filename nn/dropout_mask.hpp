@@ -1,7 +1,7 @@
 // A dropout mask that no layout changes. Element e of a mask is kept or dropped by a Philox
 // draw (nn/philox.hpp) whose counter is where the element sits in the whole computation:
 //
-//   key     = the run's seed
+//   key     = the run's seed (its dropout stream: nn::stream_seed)
 //   counter = (e / 4 within the sample's whole tensor, the sample's index in the step's global
 //              batch, the site — which dropout of the model —, the optimizer step); e % 4 picks
 //              one of the draw's four words

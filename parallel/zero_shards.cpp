@@ -19,12 +19,6 @@ ZeroShards::ZeroShards(const std::vector<std::vector<int>>& groups, const std::v
   }
 }
 
-int64_t ZeroShards::shard_elements() const {
-  int64_t n = 0;
-  for (const Group& g : groups_) n += g.shard;
-  return n;
-}
-
 void ZeroShards::for_each_overlap(int g, int64_t from, int64_t to, const Visit& visit) const {
   for (const Piece& piece : groups_[static_cast<std::size_t>(g)].pieces) {
     const int64_t first = std::max(from, piece.begin), last = std::min(to, piece.begin + piece.numel);

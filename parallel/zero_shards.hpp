@@ -43,7 +43,6 @@ class ZeroShards {
   int rank() const { return rank_; }
   int64_t padded(int g) const { return groups_[static_cast<std::size_t>(g)].shard * ranks_; }
   int64_t shard_begin(int g) const { return groups_[static_cast<std::size_t>(g)].shard * rank_; }
-  int64_t shard_elements() const;  // Σ over groups of this rank's shard (padding included)
 
   // Calls visit(piece, offset in the tensor, offset in the flat range, count) for every
   // stretch of a tensor inside [from, to) of group g's flat range.

@@ -33,6 +33,21 @@ grep -q 'dy/dx = \[2, 4, 6\]' <<< "$out"
 
 # Without CMake: the same program through pkg-config, on 2 ranks.
 export PKG_CONFIG_PATH="$(dirname "$(find "$work/prefix" -name nanodist.pc -print -quit)")"
+# The version the package says is the one CHANGELOG.md records last, and a program asking for
+# an older minor version is refused (the installed API changed since).
+changelog_version=$(grep -m1 -oP '^## \K[0-9]+\.[0-9]+' "$source/CHANGELOG.md")
+test "$(pkg-config --modversion nanodist)" = "$changelog_version" ||
+  { echo "pkg-config says $(pkg-config --modversion nanodist), CHANGELOG.md's first heading $changelog_version" >&2; exit 1; }
+mkdir -p "$work/old_consumer"
+printf 'cmake_minimum_required(VERSION 3.25)\nproject(old LANGUAGES CXX)\nfind_package(nanodist 0.1 CONFIG REQUIRED)\n' \
+  > "$work/old_consumer/CMakeLists.txt"
+if cmake -S "$work/old_consumer" -B "$work/old_consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+     > "$work/old_consumer.log" 2>&1; then
+  echo "a consumer asking for nanodist 0.1 configured against $changelog_version" >&2
+  exit 1
+fi
+grep -q "compatible with requested version \"0.1\"" "$work/old_consumer.log" || { cat "$work/old_consumer.log" >&2; exit 1; }
+echo "package version $changelog_version, as CHANGELOG.md says; a consumer asking for 0.1 is refused"
 # shellcheck disable=SC2046,SC2086  # the flags are words
 c++ $cxx_flags $(pkg-config --cflags nanodist) "$source/examples/standalone/hello_nanodist.cpp" \
   $(pkg-config --libs nanodist) -o "$work/hello_pkg_config"

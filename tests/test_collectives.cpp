@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "comm/backends/registry.hpp"
 #include "comm/runtime.hpp"
 
 namespace {

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "catch_session.hpp"
+#include "comm/backends/registry.hpp"
 
 #include <algorithm>
 #include <cstdio>

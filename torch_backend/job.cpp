@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/backends/registry.hpp"
 #include "comm/cli_checks.hpp"
 #include "comm/progress_thread.hpp"
 #include "comm/runtime.hpp"
@@ -22,6 +23,9 @@
 
 namespace nanodist_torch {
 namespace {
+
+// How often rank 0 looks for ompi-server's address file while it starts.
+constexpr auto kServerAddressPause = std::chrono::milliseconds(10);
 
 struct Job {
   std::unique_ptr<comm::Runtime> runtime;
@@ -104,7 +108,7 @@ std::string start_rendezvous_server(std::chrono::milliseconds timeout) {
       unlink(path);
       comm::fail("nanodist: ompi-server gave no address in time");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(kServerAddressPause);
   }
 }
 

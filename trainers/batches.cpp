@@ -6,9 +6,6 @@
 namespace trainers {
 
 namespace {
-// The streams a sampler draws from, apart from every other use of the seed.
-constexpr uint64_t kRandomWindowsStream = 0x3a2d0c5be1f4a7ULL, kPartitionStream = 0x5eed0fda7aULL;
-
 void copy_window(std::span<const int32_t> tokens, int64_t start, int T, int b, Batch& batch) {
   std::copy_n(tokens.begin() + start, T, batch.ids.begin() + static_cast<int64_t>(b) * T);
   std::copy_n(tokens.begin() + start + 1, T, batch.targets.begin() + static_cast<int64_t>(b) * T);
@@ -38,7 +35,7 @@ const std::vector<int32_t>& BatchSampler::permutation(int64_t epoch) {
   if (epoch != epoch_) {  // Fisher–Yates with a stream every rank shares
     order_.resize(static_cast<std::size_t>(windows_));
     std::iota(order_.begin(), order_.end(), 0);
-    nn::Rng rng(nn::hash64(seed_ ^ kPartitionStream, static_cast<uint64_t>(epoch)));
+    nn::Rng rng(nn::stream_seed(seed_, nn::Stream::window_order, static_cast<uint64_t>(epoch)));
     for (int64_t i = windows_ - 1; i > 0; --i)
       std::swap(order_[i], order_[static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1))]);
     epoch_ = epoch;
@@ -51,11 +48,11 @@ void BatchSampler::fill(int64_t step, int micro, Batch& batch) {
   batch.targets.resize(batch.ids.size());
   const int64_t global_batch = static_cast<int64_t>(world_size_) * K_ * B_;
   const auto starts = static_cast<uint64_t>(tokens_.size()) - static_cast<uint64_t>(T_);  // random: 0 … n−T−1
-  const uint64_t step_key = nn::hash64(seed_ ^ kRandomWindowsStream, static_cast<uint64_t>(step));
   for (int b = 0; b < B_; ++b) {
     const int64_t j = first_sample(micro) + b;  // the sample's number in the global batch
     if (sampling_ == Sampling::random) {
-      copy_window(tokens_, static_cast<int64_t>(nn::hash64(step_key, static_cast<uint64_t>(j)) % starts), T_, b, batch);
+      const uint64_t draw = nn::stream_seed(seed_, nn::Stream::windows, static_cast<uint64_t>(step), static_cast<uint64_t>(j));
+      copy_window(tokens_, static_cast<int64_t>(draw % starts), T_, b, batch);
     } else {
       const int64_t p = step * global_batch + j;
       const int64_t window = permutation(p / windows_)[static_cast<std::size_t>(p % windows_)];

@@ -28,19 +28,13 @@
 #include "nn/ops.hpp"
 #include "nn/threads.hpp"
 #include "nn/memory_estimate.hpp"
+#include "numeric/hash.hpp"
 #include "parallel/zero_optimizer.hpp"
 
 namespace trainers {
 namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Streams of randomness, each a pure function of (seed, purpose, rank, step): a resumed run
-// draws exactly the numbers an uninterrupted one would, and no RNG state needs saving beyond
-// the seed and the step.
-uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b) {
-  return nn::hash64(nn::hash64(seed ^ (static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL), a), b);
-}
 
 void set_compute_modes(const TrainOptions& o) { nn::set_compute_modes(o.precision, o.attention, o.recompute); }
 
@@ -219,7 +213,7 @@ void verify_identical(const nn::GPT& model, comm::Communicator& world) {
   uint64_t hash = 0;
   for (const auto& p : model.parameters()) {
     auto v = p.tensor.values();
-    hash = nn::mix64(hash ^ nn::fnv1a64({reinterpret_cast<const char*>(v.data()), v.size_bytes()}));
+    hash = numeric::hash_combine(hash, nn::fnv1a64({reinterpret_cast<const char*>(v.data()), v.size_bytes()}));
   }
   std::vector<int64_t> all(static_cast<std::size_t>(world.size()));
   const std::array<int64_t, 1> mine{static_cast<int64_t>(hash)};
@@ -430,7 +424,7 @@ nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_si
       {"global_batch", batch.sequences},
       {"vocabulary", run.data.vocabulary.chars()},
       {"options", to_json(o)},
-      // Every random stream is a function of (seed, rank, step): see stream_seed.
+      // Every random stream is a function of the seed and the step: see nn::stream_seed.
       {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * o.grad_accum}, {"ranks", world_size}}}};
   if (val_loss) state["val_loss"] = *val_loss;
   return state;

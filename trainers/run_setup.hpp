@@ -26,12 +26,9 @@ namespace trainers {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start);
 
-// Streams of randomness, each a pure function of (seed, purpose, rank, step): a resumed run
-// draws exactly the numbers an uninterrupted one would, and no RNG state needs saving beyond
-// the seed and the step. Training's own randomness — which samples, which dropout masks — does
-// not depend on the rank at all: trainers/batches.hpp and nn/dropout_mask.hpp.
-enum class Stream : uint64_t { init = 1, eval = 3, sample = 4 };
-uint64_t stream_seed(uint64_t seed, Stream s, uint64_t a, uint64_t b = 0);
+// Streams of randomness: nn::stream_seed (nn/rng.hpp), one function for every stream.
+using nn::Stream;
+using nn::stream_seed;
 
 // After the flags are parsed, what every trainer's main() does first: starts comm (the
 // world), the GEMM engine (a bad NANODIST_GEMM is one line on every rank) and the compute

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "comm/backend.hpp"
+#include "comm/backends/registry.hpp"
 #include "comm/error.hpp"
 #include "comm/reduce_kernels.hpp"
 #include "comm/watchdog/watchdog.hpp"

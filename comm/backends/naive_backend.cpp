@@ -1,6 +1,7 @@
 // Backend "naive": every collective goes through rank 0 (comm/algorithms/naive.cpp).
 // Its asynchronous collectives are the default ones: they complete when started (no overlap).
 #include "comm/backends/algorithm_backend.hpp"
+#include "comm/backends/registry.hpp"
 
 namespace comm {
 

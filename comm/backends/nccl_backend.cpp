@@ -29,7 +29,7 @@
 #include <memory>
 #include <thread>
 
-#include "comm/backend.hpp"
+#include "comm/backends/registry.hpp"
 #include "comm/device_memory.hpp"
 #include "comm/error.hpp"
 #include "comm/watchdog/watchdog.hpp"

@@ -3,6 +3,7 @@
 // linear gather/scatter, a dissemination barrier. See comm/algorithms/ and docs/.
 // Allreduce, reduce-scatter and allgather also start asynchronously (DP overlap, ZeRO).
 #include "comm/backends/algorithm_backend.hpp"
+#include "comm/backends/registry.hpp"
 
 namespace comm {
 

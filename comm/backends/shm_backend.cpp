@@ -22,7 +22,7 @@
 
 #include "comm/algorithms/algorithms.hpp"
 #include "comm/host_split.hpp"
-#include "comm/backend.hpp"
+#include "comm/backends/registry.hpp"
 #include "comm/mpi_comm.hpp"
 #include "comm/error.hpp"
 #include "comm/reduce_kernels.hpp"

@@ -12,6 +12,7 @@
 
 #include "comm/error.hpp"
 #include "comm/watchdog/watchdog.hpp"
+#include "numeric/hash.hpp"
 
 namespace comm::shm {
 namespace {
@@ -105,11 +106,9 @@ void NodeGroup::sync() {
 }
 
 void NodeGroup::begin_call(OpKind kind, std::size_t count, DataType type, int op, int root) {
-  std::uint64_t signature = 0x9E3779B97F4A7C15ull;
-  for (std::uint64_t part :
-       {static_cast<std::uint64_t>(kind), static_cast<std::uint64_t>(count), static_cast<std::uint64_t>(type),
-        static_cast<std::uint64_t>(op + 1), static_cast<std::uint64_t>(root + 1)})
-    signature = (signature ^ part) * 0x100000001B3ull;
+  const std::uint64_t signature = numeric::hash_values(
+      {static_cast<std::uint64_t>(kind), static_cast<std::uint64_t>(count), static_cast<std::uint64_t>(type),
+       static_cast<std::uint64_t>(op + 1), static_cast<std::uint64_t>(root + 1)});
   ++calls_;
   // A seqlock: the number is 0 while the signature changes. A peer two calls behind (after a
   // call with no sync: count 0) may be reading this slot right now, and must not pair the old

@@ -175,11 +175,18 @@ void StatusExchange::serve() {
   }
 }
 
+namespace {
+// How often a lingering rank answers other nodes' questions, and how often a reporter looks
+// for their answers: a question is a few hundred bytes, answered within a few milliseconds.
+constexpr auto kServePause = std::chrono::milliseconds(5);
+constexpr auto kAnswerPause = std::chrono::milliseconds(1);
+}  // namespace
+
 void StatusExchange::serve_for(double seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < until) {
     serve();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(kServePause);
   }
 }
 
@@ -215,7 +222,7 @@ std::map<int, RankView> StatusExchange::ask(const std::vector<int>& world_ranks,
     // Questions (another node's reporter may be asking this one now) are answered in receive().
     const std::optional<Header> header = receive();
     if (!header) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(kAnswerPause);
       continue;
     }
     const std::size_t expected = sizeof *header + static_cast<std::size_t>(header->views) * sizeof(RankView);

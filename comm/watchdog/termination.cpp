@@ -124,11 +124,11 @@ void end_interrupted(StatusBoard* board, StatusExchange* exchange, int signal) {
     // The first rank to exit makes Open MPI end the rest at once (SIGKILL): a rank 0 still
     // waiting for a core would lose its note. So the others, beside rank 0 on this node,
     // leave after it has written the note — at most half a second after.
+    constexpr int kNoteWaitRounds = 50;                         // × 10 ms: half a second at most
+    constexpr timespec kNoteWaitPause{0, 10'000'000};           // 10 ms (nanosleep: safe in a handler)
     if (board->world_rank() != 0 && board->slot(0).pid.load() != 0)
-      for (int i = 0; i < 50 && board->slot(0).state.load() != kInterrupted; ++i) {
-        const timespec pause{0, 10'000'000};
-        nanosleep(&pause, nullptr);
-      }
+      for (int i = 0; i < kNoteWaitRounds && board->slot(0).state.load() != kInterrupted; ++i)
+        nanosleep(&kNoteWaitPause, nullptr);
   }
   if (exchange) exchange->announce_interrupt();
   run_abort_hooks();

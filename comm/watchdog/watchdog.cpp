@@ -39,6 +39,15 @@ constexpr std::int64_t kLeftForNs = 1'000'000'000;       // 1 s
 // How long a rank that did not report first waits for its launcher to end it, before it ends
 // itself (processes started apart have no launcher that would).
 constexpr double kLaterRankLingerSeconds = 3.0;
+// How long the first rank to report lingers before it exits (the others stop and say their
+// line meanwhile); how long a later rank waits before its one line (after the full report);
+// how long an interrupted rank answers other nodes' reporters until the launcher ends it.
+constexpr double kFirstRankLingerSeconds = 1.0;
+constexpr double kAlsoStoppedAfterSeconds = 0.3;
+constexpr double kInterruptedLingerSeconds = 2.0;
+// A rank that has finished (waiting in finalize) waits this much longer than the others, so the
+// ranks stuck in the real collective report first: they see more of what went wrong.
+constexpr std::int64_t kFinalizeGraceNs = 1'000'000'000;  // 1 s
 namespace {
 
 Watchdog* g_watchdog = nullptr;
@@ -198,9 +207,7 @@ void Watchdog::wait_all(int n, MPI_Request* requests) {
 
 void Watchdog::wait_until(const std::function<bool()>& done_now, const std::function<void()>& on_timeout) {
   if (!inside_) fail("internal error: a wait outside any operation");
-  // A rank that has finished (waiting in finalize) lets the ranks stuck in the real
-  // collective report first: they see more of what went wrong.
-  const std::int64_t grace = call_.kind == OpKind::finalize ? 1'000'000'000 : 0;
+  const std::int64_t grace = call_.kind == OpKind::finalize ? kFinalizeGraceNs : 0;
   const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
   LeftRankWatch left(now_ns());
   set_waiting(true);
@@ -257,7 +264,7 @@ void Watchdog::on_termination_signal(std::int64_t now) {
   run_abort_hooks();
   if (!failed_here && !report_found_trouble_) end_interrupted(&board_, exchange_, signal);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
-  linger(2.0);  // answer the other nodes' reporters until the launcher's SIGKILL
+  linger(kInterruptedLingerSeconds);  // answer the other nodes' reporters until the launcher's SIGKILL
   _exit(kWatchdogExitCode);
 }
 
@@ -558,7 +565,7 @@ void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, cons
                      none == board_.world_rank();
   if (!first) {
     // Another rank fired first and prints the full report: one line from here, after it.
-    linger(0.3);
+    linger(kAlsoStoppedAfterSeconds);
     if (on_timeout) on_timeout();
     end_job(fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
                         describe_my_call(now), seconds(now - start_ns_)),
@@ -585,7 +592,7 @@ void Watchdog::end_job(const std::string& report, bool first) {
     // (Not MPI_Abort: its banner message to the launcher, cut short by the teardown,
     // makes OpenMPI print a stray "ORTE_ERROR_LOG: Data unpack would read past end of
     // buffer" after the report.)
-    linger(1.0);
+    linger(kFirstRankLingerSeconds);
     _exit(kWatchdogExitCode);
   }
   // Wait for the launcher to end this process once the first rank has exited; end it
