@@ -52,7 +52,7 @@ struct GPTConfig {
 // names stay nanoGPT's: one chunk [first, end) per stage, or V of them under interleaved
 // 1F1B, where stage r holds chunks r, r + P, …), and the head (ln_f + lm_head + loss). The
 // head needs wte (lm_head is tied to it): a last stage without the embedding holds its own
-// copy, kept equal to the first stage's by summing their gradients (parallel/tied_embedding).
+// copy, kept equal to the first stage's by summing their gradients (parallel/pp/tied_embedding).
 struct BlockRange {
   int first = 0, end = 0;  // blocks [first, end)
 };
@@ -159,7 +159,7 @@ class GPT {
   void set_dropout_batch(const DropoutBatch& batch) { dropout_batch_ = batch; }
   void zero_grad();
 
-  // For data-parallel overlap (trainers/gradient_averaging.hpp): during backward, called each
+  // For data-parallel overlap (parallel/dp/gradient_averaging.hpp): during backward, called each
   // time a group of parameters — one block, ln_f, or the embeddings (wte last: lm_head shares
   // it) — has received its last gradient contribution, with their indices in parameters().
   // It works by recording a marker on the tape just before the group's first use in forward:

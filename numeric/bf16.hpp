@@ -1,5 +1,5 @@
 // bfloat16, the one 16-bit float every layer uses: the matrix multiplies of --precision bf16
-// (nn/autocast.hpp), gradients on the wire with --grad-comm bf16 (parallel/gradient_wire.hpp)
+// (nn/autocast.hpp), gradients on the wire with --grad-comm bf16 (parallel/dp/gradient_wire.hpp)
 // and the bf16 collectives (comm/types.hpp).
 //
 // Its bits are the top 16 bits of a float — the sign, the 8 exponent bits (float's range) and

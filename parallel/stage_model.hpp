@@ -18,7 +18,7 @@ class StageModel {
   // The first stage: ids [B,T] → the activation passed on.
   virtual nn::Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T) = 0;
   // This stage's blocks: activation → activation. All of them, or one chunk of them
-  // (interleaved 1F1B holds several chunks per stage, parallel/pp_interleaved.cpp).
+  // (interleaved 1F1B holds several chunks per stage, parallel/pp/schedule_interleaved.cpp).
   virtual nn::Tensor run_blocks(nn::Tensor x) = 0;
   virtual nn::Tensor run_chunk(nn::Tensor x, int chunk) = 0;
   virtual int chunks() const = 0;

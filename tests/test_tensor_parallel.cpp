@@ -1,5 +1,5 @@
 // The tensor-parallel building blocks against their one-process meaning, on every rank
-// count: f and g (parallel/tp_conjugate_ops.*) give the forward sum and the gradient of
+// count: f and g (parallel/tp/conjugate_ops.*) give the forward sum and the gradient of
 // the whole computation; the vocab-parallel cross-entropy equals nn::cross_entropy on the
 // gathered logits — loss and every gradient column — with padding columns ignored; the GPT
 // built from them equals nn::GPT, and sequence parallelism equals plain tensor parallelism.
@@ -17,9 +17,9 @@
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
-#include "parallel/tp_conjugate_ops.hpp"
-#include "parallel/tp_gpt.hpp"
-#include "parallel/vocab_parallel_cross_entropy.hpp"
+#include "parallel/tp/conjugate_ops.hpp"
+#include "parallel/tp/tensor_parallel_gpt.hpp"
+#include "parallel/tp/vocab_parallel_cross_entropy.hpp"
 
 namespace {
 

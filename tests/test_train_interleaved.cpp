@@ -1,4 +1,4 @@
-// --virtual-stages V (interleaved 1F1B, parallel/pp_interleaved.cpp) end to end, under
+// --virtual-stages V (interleaved 1F1B, parallel/pp/schedule_interleaved.cpp) end to end, under
 // mpiexec: GPipe ≡ 1F1B ≡ interleaved bit for bit for the same batch (P = 2, 3, 4; uneven
 // chunks; with data parallelism; dropout on within one V), and near one process; train_3d
 // alike; the log's bubble formula and chunks in flight; the trace's spans; a checkpoint that

@@ -2,12 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "parallel/dp/replicas.hpp"
 #include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
-#include "parallel/gradient_wire.hpp"
-#include "trainers/gradient_averaging.hpp"
+#include "parallel/dp/gradient_wire.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 #include "trainers/run_setup.hpp"
 
 namespace trainers {
@@ -21,7 +22,7 @@ void load_on_rank0(const fs::path& checkpoint, nn::GPT& model, nn::AdamW* optimi
 }
 
 void check_replicas(const nn::GPT& model, comm::Communicator& world) {
-  if (comm::runtime().options().check) verify_identical(model, world);
+  if (comm::runtime().options().check) parallel::verify_identical(model, world);
 }
 
 class ReplicatedUpdate : public DataParallelUpdate {
@@ -30,12 +31,12 @@ class ReplicatedUpdate : public DataParallelUpdate {
       : model_(model),
         world_(world),
         optimizer_(model.parameters(), o.adamw),
-        averager_(make_gradient_averager(o.ddp, GradientSource::of(model), world, static_cast<std::size_t>(o.bucket_mb * 1e6),
+        averager_(parallel::make_gradient_averager(o.ddp, parallel::GradientSource::of(model), world, static_cast<std::size_t>(o.bucket_mb * 1e6),
                                          o.grad_comm)) {}
 
   void start(const fs::path& checkpoint, bool with_optimizer) override {
     load_on_rank0(checkpoint, model_, with_optimizer ? &optimizer_ : nullptr, world_);
-    broadcast_state(model_, &optimizer_, world_);
+    parallel::broadcast_state(model_, &optimizer_, world_);
     check_replicas(model_, world_);
   }
   void before_backward(bool last) override { averager_->before_backward(last); }
@@ -60,7 +61,7 @@ class ReplicatedUpdate : public DataParallelUpdate {
   nn::GPT& model_;
   comm::Communicator& world_;
   nn::AdamW optimizer_;
-  std::unique_ptr<GradientAverager> averager_;
+  std::unique_ptr<parallel::GradientAverager> averager_;
 };
 
 class ShardedUpdate : public DataParallelUpdate {
@@ -76,7 +77,7 @@ class ShardedUpdate : public DataParallelUpdate {
     std::unique_ptr<nn::AdamW> full;
     if (world_.rank() == 0 && with_optimizer) full = std::make_unique<nn::AdamW>(model_.parameters(), adamw_);
     load_on_rank0(checkpoint, model_, full.get(), world_);
-    broadcast_state(model_, nullptr, world_);
+    parallel::broadcast_state(model_, nullptr, world_);
     check_replicas(model_, world_);
     zero_.start(full.get());
   }

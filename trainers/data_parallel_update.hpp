@@ -1,6 +1,6 @@
 // What train_dp does with the gradients backward leaves on every rank, for --zero 0-3:
 //
-//   0    ReplicatedUpdate: every gradient averaged on every rank (GradientAverager: naive or
+//   0    ReplicatedUpdate: every gradient averaged on every rank (parallel::GradientAverager: naive or
 //        bucketed), every rank steps the whole AdamW — the replicas stay identical
 //   1-3  ShardedUpdate: parallel::ZeroOptimizer — each rank keeps and steps only its shard
 //
@@ -21,7 +21,7 @@
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
 #include "nn/gpt.hpp"
-#include "parallel/zero_optimizer.hpp"
+#include "parallel/dp/zero_optimizer.hpp"
 #include "trainers/train_options.hpp"
 #include "trainers/training_loop.hpp"  // TrafficFormula
 
@@ -48,7 +48,7 @@ class DataParallelUpdate {
 std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions& o, nn::GPT& model,
                                                               comm::Communicator& world);
 
-// The first step's report beside ZeRO's formulas (parallel/zero_optimizer.hpp): what follows
+// The first step's report beside ZeRO's formulas (parallel/dp/zero_optimizer.hpp): what follows
 // each rank's memory line (" (ZeRO-1 formula 3.1 MiB)"), and rank 0's line on what the step
 // sent ("communication in the step: 2 allreduce (1.6 MB) → each rank sends ≈ 1.6 MB (formula …)").
 std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks);

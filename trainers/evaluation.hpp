@@ -32,7 +32,7 @@ class EvalMode {
 
 // The loss of one batch (ids, targets [B,T]) under evaluation (no dropout, no tape): the
 // same number on every rank that calls it. For one model: model.loss; for a pipeline: the
-// last stage's loss, shared with the others (parallel/pp_inference.hpp).
+// last stage's loss, shared with the others (parallel/pp/inference.hpp).
 using BatchLoss =
     std::function<float(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T)>;
 

@@ -6,15 +6,16 @@
 
 #include <fmt/format.h>
 
+#include "parallel/dp/replicas.hpp"
 #include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
-#include "parallel/pp_checkpoint.hpp"
-#include "parallel/pp_inference.hpp"
-#include "parallel/pp_stage.hpp"
-#include "parallel/tied_embedding.hpp"
-#include "parallel/tp_checkpoint.hpp"
-#include "trainers/gradient_averaging.hpp"
+#include "parallel/pp/checkpoint.hpp"
+#include "parallel/pp/inference.hpp"
+#include "parallel/pp/stage.hpp"
+#include "parallel/pp/tied_embedding.hpp"
+#include "parallel/tp/checkpoint.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 
 namespace trainers {
 
@@ -99,7 +100,7 @@ void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, con
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
   if (grid.dp == 1) return;
   std::vector<nn::NamedTensor> pieces = parameters();
-  broadcast_state(pieces, optimizer, grid.dp_group);
+  parallel::broadcast_state(pieces, optimizer, grid.dp_group);
 }
 
 BatchLoss GridModel::batch_loss() {
@@ -129,14 +130,14 @@ float GridModel::global_grad_norm() {
   return static_cast<float>(std::sqrt(squares));
 }
 
-float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, GradientAverager* averager) {
+float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, parallel::GradientAverager* averager) {
   std::vector<nn::NamedTensor> pieces = parameters();
   // Averaging over dp first: it is linear, so it commutes with the two sums below, and the
   // overlapped averager has sent most of it during backward already.
   if (averager)
     averager->finish();
   else if (grid.dp > 1)  // train_tp has dp 1: this is for a caller without an averager
-    average_gradients(pieces, grid.dp_group, wire);
+    parallel::average_gradients(pieces, grid.dp_group, wire);
   split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
   if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);
   const float norm = global_grad_norm();
@@ -144,8 +145,8 @@ float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, G
   return norm;
 }
 
-GradientSource GridModel::split_gradients() {
-  GradientSource source{.tensors = {}, .set_grad_ready_hook = [this](nn::GPT::GradReadyHook hook) {
+parallel::GradientSource GridModel::split_gradients() {
+  parallel::GradientSource source{.tensors = {}, .set_grad_ready_hook = [this](nn::GPT::GradReadyHook hook) {
                           split_->set_grad_ready_hook(std::move(hook));
                         }};
   for (const nn::NamedTensor& p : split_->named_parameters()) source.tensors.push_back(p.tensor);

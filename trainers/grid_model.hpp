@@ -18,9 +18,9 @@
 #include "nn/data.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/stage_model.hpp"
-#include "parallel/tp_gpt.hpp"
+#include "parallel/tp/tensor_parallel_gpt.hpp"
 #include "trainers/evaluation.hpp"
-#include "trainers/gradient_averaging.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 #include "trainers/inference_modes.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
@@ -87,9 +87,9 @@ class GridModel {
   // summed over tp, the tied embedding over first and last stage; then the global norm,
   // clipping to max_norm. Returns the norm.
   float finish_gradients(float max_norm, parallel::GradientWire wire,  // wire: --grad-comm over dp
-                         GradientAverager* averager = nullptr);
+                         parallel::GradientAverager* averager = nullptr);
   // The split model as a gradient averager sees it (its tensors and grad-ready hook).
-  GradientSource split_gradients();
+  parallel::GradientSource split_gradients();
 
  private:
   std::unique_ptr<nn::GPT> whole_;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "parallel/dp/replicas.hpp"
 #include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
 #include "trainers/evaluation.hpp"
@@ -18,7 +19,7 @@ class WholeModel final : public LoadedModel {
   WholeModel(const TrainOptions& o, const Start& start, comm::Communicator& world)
       : world_(world), model_(start.config, 0) {
     on_rank0_then_agree(world, [&] { nn::load_checkpoint(o.init_from, model_, nullptr); });
-    broadcast_state(model_, nullptr, world);
+    parallel::broadcast_state(model_, nullptr, world);
   }
   double full_loss(std::span<const int32_t> tokens) override { return full_split_loss(model_, tokens, world_); }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {

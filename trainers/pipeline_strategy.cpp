@@ -11,7 +11,7 @@
 #include "comm/runtime.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/memory_estimate.hpp"
-#include "parallel/pp_schedule.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace trainers {
 

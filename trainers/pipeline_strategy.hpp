@@ -1,7 +1,7 @@
 // What train_pp and train_3d share: the schedule's flags, and a step that cuts the replica's
 // batch into M micro-batches and runs their forwards and backwards through the stages under
-// a schedule (parallel/pp_gpipe.cpp, parallel/pp_1f1b.cpp), activations passed along by the
-// pipeline stage (parallel/pp_stage.hpp). After each log line, the bubble: each stage's share
+// a schedule (parallel/pp/schedule_gpipe.cpp, parallel/pp/schedule_1f1b.cpp), activations passed along by the
+// pipeline stage (parallel/pp/stage.hpp). After each log line, the bubble: each stage's share
 // of waiting beside the formula (p−1)/(m+p−1), its peak activations, micro-batches in flight.
 #pragma once
 #include <cstddef>
@@ -9,8 +9,8 @@
 
 #include "comm/cli_forward.hpp"
 
-#include "parallel/pp_schedule.hpp"
-#include "parallel/pp_stage.hpp"
+#include "parallel/pp/schedule.hpp"
+#include "parallel/pp/stage.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/grid_model.hpp"
 

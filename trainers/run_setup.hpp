@@ -77,14 +77,7 @@ void check_writable(const std::filesystem::path& dir, const std::string& flag);
 // A file the run will write (--metrics, --trace): its folder writable, the name not a folder.
 void check_output_file(const std::filesystem::path& file, const std::string& flag);
 
-// ---- the same start on every replica -------------------------------------------------------
-
-// Rank 0's parameters (and optimizer moments and step) on every rank of `group`.
-void broadcast_state(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& group);
-void broadcast_state(std::vector<nn::NamedTensor>& parameters, nn::AdamW* optimizer, comm::Communicator& group);
-
-// Check mode: every rank hashes its parameters and compares with rank 0's.
-void verify_identical(const nn::GPT& model, comm::Communicator& group);
+// The same start on every replica: parallel/dp/replicas.hpp.
 
 // Loads --init-from / --resume's config and training state on rank 0 (after every rank
 // agreed on the flags) and shares it.

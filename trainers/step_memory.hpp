@@ -8,7 +8,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "parallel/zero_optimizer.hpp"
+#include "parallel/dp/zero_optimizer.hpp"
 
 namespace trainers {
 

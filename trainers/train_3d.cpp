@@ -5,7 +5,7 @@
 //   mpiexec -n 4 build/trainers/train_3d --pp 2 --tp 2 --sequence-parallel
 //
 // The ranks form a grid (parallel/grid.hpp), tp fastest. Each rank holds pipeline stage
-// pp_rank's blocks, and of those, tp_rank's slice of every big matmul (parallel/tp_gpt.hpp).
+// pp_rank's blocks, and of those, tp_rank's slice of every big matmul (parallel/tp/tensor_parallel_gpt.hpp).
 // Each step:
 //   1. the replica's batch (dp_rank's share of the global batch) is cut into M micro-batches
 //      that flow through the pipeline under a schedule (trainers/pipeline_strategy.hpp, as in
@@ -23,7 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "comm/cli_checks.hpp"
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 #include "trainers/pipeline_strategy.hpp"
 #include "trainers/trainer_main.hpp"
 
@@ -39,7 +39,7 @@ class ThreeDParallel final : public PipelineStrategy {
         shape_(shape),
         // One replica: nothing to average (and no bf16 wire to round the gradients through).
         averager_(grid_.dp == 1 ? nullptr
-                                : make_gradient_averager(o_.ddp, grid_model_.split_gradients(), grid_.dp_group,
+                                : parallel::make_gradient_averager(o_.ddp, grid_model_.split_gradients(), grid_.dp_group,
                                                          static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {}
 
   StrategyFacts facts() const override {
@@ -73,7 +73,7 @@ class ThreeDParallel final : public PipelineStrategy {
   }
 
   GridShape shape_;
-  std::unique_ptr<GradientAverager> averager_;
+  std::unique_ptr<parallel::GradientAverager> averager_;
 };
 
 }  // namespace

@@ -7,11 +7,11 @@
 //   1. same start      rank 0 initialises (or loads) the model; every rank gets its parameters
 //                      (and optimizer moments) by broadcast
 //   2. unique data     BatchSampler: every rank a different micro-batch at every step
-//   3. average grads   GradientAverager (naive, or bucketed and overlapped with backward)
+//   3. average grads   parallel::GradientAverager (naive, or bucketed and overlapped with backward)
 //   4. same update     every rank clips and steps AdamW on identical averaged gradients,
 //                      so the replicas stay identical without ever sending parameters again
 //
-// --zero 1|2|3 shards what each rank keeps instead (parallel/zero_optimizer.hpp): steps 3
+// --zero 1|2|3 shards what each rank keeps instead (parallel/dp/zero_optimizer.hpp): steps 3
 // and 4 become a reduce-scatter of the gradients, AdamW on this rank's shard, and an
 // all-gather of the parameters. trainers/data_parallel_update.hpp holds both ways; the loop
 // around the step is trainers/training_loop.hpp, the same for every trainer.

@@ -18,9 +18,9 @@
 #include "nn/compute_modes.hpp"
 #include "nn/gpt.hpp"
 #include "nn/lr_schedule.hpp"
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 #include "trainers/batches.hpp"
-#include "trainers/gradient_averaging.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 
 namespace trainers {
 
@@ -47,9 +47,9 @@ struct TrainOptions {
   uint64_t seed = 1337;
   // data parallelism
   Sampling sampling = Sampling::random;  // random | partition (trainers/batches.hpp)
-  DdpKind ddp = DdpKind::bucketed;       // naive | bucketed (trainers/gradient_averaging.hpp)
+  parallel::DdpKind ddp = parallel::DdpKind::bucketed;       // naive | bucketed (parallel/dp/gradient_averaging.hpp)
   double bucket_mb = 1.0;
-  // fp32 | bf16: the gradients' element type in the allreduce / reduce-scatter (parallel/gradient_wire.hpp)
+  // fp32 | bf16: the gradients' element type in the allreduce / reduce-scatter (parallel/dp/gradient_wire.hpp)
   parallel::GradientWire grad_comm = parallel::GradientWire::fp32;
   int zero = 0;     // ZeRO stage (train_dp --zero): 0 replicated, 1 optimizer, 2 + gradients, 3 + parameters sharded
   int threads = 0;  // 0: cores / ranks on this node

@@ -21,10 +21,11 @@
 #include <fmt/ranges.h>
 
 #include "comm/cli_checks.hpp"
+#include "parallel/dp/replicas.hpp"
 #include "nn/grad_clip.hpp"
-#include "parallel/tied_embedding.hpp"
-#include "parallel/gradient_wire.hpp"
-#include "trainers/gradient_averaging.hpp"
+#include "parallel/pp/tied_embedding.hpp"
+#include "parallel/dp/gradient_wire.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 #include "trainers/pipeline_strategy.hpp"
 #include "trainers/trainer_main.hpp"
 
@@ -65,9 +66,9 @@ class PipelineParallel final : public PipelineStrategy {
         model_(grid_model_.whole_blocks()),
         // One replica: nothing to average (and no bf16 wire to round the gradients through).
         averager_(grid_.dp == 1 ? nullptr
-                                : make_gradient_averager(o_.ddp, GradientSource::of(model_), grid_.dp_group,
+                                : parallel::make_gradient_averager(o_.ddp, parallel::GradientSource::of(model_), grid_.dp_group,
                                                          static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {
-    if (comm::runtime().options().check) verify_identical(model_, grid_.dp_group);
+    if (comm::runtime().options().check) parallel::verify_identical(model_, grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }
   StrategyFacts facts() const override {
@@ -99,7 +100,7 @@ class PipelineParallel final : public PipelineStrategy {
   }
 
   nn::GPT& model_;
-  std::unique_ptr<GradientAverager> averager_;
+  std::unique_ptr<parallel::GradientAverager> averager_;
 };
 
 }  // namespace

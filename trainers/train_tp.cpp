@@ -3,7 +3,7 @@
 //   mpiexec -n 2 build/trainers/train_tp
 //   mpiexec -n 4 build/trainers/train_tp --n-head 4 --sequence-parallel
 //
-// Every rank sees the same batch and holds 1/W of every big weight (parallel/tp_gpt.hpp, W
+// Every rank sees the same batch and holds 1/W of every big weight (parallel/tp/tensor_parallel_gpt.hpp, W
 // ranks): attention's q, k, v by whole heads and the MLP's first layer by columns
 // (column-parallel), both output projections by rows (row-parallel), the embedding and the
 // lm_head by vocabulary rows. Each block costs two all-reduces of its [B,T,C] activation
@@ -21,7 +21,7 @@
 
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 #include "trainers/batches.hpp"
 #include "trainers/grid_model.hpp"
 #include "trainers/trainer_main.hpp"

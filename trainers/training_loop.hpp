@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.hpp"
-#include "parallel/zero_optimizer.hpp"
+#include "parallel/dp/zero_optimizer.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/trace.hpp"
 #include "trainers/training_log.hpp"

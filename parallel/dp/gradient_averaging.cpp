@@ -1,16 +1,15 @@
-#include "trainers/gradient_averaging.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 
 #include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 
-namespace trainers {
+namespace parallel {
 namespace {
 
-using parallel::GradientWire, parallel::WireBuffer, parallel::wire_note;
 
 // "Not used in practice, but the starting point": N blocking allreduces after backward.
 class NaiveAllreduce : public GradientAverager {
@@ -19,7 +18,7 @@ class NaiveAllreduce : public GradientAverager {
       : model_(std::move(model)), world_(world), wire_(wire) {}
   void before_backward(bool) override {}
   void finish() override {
-    for (auto& p : model_.tensors) parallel::average_on_wire(p.grad_values(), world_, wire_, scratch_);
+    for (auto& p : model_.tensors) average_on_wire(p.grad_values(), world_, wire_, scratch_);
   }
   std::string describe() const override {
     return fmt::format("naive: {} blocking allreduces per step, after backward{}", model_.tensors.size(),
@@ -160,7 +159,7 @@ void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communica
   std::vector<float> flat;
   for (const auto& p : parameters) flat.insert(flat.end(), p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
   WireBuffer scratch;
-  parallel::average_on_wire(flat, group, wire, scratch);
+  average_on_wire(flat, group, wire, scratch);
   auto at = flat.begin();
   for (auto& p : parameters) {
     std::copy_n(at, p.tensor.numel(), p.tensor.grad());
@@ -168,4 +167,4 @@ void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communica
   }
 }
 
-}  // namespace trainers
+}  // namespace parallel

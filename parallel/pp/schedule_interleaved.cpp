@@ -23,7 +23,7 @@
 // stage 0's next chunk) and receives the input of a later forward; after backward k it sends
 // its input's gradient back and receives the gradient of a later backward. Each is one paired
 // send_recv, forward direction first: with the backward exchange first, neighbours can both
-// wait to send (pp_stage.hpp's deadlock rule; P = 2, V = 1, M = 2 deadlocks). Between a pair
+// wait to send (pp/stage.hpp's deadlock rule; P = 2, V = 1, M = 2 deadlocks). Between a pair
 // of stages the messages of each direction are received in the order they were sent.
 //
 // Per chunk the backwards run micro-batches 0, 1, …, M − 1, as in GPipe and 1F1B, so every
@@ -34,7 +34,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "parallel/pp_schedule.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace parallel {
 

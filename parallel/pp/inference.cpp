@@ -1,4 +1,4 @@
-#include "parallel/pp_inference.hpp"
+#include "parallel/pp/inference.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "parallel/pp_checkpoint.hpp"
+#include "parallel/pp/checkpoint.hpp"
 
 #include <array>
 #include <sstream>

@@ -14,10 +14,10 @@
 // The bubble is as large as GPipe's, (p − 1)/(M + p − 1) of the step, but stage r holds at
 // most p − r micro-batches' activations instead of M. In the steady state a stage sends an
 // activation forward and receives a gradient from the same neighbour, which is doing the
-// mirror image: the two are one paired send_recv each (see the deadlock rule in pp_stage.hpp).
+// mirror image: the two are one paired send_recv each (see the deadlock rule in pp/stage.hpp).
 #include <algorithm>
 
-#include "parallel/pp_schedule.hpp"
+#include "parallel/pp/schedule.hpp"
 
 #include "comm/runtime.hpp"
 

@@ -1,4 +1,4 @@
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 
 #include <algorithm>
 

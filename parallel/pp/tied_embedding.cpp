@@ -1,4 +1,4 @@
-#include "parallel/tied_embedding.hpp"
+#include "parallel/pp/tied_embedding.hpp"
 
 #include <algorithm>
 #include <vector>

@@ -1,6 +1,6 @@
 // ZeRO (Rajbhandari et al., 2020): data parallelism whose replicas stop repeating each other.
 // Every rank still runs the whole model on its own micro-batch; what each rank *keeps* is
-// cut into N shards (parallel/zero_shards.hpp), and the averaging allreduce becomes its two
+// cut into N shards (parallel/dp/zero_shards.hpp), and the averaging allreduce becomes its two
 // halves — a reduce-scatter (each rank gets the average of its shard of the gradients) and
 // an all-gather (each rank's updated shard of the parameters goes to everyone):
 //
@@ -30,8 +30,8 @@
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
 #include "nn/gpt.hpp"
-#include "parallel/gradient_wire.hpp"
-#include "parallel/zero_shards.hpp"
+#include "parallel/dp/gradient_wire.hpp"
+#include "parallel/dp/zero_shards.hpp"
 
 namespace parallel {
 

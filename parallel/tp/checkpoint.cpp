@@ -1,10 +1,10 @@
-#include "parallel/tp_checkpoint.hpp"
+#include "parallel/tp/checkpoint.hpp"
 
 #include <array>
 #include <optional>
 #include <vector>
 
-#include "parallel/pp_checkpoint.hpp"
+#include "parallel/pp/checkpoint.hpp"
 
 namespace parallel {
 namespace {

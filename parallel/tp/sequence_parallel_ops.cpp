@@ -1,4 +1,4 @@
-#include "parallel/sequence_parallel_ops.hpp"
+#include "parallel/tp/sequence_parallel_ops.hpp"
 
 #include <algorithm>
 #include <vector>

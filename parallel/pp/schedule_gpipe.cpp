@@ -10,7 +10,7 @@
 //
 // Backwards run in the order 0 … M−1 (like 1F1B), so the two schedules sum gradients in the
 // same order. Messages only go one way at a time, so plain send/recv cannot deadlock.
-#include "parallel/pp_schedule.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace parallel {
 

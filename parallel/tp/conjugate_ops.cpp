@@ -1,4 +1,4 @@
-#include "parallel/tp_conjugate_ops.hpp"
+#include "parallel/tp/conjugate_ops.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "parallel/pp_stage.hpp"
+#include "parallel/pp/stage.hpp"
 
 #include <chrono>
 #include <numeric>

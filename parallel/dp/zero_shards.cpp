@@ -1,4 +1,4 @@
-#include "parallel/zero_shards.hpp"
+#include "parallel/dp/zero_shards.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "parallel/vocab_parallel_cross_entropy.hpp"
+#include "parallel/tp/vocab_parallel_cross_entropy.hpp"
 
 #include <algorithm>
 #include <cmath>

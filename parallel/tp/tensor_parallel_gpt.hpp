@@ -49,7 +49,7 @@ class TensorParallelGPT final : public StageModel {
  public:
   // The whole model, or a pipeline stage's `part` of it (train_3d). With sequence_parallel,
   // training activations outside the tensor-parallel regions are [B, T/tp, C]
-  // (parallel/sequence_parallel_ops.hpp); evaluation and generation keep them whole (no
+  // (parallel/tp/sequence_parallel_ops.hpp); evaluation and generation keep them whole (no
   // backward to save memory for, and any length T).
   TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp, bool sequence_parallel = false,
                     std::optional<nn::GPTPart> part = std::nullopt);
@@ -120,7 +120,7 @@ class TensorParallelGPT final : public StageModel {
   nn::Tensor maybe_dropout(const nn::Tensor& x, const nn::DropoutBatch& batch, nn::DropoutSite which, int layer);
   std::pair<nn::Tensor, nn::Tensor> block_forward(const nn::BlockWeights& b, int layer, const nn::DropoutBatch& batch,
                                                   nn::Tensor x, nn::Tensor previous_mlp_out);
-  // Blocks from {x, an MLP output still to add} → the same (tp_gpt.cpp); run_blocks_open: every chunk.
+  // Blocks from {x, an MLP output still to add} → the same (tp/tensor_parallel_gpt.cpp); run_blocks_open: every chunk.
   std::pair<nn::Tensor, nn::Tensor> run_chunk_open(nn::Tensor x, nn::Tensor mlp_out, int chunk);
   std::pair<nn::Tensor, nn::Tensor> run_blocks_open(nn::Tensor x);
   // Into a column-parallel layer (f, or the all-gather of the shards) and out of a row-parallel

@@ -1,4 +1,4 @@
-// How ZeRO cuts the model into shards (parallel/zero_optimizer.hpp uses it).
+// How ZeRO cuts the model into shards (parallel/dp/zero_optimizer.hpp uses it).
 //
 // Each parameter group — the embeddings, each block, ln_f (nn::GPT::parameter_groups) — is
 // flattened: its tensors back to back in state_dict order. The flat range is padded to a

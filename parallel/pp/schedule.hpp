@@ -1,14 +1,14 @@
 // Pipeline schedules: the order in which a stage runs the forwards and backwards of a step's
 // M micro-batches and exchanges activations. They know nothing of the model: they drive a
-// PipelineStage (parallel/pp_stage.hpp). p stages, this one is stage r.
+// PipelineStage (parallel/pp/stage.hpp). p stages, this one is stage r.
 //
-//   gpipe  all forwards, then all backwards (pp_gpipe.cpp). The naive baseline: simple, but
+//   gpipe  all forwards, then all backwards (pp/schedule_gpipe.cpp). The naive baseline: simple, but
 //          a stage holds the activations of all M micro-batches at once.
 //   1f1b   p − r − 1 warm-up forwards, then one forward, one backward, …, then the remaining
-//          backwards (pp_1f1b.cpp). The same bubble, but at most p − r micro-batches in flight.
+//          backwards (pp/schedule_1f1b.cpp). The same bubble, but at most p − r micro-batches in flight.
 //
 // With V chunks per stage (--virtual-stages V > 1), 1f1b is Megatron's interleaved 1F1B and
-// gpipe all forwards then all backwards over the P·V virtual stages (pp_interleaved.cpp).
+// gpipe all forwards then all backwards over the P·V virtual stages (pp/schedule_interleaved.cpp).
 //
 // Both give bit-identical gradients: each micro-batch's forward and backward is the same
 // computation, and both run the backwards in the order 0, 1, …, M−1, so every parameter's
@@ -17,7 +17,7 @@
 #include <array>
 #include <string_view>
 
-#include "parallel/pp_stage.hpp"
+#include "parallel/pp/stage.hpp"
 
 namespace parallel {
 

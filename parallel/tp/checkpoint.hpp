@@ -2,7 +2,7 @@
 // model.safetensors (+ optimizer moments) as every other trainer's. Each stage's tp group
 // gathers its slices into the stage's whole parameters and moments on its tp rank 0 (one
 // all-gather per tensor; the vocabulary's padding rows are cut); those tp-rank-0 ranks are one
-// pipeline, which saves as train_pp does (parallel/pp_checkpoint.hpp). Loading is the way back:
+// pipeline, which saves as train_pp does (parallel/pp/checkpoint.hpp). Loading is the way back:
 // the pipeline hands each stage its whole tensors, tp rank 0 broadcasts them over the tp group,
 // and every rank keeps its slice. So a checkpoint written under any (dp, pp, tp) loads under any
 // other, in train_dp, train_pp and PyTorch.
@@ -16,7 +16,7 @@
 #include "nn/adamw.hpp"
 #include "nn/gpt.hpp"
 #include "parallel/grid.hpp"
-#include "parallel/tp_gpt.hpp"
+#include "parallel/tp/tensor_parallel_gpt.hpp"
 
 namespace parallel {
 

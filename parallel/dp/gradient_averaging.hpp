@@ -14,7 +14,7 @@
 //
 // With gradient accumulation only the last micro-step communicates (before_backward(false)
 // leaves the others local), as DDP's no_sync(). `wire` bf16 (--grad-comm bf16) sends the
-// gradients as bf16, half the bytes (parallel/gradient_wire.hpp).
+// gradients as bf16, half the bytes (parallel/dp/gradient_wire.hpp).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -27,9 +27,9 @@
 #include "comm/communicator.hpp"
 #include "comm/types.hpp"
 #include "nn/gpt.hpp"
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 
-namespace trainers {
+namespace parallel {
 
 class GradientAverager {
  public:
@@ -56,12 +56,12 @@ struct GradientSource {
 // The bucketed one installs itself as the model's grad-ready hook (and removes it when destroyed).
 std::unique_ptr<GradientAverager> make_gradient_averager(DdpKind kind, GradientSource model, comm::Communicator& world,
                                                          std::size_t bucket_bytes,
-                                                         parallel::GradientWire wire = parallel::GradientWire::fp32);
+                                                         GradientWire wire = GradientWire::fp32);
 
 // The simplest averaging, for any list of parameter tensors (train_3d's slices): every
 // gradient packed into one buffer (in the `wire` type), one blocking allreduce (avg) over
 // `group`, unpacked.
 void average_gradients(std::vector<nn::NamedTensor>& parameters, comm::Communicator& group,
-                       parallel::GradientWire wire = parallel::GradientWire::fp32);
+                       GradientWire wire = GradientWire::fp32);
 
-}  // namespace trainers
+}  // namespace parallel

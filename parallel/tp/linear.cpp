@@ -1,9 +1,9 @@
-#include "parallel/tp_linear.hpp"
+#include "parallel/tp/linear.hpp"
 
 #include <algorithm>
 
 #include "nn/ops.hpp"
-#include "parallel/tp_conjugate_ops.hpp"
+#include "parallel/tp/conjugate_ops.hpp"
 
 namespace parallel {
 

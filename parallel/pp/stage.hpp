@@ -51,7 +51,7 @@ struct StageTimes {
 enum class StageSpan { forward, backward, wait };
 
 // Under interleaved 1F1B a stage holds V chunks of blocks (model chunks r, r + P, …: see
-// parallel/pp_interleaved.cpp). Chunk v of micro-batch m is a slot with its own tape; the
+// parallel/pp/schedule_interleaved.cpp). Chunk v of micro-batch m is a slot with its own tape; the
 // activation of chunk v on stage P − 1 goes on to chunk v + 1 on stage 0, and its gradient
 // comes back the same way. With V = 1 (GPipe, 1F1B) every slot is chunk 0.
 struct Slot {

@@ -1,10 +1,10 @@
-#include "parallel/vocab_parallel_embedding.hpp"
+#include "parallel/tp/vocab_parallel_embedding.hpp"
 
 #include <algorithm>
 #include <vector>
 
 #include "nn/autograd.hpp"
-#include "parallel/tp_conjugate_ops.hpp"
+#include "parallel/tp/conjugate_ops.hpp"
 
 namespace parallel {
 

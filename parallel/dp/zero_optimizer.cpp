@@ -1,4 +1,4 @@
-#include "parallel/zero_optimizer.hpp"
+#include "parallel/dp/zero_optimizer.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 
 #include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
-#include "parallel/gradient_wire.hpp"
+#include "parallel/dp/gradient_wire.hpp"
 
 namespace parallel {
 

@@ -1,4 +1,4 @@
-#include "parallel/tp_gpt.hpp"
+#include "parallel/tp/tensor_parallel_gpt.hpp"
 
 #include <cmath>
 #include <numeric>
@@ -10,11 +10,11 @@
 #include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
 #include "nn/recompute.hpp"
-#include "parallel/sequence_parallel_ops.hpp"
-#include "parallel/tp_conjugate_ops.hpp"
-#include "parallel/tp_linear.hpp"
-#include "parallel/vocab_parallel_cross_entropy.hpp"
-#include "parallel/vocab_parallel_embedding.hpp"
+#include "parallel/tp/sequence_parallel_ops.hpp"
+#include "parallel/tp/conjugate_ops.hpp"
+#include "parallel/tp/linear.hpp"
+#include "parallel/tp/vocab_parallel_cross_entropy.hpp"
+#include "parallel/tp/vocab_parallel_embedding.hpp"
 
 namespace parallel {
 namespace {
