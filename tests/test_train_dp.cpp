@@ -185,7 +185,7 @@ TEST_CASE("eval-only prints the exact val loss (the same on any rank count) and 
   CHECK(value(one.output) > 1.0);  // 3 steps: far from trained
   CHECK(value(one.output) < 4.0);  // below a uniform guess over ~30 characters (ln 30 = 3.4) plus slack
 
-  // --precision and --attention reach --eval-only as they reach training: bf16 products give
+  // --precision, --attention and --fusion reach --eval-only as they reach training: bf16 products give
   // other digits than fp32 (a run that ignored the flag would print the fp32 loss again).
   auto bf16 = train_dp(2, common + " --precision bf16 --eval-only --init-from " + checkpoint("eval").string());
   auto naive = train_dp(2, common + " --attention naive --eval-only --init-from " + checkpoint("eval").string());
@@ -197,6 +197,12 @@ TEST_CASE("eval-only prints the exact val loss (the same on any rank count) and 
   CHECK(value(bf16.output) != value(one.output));
   CHECK(value(bf16.output) == Approx(value(one.output)).epsilon(1e-2));  // within bf16's rounding
   CHECK(value(naive.output) == Approx(value(one.output)).epsilon(1e-5));
+  // --fusion separate (every trainer takes it, as gpt_bench): the separate ops, the same bits.
+  auto separate = train_dp(2, common + " --fusion separate --eval-only --init-from " + checkpoint("eval").string());
+  REQUIRE(separate.status == 0);
+  CHECK_THAT(separate.output, Catch::Contains("separate elementwise kernels"));
+  CHECK_THAT(one.output, Catch::Contains("fused elementwise kernels"));
+  CHECK(value(separate.output) == value(one.output));
 
   auto sample =
       train_dp(1, "--sample-only --sample-tokens 40 --prompt 'the king' --init-from " + checkpoint("eval").string());

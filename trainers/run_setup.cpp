@@ -5,13 +5,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
-#include <fstream>
-#include <string_view>
 #include <vector>
 #include <cmath>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -36,13 +31,17 @@ namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-void set_compute_modes(const TrainOptions& o) { nn::set_compute_modes(o.precision, o.attention, o.recompute); }
+void set_compute_modes(const TrainOptions& o) {
+  nn::set_compute_modes(o.precision, o.attention, o.recompute);
+  nn::set_fusion(o.fusion);
+}
 
 void say_compute(const comm::Communicator& world) {
   const nn::Precision precision = nn::matmul_precision();
-  comm::say("compute: {} ranks × {} thread(s), {} matrix multiplies on {}, {} attention, backend {}", world.size(),
-            nn::compute_threads(), nn::name_of(precision), nn::gemm_library(precision),
-            nn::name_of(nn::attention_kernel()), world.backend_name());
+  comm::say("compute: {} ranks × {} thread(s), {} matrix multiplies on {}, {} attention, {} elementwise kernels, "
+            "backend {}",
+            world.size(), nn::compute_threads(), nn::name_of(precision), nn::gemm_library(precision),
+            nn::name_of(nn::attention_kernel()), nn::name_of(nn::fusion()), world.backend_name());
 }
 
 comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
@@ -55,94 +54,6 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
   }
   nn::set_compute_threads(options.threads > 0 ? options.threads : nn::default_compute_threads(runtime.local_size()));
   return world;
-}
-
-// Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
-// instead of the other ranks waiting forever for what rank 0 was about to send them.
-void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work) {
-  std::array<int32_t, 1> failed{0};
-  std::string message;
-  if (world.rank() == 0) {
-    try {
-      work();
-    } catch (const std::exception& e) {
-      failed[0] = 1;
-      message = e.what();
-    }
-  }
-  world.broadcast(std::span<int32_t>(failed), 0);
-  if (failed[0]) throw comm::UsageError(message);  // printed once, by rank 0
-}
-
-// Rank 0's string on every rank (a length, then the bytes as int32s).
-void broadcast_text(comm::Communicator& world, std::string& text) {
-  std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
-  world.broadcast(std::span<int64_t>(size), 0);
-  std::vector<int32_t> chars(text.begin(), text.end());
-  chars.resize(static_cast<std::size_t>(size[0]));
-  world.broadcast(std::span<int32_t>(chars), 0);
-  text.assign(chars.begin(), chars.end());
-}
-
-// ---- the data --------------------------------------------------------------------------
-
-// Rank 0 prepares the data (finding or downloading the text) and says where it is; then
-// every rank reads it.
-Splits load_data(const TrainOptions& o, comm::Communicator& world) {
-  const std::optional<fs::path> text = o.text.empty() ? std::nullopt : std::optional<fs::path>(o.text);
-  std::string dir, origin;
-  on_rank0_then_agree(world, [&] {
-    const nn::PreparedData prepared = nn::prepare_shakespeare(o.data_dir, text);
-    dir = prepared.dir.string();
-    origin = prepared.reused ? fmt::format("prepared earlier from {}", prepared.source)
-                             : fmt::format("prepared now from {} ({})", prepared.source, prepared.source_how);
-  });
-  broadcast_text(world, dir);
-  broadcast_text(world, origin);
-  try {
-    Splits s;
-    const auto prepared = nn::read_prepared_data(dir);
-    if (!prepared) nn::fail("{}: the prepared data is gone", dir);
-    s.origin = origin;
-    s.dir = prepared->dir;
-    s.vocabulary = prepared->vocabulary;
-    s.train = nn::load_tokens(s.dir / "train.bin", s.vocabulary.size());
-    s.val = nn::load_tokens(s.dir / "val.bin", s.vocabulary.size());
-    return s;
-  } catch (const nn::Error& e) {
-    throw comm::UsageError(e.what());  // the same files, the same failure on every rank
-  }
-}
-
-void check_fits(const Splits& data, int block_size) {
-  for (auto [name, split] : {std::pair{"train", &data.train}, std::pair{"val", &data.val}})
-    if (static_cast<int64_t>(split->size()) < block_size + 1)
-      throw comm::UsageError(
-          fmt::format("--block-size {} is longer than the data: the {} split of {} has {} tokens "
-                      "(a window needs block_size + 1)",
-                      block_size, name, data.dir.string(), split->size()));
-}
-
-void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab,
-                      const fs::path& data_dir) {
-  const nlohmann::json& v = train_state.contains("vocabulary") ? train_state.at("vocabulary") : nlohmann::json("");
-  if (!v.is_string()) throw comm::UsageError(fmt::format("the checkpoint's vocabulary is not text: {}", v.dump()));
-  const std::string saved = v.get<std::string>();
-  if (saved != data_vocab.chars())
-    throw comm::UsageError(
-        fmt::format("vocabulary mismatch: the checkpoint was trained on {} characters, the data in {} "
-                    "has {} — a different text",
-                    saved.size(), data_dir.string(), data_vocab.size()));
-}
-
-// Samples start from --prompt: every character must be in the vocabulary (checked before
-// training, not at the first evaluation).
-void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabulary) {
-  try {
-    vocabulary.encode(prompt);
-  } catch (const nn::Error& e) {
-    throw comm::UsageError(fmt::format("--prompt: {}", e.what()));
-  }
 }
 
 // Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
@@ -165,33 +76,6 @@ void check_memory(const nn::GPTConfig& config, int batch_size, bool training, co
                     "available memory is {} ({} rank(s) on a node): make the model, "
                     "--batch-size or --block-size smaller",
                     need.describe(), nn::format_bytes(budget[0]), ranks_here));
-}
-
-// Every place the run will write must be writable before step 0, not at the first checkpoint.
-void check_writable(const fs::path& dir, const std::string& flag) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  const fs::path probe = dir / fmt::format(".write-test-{}", ::getpid());
-  std::FILE* file = ec ? nullptr : std::fopen(probe.c_str(), "w");
-  if (!file)
-    throw comm::UsageError(
-        fmt::format("{} {}: cannot write there ({})", flag, dir.string(), ec ? ec.message() : std::strerror(errno)));
-  std::fclose(file);
-  fs::remove(probe, ec);
-}
-
-void check_output_file(const fs::path& file, const std::string& flag) {
-  if (fs::is_directory(file))
-    throw comm::UsageError(fmt::format("{} {}: is a folder, not a file", flag, file.string()));
-  check_writable(file.has_parent_path() ? file.parent_path() : fs::path("."), flag);
-}
-
-// ---- step 1: the same start on every rank -----------------------------------------------
-
-float mean_over(comm::Communicator& group, float value) {
-  std::array<float, 1> mean{value};
-  group.allreduce(std::span<float>(mean), comm::ReduceOp::avg);
-  return mean[0];
 }
 
 Start read_start(const TrainOptions& o, const fs::path& checkpoint, comm::Communicator& world) {
@@ -230,54 +114,6 @@ void check_saved_step(const nlohmann::json& train_state, const std::string& stat
   if (!step.is_number_integer() || step.get<int64_t>() < 0 || step.get<int64_t>() > std::numeric_limits<int>::max())
     throw comm::UsageError(fmt::format("{}: step must be a whole number from 0 to {}, got {}", state_file,
                                        std::numeric_limits<int>::max(), step.dump()));
-}
-
-namespace {
-
-// An argument as a shell reads it back: as it is when it is plain, else in single quotes.
-std::string shell_quoted(const std::string& arg) {
-  const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_./=:,@%+-").find(c) != std::string_view::npos;
-  });
-  if (plain) return arg;
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-}  // namespace
-
-std::string launcher_prefix(const std::string& program) {
-  std::ifstream in(fmt::format("/proc/{}/cmdline", static_cast<long>(getppid())), std::ios::binary);
-  std::vector<std::string> args;
-  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
-  if (args.empty()) return "";
-  const std::string launcher = fs::path(args[0]).filename().string();
-  if (launcher != "mpiexec" && launcher != "mpirun" && launcher != "orterun") return "";
-  // The launcher's own arguments end where the program begins: as typed, or by its name.
-  const std::string name = fs::path(program).filename().string();
-  for (std::size_t i = 1; i < args.size(); ++i)
-    if (args[i] == program || fs::path(args[i]).filename().string() == name) {
-      std::string prefix;
-      for (std::size_t j = 0; j < i; ++j) prefix += (j ? " " : "") + shell_quoted(args[j]);
-      return prefix;
-    }
-  return "";
-}
-
-// The command that continues this run, for the interrupt note: the launcher as the user ran
-// it (its flags too: --oversubscribe, --hostfile, -x), else a plain mpiexec.
-std::string resume_command(const TrainOptions& o, int N) {
-  const std::string launcher = o.launcher.empty() ? fmt::format("mpiexec -n {}", N) : o.launcher;
-  std::string command = fmt::format("{} {} --resume", launcher, shell_quoted(o.program));
-  if (o.explicit_flags.count("--out-dir")) command += " --out-dir " + shell_quoted(o.out_dir);
-  if (o.explicit_flags.count("--data-dir")) command += " --data-dir " + shell_quoted(o.data_dir);
-  if (!o.text.empty()) command += " --text " + shell_quoted(o.text);
-  for (const std::string& word : relaunch_flags(o)) {
-    command += ' ';
-    command += shell_quoted(word);
-  }
-  return command;
 }
 
 RunStart begin_run(TrainOptions& o, comm::Communicator& world) {

@@ -1,6 +1,7 @@
 // What every trainer does before step 0 — the same in train_dp, train_pp and the ones after:
-// the random streams, rank-0-then-agree, the data and its checks, the memory and output
-// checks, reading the checkpoint to start from, and the same start on every replica.
+// starting comm and the compute threads, reading the checkpoint to start from, the memory
+// check, the run's notes. Its parts of their own: rank_agreement (rank 0 then everyone),
+// training_data (the splits and their checks), output_checks, resume_command.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -19,7 +20,11 @@
 #include "nn/data.hpp"
 #include "nn/gpt.hpp"
 #include "trainers/out_dir_lock.hpp"
+#include "trainers/output_checks.hpp"
+#include "trainers/rank_agreement.hpp"
+#include "trainers/resume_command.hpp"
 #include "trainers/train_options.hpp"
+#include "trainers/training_data.hpp"
 
 namespace trainers {
 
@@ -36,46 +41,11 @@ using nn::stream_seed;
 comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,
                                   const TrainOptions& options);
 
-// Runs `work` on rank 0. If it throws, every rank stops with rank 0's message (exit 2) —
-// instead of the other ranks waiting forever for what rank 0 was about to send them.
-void on_rank0_then_agree(comm::Communicator& world, const std::function<void()>& work);
-
-// The mean of `value` over the ranks of `group`, on every rank.
-float mean_over(comm::Communicator& group, float value);
-
-// Rank 0's string on every rank.
-void broadcast_text(comm::Communicator& world, std::string& text);
-
-// ---- the data ----------------------------------------------------------------------------
-
-struct Splits {
-  nn::CharVocabulary vocabulary;
-  std::vector<int32_t> train, val;
-  std::filesystem::path dir;
-  std::string origin;  // where the text came from, for the log
-};
-
-// Rank 0 prepares the data (finding or downloading the text) and says where it is; then
-// every rank reads it.
-Splits load_data(const TrainOptions& o, comm::Communicator& world);
-
-// One-line errors (comm::UsageError) for a block_size longer than a split, a checkpoint
-// trained on another text, a prompt character outside the vocabulary.
-void check_fits(const Splits& data, int block_size);
-void check_vocabulary(const nlohmann::json& train_state, const nn::CharVocabulary& data_vocab,
-                      const std::filesystem::path& data_dir);
-void check_prompt(const std::string& prompt, const nn::CharVocabulary& vocabulary);
-
 // Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
 // times the ranks on a node exceeds what the node has. With ZeRO (zero_stage 1-3) the
 // parameters and training state are those of the stage's formula over world's ranks.
 void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world,
                   int zero_stage = 0);
-
-// Every place the run will write must be writable before step 0, not at the first checkpoint.
-void check_writable(const std::filesystem::path& dir, const std::string& flag);
-// A file the run will write (--metrics, --trace): its folder writable, the name not a folder.
-void check_output_file(const std::filesystem::path& file, const std::string& flag);
 
 // The same start on every replica: parallel/dp/replicas.hpp.
 
@@ -89,12 +59,6 @@ Start read_start(const TrainOptions& o, const std::filesystem::path& checkpoint,
 
 // "---- sample at step S ----", on rank 0.
 void say_sample(int64_t step, const std::string& text, comm::Communicator& world);
-
-// The command that continues this run, for the interrupt note.
-std::string resume_command(const TrainOptions& o, int ranks);
-// The launcher's part of the command that started this process ("mpiexec --oversubscribe -n 4",
-// shell-quoted), read from the parent process; "" when the parent is not mpiexec/mpirun.
-std::string launcher_prefix(const std::string& program);
 
 // ---- the start of a training run -----------------------------------------------------------
 

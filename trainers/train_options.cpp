@@ -93,6 +93,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--recompute", o.recompute, nn::kRecomputeNames,
              "activations recomputed in backward instead of kept: none, selective (the attention core), "
              "full (all but each block's input)");
+  add_choice(app, "--fusion", o.fusion, nn::kFusionNames,
+             "fused (each residual add inside the next layernorm's pass; with --bias, c_fc's bias inside GELU's) "
+             "or separate (one op each; the same bits, slower)");
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this node)")
       ->check(whole(0, 1024));
 }

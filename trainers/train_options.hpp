@@ -61,6 +61,9 @@ struct TrainOptions {
   // none | selective (the attention core) | full (each block): activations recomputed in
   // backward instead of kept (nn/recompute.hpp)
   nn::Recompute recompute = nn::Recompute::none;
+  // fused | separate: each residual add inside the next layernorm's pass (and, with biases,
+  // c_fc's bias inside GELU's), or one op each (gpt_bench's speed ladder; the same bits)
+  nn::Fusion fusion = nn::Fusion::fused;
   // evaluation, logging, samples
   int eval_interval = 250;
   int eval_iters = 10;
