@@ -15,6 +15,7 @@
 #include "nn/error.hpp"
 #include "nn/onednn_gemm.hpp"
 #include "nn/philox.hpp"
+#include "nn/rng.hpp"
 #include "nn/threads.hpp"
 #include "nn_test_util.hpp"
 
@@ -384,6 +385,15 @@ TEST_CASE("dropout: drops about p, keeps the mean; the mask is where an element 
   nn::set_compute_threads(threads);
   CHECK(std::equal(y.data(), y.data() + n, again.data()));
 
+  // Each factor is the spec's: word e mod 4 of the Philox draw at (e div 4, sample, site, step),
+  // keyed by the seed's dropout stream, below p·2³² dropped.
+  const uint64_t key = nn::stream_seed(42, nn::Stream::dropout);
+  for (int64_t e : {0, 1, 2, 3, 4, 777, 49999}) {
+    const nn::PhiloxCounter words = nn::philox4x32_10({static_cast<uint32_t>(e / 4), 11, 5, 7},
+                                                      {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
+    const bool dropped = words[static_cast<std::size_t>(e % 4)] < static_cast<uint32_t>(std::ldexp(double{0.3f}, 32));
+    CHECK(y.data()[per_row + e] == (dropped ? 0.0f : 1.0f / 0.7f));  // row 1 = sample 11
+  }
   // The rows as two replicas' micro-batches (samples 10-11 and 12-13), and each row as two
   // ranks' slices (elements 0-19999 and 20000-49999, an offset not a multiple of Philox's 4
   // words either): the same elements dropped.

@@ -28,7 +28,7 @@ float* thread_scratch(std::size_t count) {
   return scratch.data();
 }
 
-// A row of dropout factors per thread, apart from the scratch (which holds the weights).
+// A head's dropout factors per thread [T,T], apart from the scratch (which holds the weights).
 float* thread_factors(std::size_t count) {
   thread_local std::vector<float> factors;
   if (factors.size() < count) factors.resize(count);
@@ -36,13 +36,16 @@ float* thread_factors(std::size_t count) {
 }
 
 // Dropout on one head's weights: P_drop[t,j] = P[t,j]·m/(1−p), the mask of the head's rows
-// from nn/dropout_mask.hpp, so backward draws forward's exactly. Works in place too
-// (out == P). Only the causal part (j ≤ t) is drawn; the future is set to 0.
-void drop(const float* P, float* out, int64_t T, const DropoutMask& head_mask) {
-  float* factors = thread_factors(T);
+// from nn/dropout_mask.hpp — drawn once per pass into `factors` [T,T] (causal part, j ≤ t),
+// then applied: forward to P, backward to P and to dP with the same draw.
+void draw_mask(const DropoutMask& head_mask, int64_t T, float* factors) {
+  for (int64_t t = 0; t < T; ++t) head_mask.factors(0, t * T, t + 1, factors + t * T);
+}
+
+// out = P ⊙ factors on the causal part, 0 above it; in place too (out == P).
+void apply_mask(const float* P, const float* factors, float* out, int64_t T) {
   for (int64_t t = 0; t < T; ++t) {
-    head_mask.factors(0, t * T, t + 1, factors);
-    for (int64_t j = 0; j <= t; ++j) out[t * T + j] = P[t * T + j] * factors[j];
+    for (int64_t j = 0; j <= t; ++j) out[t * T + j] = P[t * T + j] * factors[t * T + j];
     std::fill(out + t * T + t + 1, out + (t + 1) * T, 0.0f);
   }
 }
@@ -171,7 +174,9 @@ void head_forward(const Head& H, Operand q, float* P, float* y) {
   const float* weights = P;
   if (H.dropout) {
     float* dropped = thread_scratch(T * T);
-    drop(P, dropped, T, H.head_mask());
+    float* factors = thread_factors(T * T);
+    draw_mask(H.head_mask(), T, factors);
+    apply_mask(P, factors, dropped, T);
     weights = dropped;
   }
   const Operand W = square(weights, T, H.bf16, 0);
@@ -190,8 +195,10 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
   float* dP = thread_scratch(2 * T * T);
   float* dropped = dP + T * T;
   const float* weights = P;
+  float* factors = H.dropout ? thread_factors(T * T) : nullptr;
   if (H.dropout) {
-    drop(P, dropped, T, H.head_mask());
+    draw_mask(H.head_mask(), T, factors);
+    apply_mask(P, factors, dropped, T);
     weights = dropped;
   }
   const Operand W = square(weights, T, H.bf16, 0);
@@ -204,7 +211,7 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
     // dP[b0:b1, 0:b1] = dy[b0:b1] v[0:b1]ᵀ
     product(false, true, b1 - b0, b1, hs, 1.0f, dy.at(b0 * C), C, v, 3 * C, 0.0f, dP + b0 * T, T);
   }
-  if (H.dropout) drop(dP, dP, T, H.head_mask());  // same mask and scale
+  if (H.dropout) apply_mask(dP, factors, dP, T);  // same mask and scale
   causal_softmax_backward(dP, P, T);
   const Operand dS = square(dP, T, H.bf16, 1);
   for (int64_t b0 = 0; b0 < T; b0 += kCausalRows) {
