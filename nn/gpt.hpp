@@ -154,8 +154,9 @@ class GPT {
 
   void set_training(bool on) { training_ = on; }  // dropout only while training
   bool training() const { return training_; }
-  // The batch the next forwards run on, for their dropout masks (default: the seed given at
-  // construction, step 0, first sample 0).
+  // The batch the next forwards run on, for their dropout masks. Until it is set: the seed
+  // given at construction, step 0, first sample 0 — the same masks on every forward, so a
+  // training loop sets it before each micro-batch (the trainers do).
   void set_dropout_batch(const DropoutBatch& batch) { dropout_batch_ = batch; }
   void zero_grad();
 

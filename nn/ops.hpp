@@ -77,7 +77,8 @@ Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout = {})
 Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape);
 
 // dropout.cpp — zero each element with probability mask.p, scale the rest by 1/(1-p); which
-// ones: nn/dropout_mask.hpp (x's rows are samples). p == 0 returns x itself.
+// ones: nn/dropout_mask.hpp. x's first dimension counts samples (a 1-D x: each element its
+// own sample); an empty or 0-d x is refused. p == 0 returns x itself.
 Tensor dropout(const Tensor& x, const DropoutMask& mask);
 
 // cross_entropy.cpp — mean over rows whose target is not ignore_index of

@@ -1,7 +1,7 @@
 // What a pipeline stage needs of its piece of the model, whatever that piece is: a slice of
 // nn::GPT's layers (train_pp), or a slice of a tensor-parallel GPT's layers whose every
 // matmul is itself split over a tensor-parallel group (train_3d). The pipeline code
-// (pp_stage, pp_inference) calls only these, so one schedule serves both.
+// (parallel/pp/stage, parallel/pp/inference) calls only these, so one schedule serves both.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -23,7 +23,7 @@ struct Pass {
   std::size_t peak_bytes = 0;             // the allocator's peak above the start
 };
 
-// Two forward + backward passes (gradients accumulate; the second on other samples) of a small
+// Two forward + backward passes (gradients accumulate; the second with other samples' masks) of a small
 // GPT with dropout, whose attention weights [B,H,T,T] outweigh a block's other activations.
 Pass run(nn::Recompute recompute, nn::PrecisionSetting precision) {
   nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute);
@@ -41,6 +41,9 @@ Pass run(nn::Recompute recompute, nn::PrecisionSetting precision) {
   for (int micro = 0; micro < 2; ++micro) {
     model.set_dropout_batch({.seed = 9, .step = 1, .first_sample = micro * B});
     nn::Tensor loss = model.loss(ids, targets, B, T);
+    // A pipeline runs other micro-batches' forwards before this one's backward: a replay that
+    // read the model's batch then, instead of the one it captured, would draw other masks.
+    model.set_dropout_batch({.seed = 9, .step = 1, .first_sample = 1000});
     nn::autograd::backward(loss);
     pass.loss += loss.item();
   }

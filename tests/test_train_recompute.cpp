@@ -11,7 +11,7 @@ namespace {
 constexpr int kSteps = 3;
 
 // 4 heads (tp 2 splits them), 2 blocks (one per stage), dropout on: the replay must draw
-// forward's masks on every rank's generators.
+// forward's masks, from the coordinates it captured when forward ran.
 std::string common(int layers = 2) {
   return tiny(shakespeareish(), "data", layers) + fmt::format(" --n-head 4 --dropout 0.1 --max-iters {}", kSteps);
 }

@@ -52,7 +52,8 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
 // each rank's memory line (" (ZeRO-1 formula 3.1 MiB)"), and rank 0's line on what the step
 // sent ("communication in the step: 2 allreduce (1.6 MB) → each rank sends ≈ 1.6 MB (formula …)").
 std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks);
-// ZeRO's traffic per step and rank, by the formula (parallel/zero_traffic), with its terms.
+// ZeRO's traffic per step and rank, by the formula (parallel/dp/zero_optimizer.hpp:
+// zero_traffic), with its terms.
 TrafficFormula zero_traffic_formula(const TrainOptions& o, const nn::GPT& model, int ranks);
 
 }  // namespace trainers

@@ -229,8 +229,9 @@ nlohmann::json train_state(const RunStart& run, int64_t steps_done, int world_si
       {"global_batch", batch.sequences},
       {"vocabulary", run.data.vocabulary.chars()},
       {"options", to_json(o)},
-      // Every random stream is a function of the seed and the step: see nn::stream_seed.
-      {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * o.grad_accum}, {"ranks", world_size}}}};
+      // Every random stream is a function of the seed and the step (nn::stream_seed); the
+      // samples and masks of a step are the global batch's, whatever the ranks.
+      {"rng", {{"seed", o.seed}, {"micro_steps_done", steps_done * o.grad_accum}}}};
   if (val_loss) state["val_loss"] = *val_loss;
   return state;
 }

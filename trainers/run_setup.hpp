@@ -81,7 +81,8 @@ struct RunStart {
 // flags' variables with its layout (TrainOptions::layout_flags); run.options is the result.
 RunStart begin_run(TrainOptions& options, comm::Communicator& world);
 
-// --precision (auto resolved) and --attention for the whole process: every mode calls it once
+// --precision (auto resolved), --attention, --recompute and --fusion for the whole process
+// (nn/compute_modes.hpp): every mode calls it once
 // its options are final — training after begin_run (--resume may set --precision), --eval-only
 // and --sample-only before they load the model. say_compute prints the "compute:" line.
 void set_compute_modes(const TrainOptions& options);

@@ -78,7 +78,8 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "seed of initialisation, data order, dropout, samples")
       ->check(whole(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
-  add_choice(app, "--sampling", o.sampling, kSamplingNames, "unique data per rank: random streams or a partition");
+  add_choice(app, "--sampling", o.sampling, kSamplingNames,
+             "the step's global batch: random windows per sample (seed, step, sample), or a shuffled partition");
   add_choice(app, "--ddp", o.ddp, parallel::kDdpKindNames, "gradient averaging: naive or bucketed (overlapped)");
   app.add_option("--bucket-mb", o.bucket_mb, "bucket size for --ddp bucketed, MB")
       ->check(positive_real(1e6))

@@ -9,7 +9,8 @@
 // 1F1B); the activation x [b,T,C] it sends is received by the next stage as a fresh tensor
 // that requires a gradient; backward of m starts from the gradient of its output that the
 // next stage sent back (autograd::backward(output, grad)), and sends the gradient of its input
-// on. The schedules (pp_gpipe, pp_1f1b) only decide the order of these calls.
+// on. The schedules (pp/schedule_gpipe.cpp, schedule_1f1b.cpp, schedule_interleaved.cpp) only
+// decide the order of these calls.
 //
 // Deadlock rule: two neighbours must never both wait to send to each other. A send of a
 // large message waits until the peer posts the matching receive; if stage r sends its next
@@ -73,7 +74,8 @@ class PipelineStage {
 
   // The step's data: rows [m·b, (m+1)·b) of ids/targets [M·b, T] are micro-batch m.
   void set_batch(std::span<const int32_t> ids, std::span<const int32_t> targets);
-  // Called before each forward: sets the model's dropout stream for micro-batch m, chunk v.
+  // Called before each forward of micro-batch m (on chunk v): sets the model's dropout batch
+  // (nn::DropoutBatch: the chunk does not change the masks, the layers' numbers do).
   std::function<void(int m, int v)> before_forward;
 
   // Compute, on the slot's tape.
