@@ -257,11 +257,11 @@ int main(int argc, char** argv) {
     }
     if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
     nn::set_compute_threads(o.threads);
-    nn::set_fusion(o.fusion);
-    o.precision = nn::set_compute_modes(o.precision_setting, o.attention, o.recompute).precision;
+    const nn::ComputeModes modes = nn::resolve_modes(o.precision_setting, o.attention, o.recompute, o.fusion);
+    o.precision = modes.precision;
     c.vocab_size = o.vocab;
     c.bias = o.bias;
-    nn::GPT model(c, 1337);
+    nn::GPT model(c, 1337, modes);
     report(o, model, batch, c.block_size, time_steps(model, batch, c.block_size, o));
     if (o.profile) profile_one_step(model, batch, c.block_size, o);
   } catch (const std::exception& e) {

@@ -9,7 +9,6 @@
 namespace nn {
 
 namespace {
-Precision g_precision = Precision::fp32;
 
 // The weights cast in this step: the parameter (its handle keeps its storage alive, so no
 // other tensor can take its address while the entry lives), where its values were, the cast.
@@ -25,9 +24,6 @@ struct CastCacheState {
 };
 CastCacheState g_cache;
 }  // namespace
-
-void set_matmul_precision(Precision precision) { g_precision = precision; }
-Precision matmul_precision() { return g_precision; }
 
 Bf16Buffer::Bf16Buffer(int64_t n)
     : values_(BufferPool::acquire<numeric::bfloat16>(static_cast<std::size_t>(n))), count_(static_cast<std::size_t>(n)) {}

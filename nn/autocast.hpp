@@ -20,9 +20,9 @@
 
 namespace nn {
 
-// For the whole process (default fp32); programs set it through set_compute_modes (nn/compute_modes.hpp).
-void set_matmul_precision(Precision precision);
-Precision matmul_precision();
+// Which precision a product runs in is the caller's (linear, matmul and attention take it; the
+// models pass their ComputeModes', nn/compute_modes.hpp): nothing here is process-wide but the
+// cast cache of a step.
 
 // n bf16 values in memory from the buffer pool (nn/buffer_pool.hpp): no page faults once warm.
 class Bf16Buffer {

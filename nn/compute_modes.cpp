@@ -1,6 +1,5 @@
 #include "nn/compute_modes.hpp"
 
-#include "nn/autocast.hpp"
 
 namespace nn {
 
@@ -16,12 +15,8 @@ Precision resolve(PrecisionSetting setting) {
   return gemm_has_native_bf16() ? Precision::bf16 : Precision::fp32;
 }
 
-ComputeModes set_compute_modes(PrecisionSetting precision, AttentionKernel attention, Recompute recompute) {
-  const ComputeModes modes{resolve(precision), attention, recompute};
-  set_matmul_precision(modes.precision);
-  set_attention_kernel(modes.attention);
-  set_recompute(modes.recompute);
-  return modes;
+ComputeModes resolve_modes(PrecisionSetting precision, AttentionKernel attention, Recompute recompute, Fusion fusion) {
+  return {resolve(precision), attention, recompute, fusion};
 }
 
 }  // namespace nn

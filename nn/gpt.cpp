@@ -86,7 +86,8 @@ bool GPTPart::owns_block(int l) const {
   return false;
 }
 
-GPT::GPT(const GPTConfig& config, uint64_t seed) : GPT(config, seed, GPTPart::whole(config)) {}
+GPT::GPT(const GPTConfig& config, uint64_t seed, const ComputeModes& modes)
+    : GPT(config, seed, GPTPart::whole(config), modes) {}
 
 // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
 // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
@@ -143,8 +144,8 @@ void GPT::init_blocks(Rng& rng) {
 // The draws run over the *whole* model in state_dict order; a part keeps the values of the
 // parameters it owns and skips the others' — so every part starts from exactly the whole
 // model's numbers, and the copies of wte on the first and last stage are identical.
-GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part)
-    : config_(config), part_(part), dropout_batch_{.seed = seed} {
+GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes)
+    : config_(config), part_(part), modes_(modes), dropout_batch_{.seed = seed} {
   config_.validate();
   const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
   int next = 0;  // chunks in model order, each a non-empty range inside the model
@@ -285,8 +286,8 @@ Tensor GPT::run_chunk(Tensor x, int chunk) {
 // starts from the stream it stored, so there every block adds its own output.
 std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chunk) {
   const BlockRange range = part_.chunks.at(static_cast<std::size_t>(chunk));
-  const bool full = recompute_mode() == Recompute::full;
-  const bool carry = fusion() == Fusion::fused && !full;
+  const bool full = modes_.recompute == Recompute::full;
+  const bool carry = modes_.fusion == Fusion::fused && !full;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     if (block_ids_[l] < range.first || block_ids_[l] >= range.end) continue;
     mark_grad_ready(block_groups_[l]);
@@ -319,25 +320,25 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
   const DropoutMask weights_mask =
       dropout_mask(config_.dropout, training_, batch, DropoutSite::attention_weights, layer);
   auto attention_core = [this, weights_mask](const Tensor& qkv) {
-    return attention(qkv, config_.n_head, weights_mask);  // [B,T,3C] → [B,T,C]
+    return attention(qkv, config_.n_head, weights_mask, modes_.attention, modes_.precision);  // [B,T,3C] → [B,T,C]
   };
   Tensor h;
   std::tie(x, h) = add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
-  h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn");  // [B,T,3C]
-  h = recompute_mode() == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);
-  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj"), batch,
+  h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn", modes_.precision);  // [B,T,3C]
+  h = modes_.recompute == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);
+  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj", modes_.precision), batch,
                     DropoutSite::attention_output, layer);
-  if (fusion() == Fusion::fused) {
+  if (modes_.fusion == Fusion::fused) {
     std::tie(x, h) = add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
   } else {
     x = add(x, h);
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
-  if (fusion() == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass
-    h = bias_gelu(linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc"), b.c_fc_bias);        // [B,T,4C]
+  if (modes_.fusion == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass
+    h = bias_gelu(linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc", modes_.precision), b.c_fc_bias);        // [B,T,4C]
   else
-    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc"));                 // [B,T,4C]
-  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj"), batch,  // [B,T,C]
+    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc", modes_.precision));                 // [B,T,4C]
+  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj", modes_.precision), batch,  // [B,T,C]
                     DropoutSite::mlp_output, layer);
   return {x, h};
 }
@@ -356,7 +357,7 @@ Tensor GPT::head_logits(const Tensor& x) { return lm_head(final_norm(x)); }
 
 Tensor GPT::lm_head(const Tensor& h) {
   begin_use(0);
-  Tensor logits = linear(h, wte_, {}, "GEMM lm_head");  // lm_head tied to wte: [B,T,V]
+  Tensor logits = linear(h, wte_, {}, "GEMM lm_head", modes_.precision);  // lm_head tied to wte: [B,T,V]
   end_use(0);
   return logits;
 }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/autograd.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/dropout_mask.hpp"
 #include "nn/error.hpp"
 #include "nn/rng.hpp"
@@ -111,12 +112,15 @@ std::vector<int32_t> generate_tokens(Model& model, std::vector<int32_t> tokens, 
 
 class GPT {
  public:
-  GPT(const GPTConfig& config, uint64_t seed);  // nanoGPT's initialisation, from `seed`
+  // nanoGPT's initialisation, from `seed`; `modes`: how it computes (precision, attention
+  // kernel, recompute, fusion), for its whole life.
+  GPT(const GPTConfig& config, uint64_t seed, const ComputeModes& modes = {});
   // A part of it: allocates only the part's parameters (and their gradients), initialised
   // with exactly the values the whole model would give them.
-  GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part);
+  GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes = {});
 
   const GPTConfig& config() const { return config_; }
+  const ComputeModes& modes() const { return modes_; }
   const GPTPart& part() const { return part_; }
 
   // The pieces, for a pipeline stage (forward and backward of each are on the tape):
@@ -204,6 +208,7 @@ class GPT {
 
   GPTConfig config_;
   GPTPart part_;
+  ComputeModes modes_;
   std::vector<NamedTensor> parameters_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<BlockWeights> blocks_;  // the blocks it owns, in model order

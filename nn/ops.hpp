@@ -7,16 +7,19 @@
 #include <utility>
 
 #include "nn/dropout_mask.hpp"
+#include "nn/gemm.hpp"  // Precision
 #include "nn/tensor.hpp"
 
 namespace nn {
 
 // matmul.cpp — a [M,K] · b [K,N] → [M,N]; linear: x [...,in] · weightᵀ [in,out] + bias [out]
 // → [...,out], with weight laid out [out,in] like PyTorch's nn.Linear. bias may be empty.
-Tensor matmul(const Tensor& a, const Tensor& b);
+// `precision`: the products' inputs (nn/autocast.hpp); the models pass their ComputeModes'.
+Tensor matmul(const Tensor& a, const Tensor& b, Precision precision = Precision::fp32);
 // `family` names the product in gpt_bench --profile (nn/profile.hpp): a string literal (the
 // backward closure keeps the pointer).
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const char* family = "GEMM linear");
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const char* family = "GEMM linear",
+              Precision precision = Precision::fp32);
 
 // elementwise.cpp — a + b where b's shape equals a's trailing dimensions (a bias, a
 // position embedding) or all of them; a ⊙ b (same shapes); a · s.
@@ -44,11 +47,9 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const 
 std::pair<Tensor, Tensor> add_pending_layernorm(const Tensor& x, const Tensor& pending, const Tensor& weight,
                                                 const Tensor& bias = {});
 // Whether the models call the fused elementwise kernels (add_layernorm, and bias_gelu in a model
-// with biases) or the separate ops
-// they fuse (process-wide, default fused; --fusion separate is the speed ladder's rung before).
+// with biases) or the separate ops they fuse (a model's ComputeModes; --fusion separate is the
+// speed ladder's rung before).
 enum class Fusion { fused, separate };
-void set_fusion(Fusion fusion);
-Fusion fusion();
 
 // softmax.cpp — over the last dimension.
 Tensor softmax(const Tensor& x);
@@ -56,7 +57,8 @@ Tensor softmax(const Tensor& x);
 // attention.cpp — causal multi-head self-attention on the packed output of c_attn:
 // qkv [B,T,3C] = (q | k | v) → y [B,T,C]. Dropout on the attention weights [B,H,T,T] when
 // dropout.p > 0 (its rows: samples; head h's weights at h·T·T of the sample's).
-Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& dropout = {});
+Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& dropout = {},
+                             Precision precision = Precision::fp32);
 
 // attention_naive.cpp — the same attention as eager PyTorch computes it, one op per step
 // (--attention naive), and those steps: q, k or v (which = 0, 1, 2) of qkv as [B,H,T,hs]; its
@@ -67,11 +69,9 @@ Tensor split_heads(const Tensor& qkv, int which, int n_head);
 Tensor merge_heads(const Tensor& y);
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_b);
 Tensor causal_mask(const Tensor& x);
-// Which of the two the models call (process-wide, default fused).
+// Which of the two a model calls (its ComputeModes; the naive one runs its products in fp32).
 enum class AttentionKernel { fused, naive };
-void set_attention_kernel(AttentionKernel kernel);
-AttentionKernel attention_kernel();
-Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout = {});
+Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout, AttentionKernel kernel, Precision precision);
 
 // embedding.cpp — rows of weight [V,C] picked by ids → [ids.size(), C] viewed as out_shape + [C].
 Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape);

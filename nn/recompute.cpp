@@ -4,13 +4,6 @@
 #include "nn/profile.hpp"
 
 namespace nn {
-namespace {
-Recompute g_recompute = Recompute::none;
-}  // namespace
-
-void set_recompute(Recompute recompute) { g_recompute = recompute; }
-Recompute recompute_mode() { return g_recompute; }
-
 Tensor recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> forward) {
   if (!autograd::grad_enabled()) return forward(x);
   Tensor y;

@@ -30,9 +30,7 @@ enum class Recompute { none, selective, full };
 inline constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
 constexpr std::string_view name_of(Recompute r) { return kRecomputeNames[static_cast<std::size_t>(r)]; }
 
-// Process-wide, like the attention kernel (nn/compute_modes.hpp sets it); the models read it.
-void set_recompute(Recompute recompute);
-Recompute recompute_mode();
+// Which one a model uses is its ComputeModes' (nn/compute_modes.hpp).
 
 // y = forward(x), keeping only x for backward (see above). forward must be a pure function of
 // x, the weights and what it captured (by value: the model's state may have moved on to

@@ -132,14 +132,12 @@ TEST_CASE("GPT in bf16 matches PyTorch's bf16 autocast: loss and every gradient 
   for (const char* name : {"gpt_parity_bias.safetensors", "gpt_parity_nobias.safetensors"}) {
     INFO(name);
     Fixture fx(name);
-    nn::GPT model(fx.config, 1);
+    nn::GPT model(fx.config, 1, {.precision = nn::Precision::bf16});
     fx.load_weights(model);
     std::vector<int32_t> ids = fx.ints("ids"), targets = fx.ints("targets");
     const auto& shape = fx.file.shape("ids");
-    nn::set_matmul_precision(nn::Precision::bf16);
     nn::Tensor loss = model.loss(ids, targets, shape[0], shape[1]);
     nn::autograd::backward(loss);
-    nn::set_matmul_precision(nn::Precision::fp32);
     const double torch_bf16 = fx.file.doubles("bf16.loss")[0];
     INFO("loss: ours in bf16 " << loss.item() << ", PyTorch autocast " << torch_bf16);
     CHECK(std::abs(loss.item() - torch_bf16) <= 1e-3 * std::abs(torch_bf16));
@@ -268,17 +266,7 @@ TEST_CASE("GPT with fused elementwise kernels equals the separate ops: loss and 
   const nn::Recompute recompute = GENERATE(nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full);
   CAPTURE(nn::name_of(recompute));
   auto run = [&](nn::Fusion fusion) {
-    struct Restore {
-      nn::Fusion fusion = nn::fusion();
-      nn::Recompute recompute = nn::recompute_mode();
-      ~Restore() {
-        nn::set_fusion(fusion);
-        nn::set_recompute(recompute);
-      }
-    } restore;
-    nn::set_fusion(fusion);
-    nn::set_recompute(recompute);
-    nn::GPT model(c, 21);
+    nn::GPT model(c, 21, {.recompute = recompute, .fusion = fusion});
     nn::profile::reset();
     nn::profile::enable(true);  // to see which kernels ran
     nn::Tensor loss = model.loss(ids, targets, 3, 16);
@@ -402,9 +390,8 @@ TEST_CASE("training: a small GPT learns a repeating sequence; no memory taken af
 }
 
 TEST_CASE("training in bf16: no memory taken after step one either (the casts come from the pool)") {
-  nn::set_matmul_precision(nn::Precision::bf16);
   nn::GPTConfig c{2, 2, 32, 16, 7, 0.1f, true};
-  nn::GPT model(c, 3);
+  nn::GPT model(c, 3, {.precision = nn::Precision::bf16});
   nn::AdamW opt(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
   std::vector<int32_t> ids(4 * 16), targets(4 * 16);
   for (int i = 0; i < 4 * 16; ++i) ids[i] = i % 7, targets[i] = (i + 1) % 7;
@@ -420,7 +407,6 @@ TEST_CASE("training in bf16: no memory taken after step one either (the casts co
     opt.zero_grad();
     if (step == 1) allocations = nn::BufferPool::system_allocations();
   }
-  nn::set_matmul_precision(nn::Precision::fp32);
   CHECK(last < first);  // it trains
   CHECK(nn::BufferPool::system_allocations() == allocations);
 }

@@ -565,12 +565,6 @@ constexpr double kBf16Unit = 1.0 / 256;        // u = 2⁻⁸ (8 significant bit
 constexpr double kFp32Unit = 1.0 / (1 << 24);  // 2⁻²⁴
 double bf(float x) { return static_cast<float>(numeric::bfloat16(x)); }
 
-// The test's precision for its scope; fp32 again after it (the default every other test expects).
-struct Bf16Scope {
-  Bf16Scope() { nn::set_matmul_precision(nn::Precision::bf16); }
-  ~Bf16Scope() { nn::set_matmul_precision(nn::Precision::fp32); }
-};
-
 // out[m,n] = Σ_k a[m,k]·b[n,k] (both row-major, "transposed" b as linear's weight), in double,
 // on the inputs as they are or rounded to bf16; `magnitude` gets Σ_k |a·b|.
 void dot_products(const float* a, const float* b, int64_t M, int64_t N, int64_t K, bool rounded,
@@ -612,8 +606,7 @@ TEST_CASE("bf16 linear: products of bf16-rounded inputs summed in fp32, forward 
     Tensor x = random_tensor({rows, in}, 1), w = random_tensor({out, in}, 2, 0.1f), b = random_tensor({out}, 3);
     Tensor dy = random_tensor({rows, out}, 4, 1.0f, false);
     {
-      Bf16Scope bf16;
-      Tensor y = nn::linear(x, w, b);
+      Tensor y = nn::linear(x, w, b, "GEMM linear", nn::Precision::bf16);
       Tensor loss = nn::sum(nn::mul(y, dy));
       nn::autograd::backward(loss);
       std::vector<double> rounded, exact, magnitude;
@@ -650,8 +643,7 @@ TEST_CASE("bf16 matmul: forward and both gradients are products of bf16-rounded 
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) b.data()[k * N + n] = bt.data()[n * K + k];
   Tensor dc = random_tensor({M, N}, 7, 1.0f, false);
-  Bf16Scope bf16;
-  Tensor c = nn::matmul(a, b);
+  Tensor c = nn::matmul(a, b, nn::Precision::bf16);
   Tensor loss = nn::sum(nn::mul(c, dc));
   nn::autograd::backward(loss);
   std::vector<double> rounded, exact, magnitude;
@@ -666,35 +658,38 @@ TEST_CASE("bf16 matmul: forward and both gradients are products of bf16-rounded 
 
 TEST_CASE("bf16: a weight is cast once per WeightCastCache scope, and again after it changes") {
   Tensor x = random_tensor({4, 64}, 1, 1.0f, false), w = random_tensor({8, 64}, 2);
-  Bf16Scope bf16;
+  auto bf16_linear = [](const Tensor& in, const Tensor& weight) {
+    return nn::linear(in, weight, {}, "GEMM linear", nn::Precision::bf16);
+  };
   nn::autograd::NoGrad no_grad;
   std::vector<float> first;
   {
     nn::WeightCastCache step;
     const std::size_t before = nn::WeightCastCache::casts_made();
-    Tensor y = nn::linear(x, w);
+    Tensor y = bf16_linear(x, w);
     first.assign(y.values().begin(), y.values().end());
-    nn::linear(x, w);
+    bf16_linear(x, w);
     CHECK(nn::WeightCastCache::casts_made() == before + 1);  // two uses, one cast
   }
   for (float& v : w.values()) v *= 2;  // the optimizer step, between scopes
   nn::WeightCastCache step;
-  Tensor y = nn::linear(x, w);
+  Tensor y = bf16_linear(x, w);
   for (std::size_t i = 0; i < first.size(); ++i) CHECK(y.data()[i] == 2 * first[i]);  // ×2 is exact in bf16
 }
 
-TEST_CASE("precision settings: names, auto resolved by the engine, the modes set for the process") {
+TEST_CASE("precision settings: names, auto resolved by the engine, the modes resolved for a model") {
   CHECK(nn::name_of(nn::Precision::bf16) == "bf16");
   CHECK(nn::name_of(nn::Precision::fp32) == "fp32");
   CHECK(nn::kPrecisionSettingNames[static_cast<std::size_t>(nn::PrecisionSetting::automatic)] == "auto");
   CHECK(nn::resolve(nn::PrecisionSetting::automatic) ==
         (nn::gemm_has_native_bf16() ? nn::Precision::bf16 : nn::Precision::fp32));
-  const nn::ComputeModes modes = nn::set_compute_modes(nn::PrecisionSetting::bf16, nn::AttentionKernel::naive);
-  CHECK(nn::matmul_precision() == nn::Precision::bf16);
-  CHECK(nn::attention_kernel() == nn::AttentionKernel::naive);
+  const nn::ComputeModes modes = nn::resolve_modes(nn::PrecisionSetting::bf16, nn::AttentionKernel::naive,
+                                                   nn::Recompute::full, nn::Fusion::separate);
   CHECK(modes.precision == nn::Precision::bf16);
-  nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused);
-  CHECK(nn::matmul_precision() == nn::Precision::fp32);
+  CHECK(modes.attention == nn::AttentionKernel::naive);
+  CHECK(modes.recompute == nn::Recompute::full);
+  CHECK(modes.fusion == nn::Fusion::separate);
+  CHECK(nn::resolve_modes(nn::PrecisionSetting::automatic).precision == nn::resolve(nn::PrecisionSetting::automatic));
 }
 
 TEST_CASE("naive attention's steps: split and merge heads, batched products, causal mask — gradients") {
@@ -732,9 +727,12 @@ TEST_CASE("naive attention (--attention naive) equals the fused kernel: output a
       REQUIRE(qkv_b.grad()[i] == Approx(qkv_a.grad()[i]).margin(1e-5));
     }
   }
-  nn::set_attention_kernel(nn::AttentionKernel::naive);
-  CHECK(nn::attention_kernel() == nn::AttentionKernel::naive);
-  nn::set_attention_kernel(nn::AttentionKernel::fused);
+  // nn::attention dispatches to the kernel it is given.
+  Tensor qkv = random_tensor({1, 9, 36}, 13, 1.0f, false);
+  const nn::DropoutMask mask{.p = 0.3f, .seed = 5};
+  Tensor by_naive = nn::attention(qkv, 3, mask, nn::AttentionKernel::naive, nn::Precision::fp32);
+  Tensor direct = nn::causal_self_attention_naive(qkv, 3, mask);
+  CHECK(std::equal(by_naive.data(), by_naive.data() + by_naive.numel(), direct.data()));
 }
 
 // Attention under bf16 rounds q, k and v, the weights P and, in backward, dy and dS — each
@@ -753,8 +751,7 @@ TEST_CASE("bf16 attention: QKᵀ and PV on bf16 inputs, output and gradient with
     nn::autograd::backward(loss32);
     Tensor y16;
     {
-      Bf16Scope bf16;
-      y16 = nn::causal_self_attention(qkv16, 2);
+      y16 = nn::causal_self_attention(qkv16, 2, {}, nn::Precision::bf16);
       Tensor loss16 = nn::sum(nn::mul(y16, weights));
       nn::autograd::backward(loss16);
     }

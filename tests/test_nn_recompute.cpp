@@ -26,11 +26,10 @@ struct Pass {
 // Two forward + backward passes (gradients accumulate; the second with other samples' masks) of a small
 // GPT with dropout, whose attention weights [B,H,T,T] outweigh a block's other activations.
 Pass run(nn::Recompute recompute, nn::PrecisionSetting precision) {
-  nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute);
   nn::GPTConfig config;
   config.n_layer = 3, config.n_head = 4, config.n_embd = 32, config.block_size = 64, config.vocab_size = 17;
   config.dropout = 0.2f;
-  nn::GPT model(config, 5);
+  nn::GPT model(config, 5, nn::resolve_modes(precision, nn::AttentionKernel::fused, recompute));
   const int64_t B = 4, T = 64;
   std::vector<int32_t> ids(B * T), targets(B * T);
   for (int64_t i = 0; i < B * T; ++i) ids[i] = static_cast<int32_t>((i * 7) % 17), targets[i] = static_cast<int32_t>((i * 5 + 3) % 17);
@@ -49,7 +48,6 @@ Pass run(nn::Recompute recompute, nn::PrecisionSetting precision) {
   }
   pass.peak_bytes = nn::BufferPool::peak_bytes_in_use() - start;
   for (auto& p : model.parameters()) pass.grads.emplace_back(p.tensor.grad_values().begin(), p.tensor.grad_values().end());
-  nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, nn::Recompute::none);
   return pass;
 }
 

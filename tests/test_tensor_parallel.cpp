@@ -282,11 +282,12 @@ TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every -
         for (bool bias : {false, true}) {  // with biases c_fc's bias runs inside GELU's pass (bias_gelu)
           if (sp && tp == 1) continue;  // SP needs 2 ranks or more
           config.bias = bias;
-          const nn::Precision runs = nn::set_compute_modes(precision, nn::AttentionKernel::fused, recompute).precision;
+          const nn::ComputeModes modes = nn::resolve_modes(precision, nn::AttentionKernel::fused, recompute);
+          const nn::Precision runs = modes.precision;
           double kept[2];
           for (int layers : {1, 2}) {
             config.n_layer = layers;
-            parallel::TensorParallelGPT model(config, 9, world, sp);
+            parallel::TensorParallelGPT model(config, 9, world, sp, std::nullopt, modes);
             nn::WeightCastCache casts_once;  // as the training loop: the step's bf16 weights stay
             const std::size_t before = nn::BufferPool::bytes_in_use();
             nn::Tensor loss = model.loss(ids, targets, B, S);
@@ -301,5 +302,4 @@ TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every -
                   << ", biases " << bias << ": a block keeps " << kept[1] - kept[0] << " bytes, the formula says " << formula);
           CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-9));
         }
-  nn::set_compute_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, nn::Recompute::none);
 }

@@ -54,15 +54,17 @@ std::vector<int> chunk_layers(const GridShape& s, int n_layer) {
 
 // ---- the model piece ------------------------------------------------------------------------
 
-GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed)
+GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
+                     const nn::ComputeModes& modes)
     : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp)),
       layers(chunk_layers(shape, config.n_layer)) {
   const nn::GPTPart part = parallel::stage_part(layers, grid.pp_rank, grid.pp);
   if (shape.split_matmuls) {
-    split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part);
+    split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part,
+                                                           modes);
     stage_ = split_.get();
   } else {
-    whole_ = std::make_unique<nn::GPT>(config, seed, part);
+    whole_ = std::make_unique<nn::GPT>(config, seed, part, modes);
     whole_stage_ = std::make_unique<parallel::GptStage>(*whole_);
     stage_ = whole_stage_.get();
   }
@@ -160,7 +162,7 @@ namespace {
 class LoadedGrid final : public LoadedModel {
  public:
   LoadedGrid(const GridShape& shape, const TrainOptions& o, const Start& start, comm::Communicator& world)
-      : grid_model_(world, shape, start.config, 0) {
+      : grid_model_(world, shape, start.config, 0, compute_modes(o)) {
     grid_model_.load(o.init_from, nullptr, world);
   }
   double full_loss(std::span<const int32_t> tokens) override {
@@ -190,7 +192,7 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
     : run_(run),
       o_(run.options),
       world_(world),
-      grid_model_(world, shape, run.start.config, seed),
+      grid_model_(world, shape, run.start.config, seed, compute_modes(run.options)),
       optimizer_(grid_model_.parameters(), run.options.adamw) {
   if (!run.load_from.empty())
     grid_model_.load(run.load_from, o_.resume ? &optimizer_ : nullptr, world);

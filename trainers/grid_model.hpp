@@ -52,7 +52,9 @@ std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const Train
 class GridModel {
  public:
   // Every rank of a replica draws its stage's part of the same start from `seed`.
-  GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed);
+  // `modes`: how its piece computes (precision, attention kernel, recompute, fusion).
+  GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
+            const nn::ComputeModes& modes);
 
   parallel::Grid grid;
   std::vector<int> layers;  // blocks per stage (per chunk, in model order, with virtual stages)

@@ -17,7 +17,7 @@ namespace {
 class WholeModel final : public LoadedModel {
  public:
   WholeModel(const TrainOptions& o, const Start& start, comm::Communicator& world)
-      : world_(world), model_(start.config, 0) {
+      : world_(world), model_(start.config, 0, compute_modes(o)) {
     on_rank0_then_agree(world, [&] { nn::load_checkpoint(o.init_from, model_, nullptr); });
     parallel::broadcast_state(model_, nullptr, world);
   }

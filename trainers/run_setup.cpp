@@ -31,17 +31,16 @@ namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-void set_compute_modes(const TrainOptions& o) {
-  nn::set_compute_modes(o.precision, o.attention, o.recompute);
-  nn::set_fusion(o.fusion);
+nn::ComputeModes compute_modes(const TrainOptions& o) {
+  return nn::resolve_modes(o.precision, o.attention, o.recompute, o.fusion);
 }
 
-void say_compute(const comm::Communicator& world) {
-  const nn::Precision precision = nn::matmul_precision();
+void say_compute(const comm::Communicator& world, const nn::ComputeModes& modes) {
+  const nn::Precision precision = modes.precision;
   comm::say("compute: {} ranks × {} thread(s), {} matrix multiplies on {}, {} attention, {} elementwise kernels, "
             "backend {}",
             world.size(), nn::compute_threads(), nn::name_of(precision), nn::gemm_library(precision),
-            nn::name_of(nn::attention_kernel()), nn::name_of(nn::fusion()), world.backend_name());
+            nn::name_of(modes.attention), nn::name_of(modes.fusion), world.backend_name());
 }
 
 comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& comm_options,

@@ -85,8 +85,8 @@ RunStart begin_run(TrainOptions& options, comm::Communicator& world);
 // (nn/compute_modes.hpp): every mode calls it once
 // its options are final — training after begin_run (--resume may set --precision), --eval-only
 // and --sample-only before they load the model. say_compute prints the "compute:" line.
-void set_compute_modes(const TrainOptions& options);
-void say_compute(const comm::Communicator& world);
+nn::ComputeModes compute_modes(const TrainOptions& options);
+void say_compute(const comm::Communicator& world, const nn::ComputeModes& modes);
 
 // What one optimizer step consumes: the data-parallel width (replicas, each seeing its own
 // data) and the sequences all of them take together (the global batch).

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "nn/recompute.hpp"
 #include "parallel/dp/zero_optimizer.hpp"
 
 namespace trainers {
@@ -17,7 +18,8 @@ class StepMemory {
   void step_begins();  // resets the allocator's peak
   // Collective over `world`: rank 0 prints one line per rank. `formula` follows the sum
   // (train_dp: " (ZeRO-1 formula 3.1 MiB)").
-  void report(const parallel::HeldBytes& held, const std::string& formula, comm::Communicator& world) const;
+  void report(const parallel::HeldBytes& held, const std::string& formula, nn::Recompute recompute,
+              comm::Communicator& world) const;
 
  private:
   double at_start_ = 0;

@@ -41,7 +41,8 @@ class DataParallel final : public Strategy {
         world_(world),
         // 1. The same start. Every rank builds a model, each from a different seed — so without
         //    the broadcast in start() the replicas would differ — and rank 0's is copied to all.
-        model_(run.start.config, stream_seed(o_.seed, Stream::init, static_cast<uint64_t>(world.rank()))),
+        model_(run.start.config, stream_seed(o_.seed, Stream::init, static_cast<uint64_t>(world.rank())),
+               compute_modes(o_)),
         update_(make_data_parallel_update(o_, model_, world)),
         sampler_(data_.train, T(), o_.batch_size, o_.grad_accum, o_.sampling, o_.seed, world.rank(),
                  world.size()) {

@@ -22,16 +22,15 @@ int run_trainer(int argc, char** argv, const Program& program) {
     comm::Communicator& world = start_trainer(runtime, comm_options, options);
     if (!options.resume) program.check_world(options, world);  // a resumed run's layout comes from its checkpoint
     if (options.eval_only || options.sample_only) {
-      set_compute_modes(options);  // the model reads what --precision and --attention ask, as in training
+      // The model computes as --precision, --attention and --fusion ask, as in training.
       if (options.eval_only) {
-        say_compute(world);
+        say_compute(world, compute_modes(options));
         eval_only(options, world, program.load_model);
       } else {
         sample_only(options, world, program.load_model);  // prints the text alone, for a pipe
       }
     } else {
       const RunStart run = begin_run(options, world);
-      set_compute_modes(run.options);
       const std::unique_ptr<Strategy> strategy = program.make_strategy(run, world);
       training_loop(run, *strategy, world);
     }

@@ -140,7 +140,7 @@ class Loop {
 void Loop::say_start() const {
   const nn::GPTConfig& c = run_.start.config;
   for (const std::string& line : facts_.layout) comm::say("{}", line);
-  say_compute(world_);
+  say_compute(world_, compute_modes(o_));
   const double parameters = nn::parameter_count(c) - c.block_size * c.n_embd;  // nanoGPT's count: no wpe
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", c.n_layer, c.n_head,
             c.n_embd, c.block_size, c.vocab_size, parameters / 1e6);
@@ -220,7 +220,7 @@ float Loop::step(int64_t step, float lr) {
 
   if (first) {
     const comm::TrafficByKind sent = world_.traffic() - traffic_at_start;  // before the report's own allgather
-    memory_.report(held, facts_.memory_formula, world_);
+    memory_.report(held, facts_.memory_formula, o_.recompute, world_);
     if (const auto& formula = facts_.traffic_formula)
       comm::say("communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {})",
                 comm::describe(sent), comm::bytes_sent_per_rank(sent, world_.size()) / 1e6,

@@ -235,7 +235,7 @@ void head_backward(const Head& H, Operand q, const float* P, Operand dy, float* 
 // backward, per (b, h):  dv += drop(P)ᵀ dy        dPd = dy vᵀ,   dP = drop'(dPd)
 //                        dS = P ⊙ (dP − rowsum(dP ⊙ P))
 //                        dq += dS k / √hs         dk += dSᵀ q / √hs
-Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& dropout) {
+Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& dropout, Precision precision) {
   if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
     fail("attention: qkv {} cannot be split into q, k, v of {} heads", shape_string(qkv.shape()), n_head);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = n_head, hs = C / H;
@@ -243,7 +243,7 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head, const DropoutMask& d
   const double area = causal_block_area(T);
   profile::Scope scope("attention core", 0, 4.0 * B * area * C);
   if (dropout.p < 0.0f || dropout.p >= 1.0f) fail("attention: dropout p must be in [0, 1), got {}", dropout.p);
-  const bool bf16 = matmul_precision() == Precision::bf16;
+  const bool bf16 = precision == Precision::bf16;
   const Head head{T, C, hs, 1.0f / std::sqrt(static_cast<float>(hs)), bf16, dropout.active() ? &dropout : nullptr};
 
   bool track = autograd::needs_grad({&qkv});

@@ -166,16 +166,9 @@ Tensor causal_self_attention_naive(const Tensor& qkv, int n_head, const DropoutM
   return merge_heads(batched_matmul(weights, v, /*trans_b=*/false));
 }
 
-namespace {
-AttentionKernel g_attention = AttentionKernel::fused;
-}
-
-void set_attention_kernel(AttentionKernel kernel) { g_attention = kernel; }
-AttentionKernel attention_kernel() { return g_attention; }
-
-Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout) {
-  return g_attention == AttentionKernel::naive ? causal_self_attention_naive(qkv, n_head, dropout)
-                                               : causal_self_attention(qkv, n_head, dropout);
+Tensor attention(const Tensor& qkv, int n_head, const DropoutMask& dropout, AttentionKernel kernel, Precision precision) {
+  return kernel == AttentionKernel::naive ? causal_self_attention_naive(qkv, n_head, dropout)
+                                          : causal_self_attention(qkv, n_head, dropout, precision);
 }
 
 }  // namespace nn

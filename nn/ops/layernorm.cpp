@@ -178,12 +178,6 @@ std::pair<Tensor, Tensor> add_layernorm(const Tensor& x, const Tensor& h, const 
   return {sum, y};
 }
 
-namespace {
-Fusion g_fusion = Fusion::fused;
-}
-void set_fusion(Fusion fusion) { g_fusion = fusion; }
-Fusion fusion() { return g_fusion; }
-
 std::pair<Tensor, Tensor> add_pending_layernorm(const Tensor& x, const Tensor& pending, const Tensor& weight,
                                                 const Tensor& bias) {
   if (pending.defined()) return add_layernorm(x, pending, weight, bias);

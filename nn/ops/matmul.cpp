@@ -36,14 +36,14 @@ static Tensor matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool trac
 
 // forward:  c[M,N] = a[M,K] · b[K,N]
 // backward: da[M,K] += dc · bᵀ      db[K,N] += aᵀ · dc
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a, const Tensor& b, Precision precision) {
   if (a.ndim() != 2 || b.ndim() != 2 || a.size(1) != b.size(0))
     fail("matmul: shapes {} and {} do not fit", shape_string(a.shape()), shape_string(b.shape()));
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   profile::Scope scope("GEMM matmul", 0, 2.0 * M * N * K);
   bool track = autograd::needs_grad({&a, &b});
   Tensor c = Tensor::empty({M, N}, track);
-  if (matmul_precision() == Precision::bf16) return matmul_bf16(a, b, c, track);
+  if (precision == Precision::bf16) return matmul_bf16(a, b, c, track);
   gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
   if (track) {
     autograd::record([a, b, c, M, N, K]() mutable {
@@ -63,7 +63,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // forward:  y[R,out] = x[R,in] · Wᵀ + bias        (R = all leading dimensions of x)
 // backward: dx[R,in] += dy · W      dW[out,in] += dyᵀ · x      dbias[out] += Σ_rows dy
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family, Precision precision) {
   const int64_t in = x.size(-1);
   if (weight.ndim() != 2 || weight.size(1) != in)
     fail("linear: input {} does not fit weight {}", shape_string(x.shape()), shape_string(weight.shape()));
@@ -84,7 +84,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const c
       for (int64_t o = 0; o < out; ++o) yd[r * out + o] = bd[o];
   }
   const float beta = bias.defined() ? 1.0f : 0.0f;
-  if (matmul_precision() == Precision::bf16) {
+  if (precision == Precision::bf16) {
     // The same products on bf16 inputs; forward's casts of x and W serve backward too.
     Bf16Values x16 = cast_to_bf16(x.data(), rows * in), w16 = cast_weight_to_bf16(weight);
     gemm_bf16(false, true, rows, out, in, 1.0f, x16->data(), in, w16->data(), in, beta, y.data(), out);

@@ -12,16 +12,18 @@
 #pragma once
 
 #include "comm/communicator.hpp"
+#include "nn/gemm.hpp"  // Precision
 #include "nn/tensor.hpp"
 
 namespace parallel {
 
-// x [..., in] (whole on every rank) → [..., out/T] (this rank's output columns).
+// x [..., in] (whole on every rank) → [..., out/T] (this rank's output columns). `precision`:
+// the product's (nn::linear's).
 nn::Tensor column_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_rows, const nn::Tensor& bias_rows,
-                                  comm::Communicator& tp);
+                                  comm::Communicator& tp, nn::Precision precision = nn::Precision::fp32);
 // x [..., in/T] (this rank's input columns) → [..., out] (whole, the same on every rank).
 nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_columns, const nn::Tensor& bias,
-                               comm::Communicator& tp);
+                               comm::Communicator& tp, nn::Precision precision = nn::Precision::fp32);
 
 // sum + bias, for a bias added once after the ranks' partial products are summed; sum is a
 // reduce's fresh result (linear's own output on one rank) that nothing else reads. Neither

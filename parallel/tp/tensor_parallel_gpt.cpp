@@ -35,9 +35,11 @@ TpSplit block_split(std::string_view name) {
 }  // namespace
 
 TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp,
-                                     bool sequence_parallel, std::optional<nn::GPTPart> part)
+                                     bool sequence_parallel, std::optional<nn::GPTPart> part,
+                                     const nn::ComputeModes& modes)
     : config_(config),
       part_(part.value_or(nn::GPTPart::whole(config))),
+      modes_(modes),
       tp_(tp),
       sequence_parallel_(sequence_parallel),
       dropout_batch_{.seed = seed} {
@@ -152,14 +154,16 @@ nn::Shape TensorParallelGPT::activation_shape(int64_t B, int64_t T) const {
 }
 
 nn::Tensor TensorParallelGPT::column_in(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias) {
-  if (!sharded()) return column_parallel_linear(x, weight, bias, tp_);
-  return nn::linear(gather_from_sequence_parallel(x, tp_), weight, bias);  // [B,T/tp,C] → [B,T,out/tp]
+  if (!sharded()) return column_parallel_linear(x, weight, bias, tp_, modes_.precision);
+  // [B,T/tp,C] → [B,T,out/tp]
+  return nn::linear(gather_from_sequence_parallel(x, tp_), weight, bias, "GEMM linear", modes_.precision);
 }
 
 nn::Tensor TensorParallelGPT::row_out(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias) {
-  if (!sharded()) return row_parallel_linear(x, weight, bias, tp_);
+  if (!sharded()) return row_parallel_linear(x, weight, bias, tp_, modes_.precision);
   // [B,T,out] partial → [B,T/tp,out], then the bias
-  return add_bias_to_sum(reduce_scatter_to_sequence_parallel(nn::linear(x, weight), tp_), bias);
+  return add_bias_to_sum(
+      reduce_scatter_to_sequence_parallel(nn::linear(x, weight, {}, "GEMM linear", modes_.precision), tp_), bias);
 }
 
 nn::Tensor TensorParallelGPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
@@ -204,8 +208,8 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::run_chunk_open(nn::Tensor x
   int first = 0;  // the chunk's blocks in blocks_ (held chunk after chunk)
   for (int c = 0; c < chunk; ++c) first += part_.chunks[static_cast<std::size_t>(c)].end - part_.chunks[static_cast<std::size_t>(c)].first;
   const nn::BlockRange range = part_.chunks.at(static_cast<std::size_t>(chunk));
-  const bool full = nn::recompute_mode() == nn::Recompute::full;
-  const bool carry = nn::fusion() == nn::Fusion::fused && !full;
+  const bool full = modes_.recompute == nn::Recompute::full;
+  const bool carry = modes_.fusion == nn::Fusion::fused && !full;
   for (int l = first; l < first + range.end - range.first; ++l) {
     nn::BlockWeights& b = blocks_[static_cast<std::size_t>(l)];
     const int layer = block_ids_[static_cast<std::size_t>(l)];
@@ -240,22 +244,22 @@ std::pair<nn::Tensor, nn::Tensor> TensorParallelGPT::block_forward(const nn::Blo
     const int64_t T = qkv.size(1), first_element = int64_t{tp_.rank()} * local_heads * T * T;
     const nn::DropoutMask mask =
         nn::dropout_mask(config_.dropout, training_, batch, nn::DropoutSite::attention_weights, layer, first_element);
-    return nn::attention(qkv, local_heads, mask);  // [B,T,3C/tp] → [B,T,C/tp]
+    return nn::attention(qkv, local_heads, mask, modes_.attention, modes_.precision);  // [B,T,3C/tp] → [B,T,C/tp]
   };
   nn::Tensor h;
   std::tie(x, h) = nn::add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
   h = column_in(h, b.c_attn_weight, b.c_attn_bias);  // [B,T,3C/tp]
-  h = nn::recompute_mode() == nn::Recompute::selective ? nn::recomputed(h, attention_core)
+  h = modes_.recompute == nn::Recompute::selective ? nn::recomputed(h, attention_core)
                                                        : attention_core(h);  // [B,T,C/tp]
   h = maybe_dropout(row_out(h, b.attn_proj_weight, b.attn_proj_bias), batch, nn::DropoutSite::attention_output,
                     layer);  // [B,T,C] (or [B,T/tp,C])
-  if (nn::fusion() == nn::Fusion::fused) {
+  if (modes_.fusion == nn::Fusion::fused) {
     std::tie(x, h) = nn::add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
   } else {
     x = nn::add(x, h);
     h = nn::layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
-  if (nn::fusion() == nn::Fusion::fused && b.c_fc_bias.defined())  // this rank's bias columns, in GELU's pass
+  if (modes_.fusion == nn::Fusion::fused && b.c_fc_bias.defined())  // this rank's bias columns, in GELU's pass
     h = nn::bias_gelu(column_in(h, b.c_fc_weight, {}), b.c_fc_bias);  // [B,T,4C/tp]
   else
     h = nn::gelu(column_in(h, b.c_fc_weight, b.c_fc_bias));  // [B,T,4C/tp]

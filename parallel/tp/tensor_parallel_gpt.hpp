@@ -52,10 +52,11 @@ class TensorParallelGPT final : public StageModel {
   // (parallel/tp/sequence_parallel_ops.hpp); evaluation and generation keep them whole (no
   // backward to save memory for, and any length T).
   TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp, bool sequence_parallel = false,
-                    std::optional<nn::GPTPart> part = std::nullopt);
+                    std::optional<nn::GPTPart> part = std::nullopt, const nn::ComputeModes& modes = {});
 
   const nn::GPTConfig& config() const override { return config_; }
   const nn::GPTPart& part() const { return part_; }
+  const nn::ComputeModes& modes() const { return modes_; }
   int64_t padded_vocab() const { return rows_per_rank_ * tp_.size(); }
   bool sequence_parallel() const { return sequence_parallel_; }
 
@@ -134,6 +135,7 @@ class TensorParallelGPT final : public StageModel {
 
   nn::GPTConfig config_;
   nn::GPTPart part_;
+  nn::ComputeModes modes_;
   comm::Communicator& tp_;
   bool sequence_parallel_ = false;
   int64_t rows_per_rank_ = 0;  // wte rows per rank: ⌈V/T⌉
