@@ -81,10 +81,10 @@ struct RunStart {
 // flags' variables with its layout (TrainOptions::layout_flags); run.options is the result.
 RunStart begin_run(TrainOptions& options, comm::Communicator& world);
 
-// --precision (auto resolved), --attention, --recompute and --fusion for the whole process
-// (nn/compute_modes.hpp): every mode calls it once
-// its options are final — training after begin_run (--resume may set --precision), --eval-only
-// and --sample-only before they load the model. say_compute prints the "compute:" line.
+// The compute modes the options ask for (--precision with auto resolved, --attention,
+// --recompute, --fusion: nn/compute_modes.hpp), for the model this rank builds — from the
+// options in force: training's after begin_run (--resume may set --precision), --eval-only's
+// and --sample-only's from the flags. say_compute prints the "compute:" line.
 nn::ComputeModes compute_modes(const TrainOptions& options);
 void say_compute(const comm::Communicator& world, const nn::ComputeModes& modes);
 
