@@ -63,10 +63,12 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   return c;
 }
 
-Tensor GPT::add_parameter(const std::string& name, Shape shape) {
-  Tensor t = Tensor::zeros(std::move(shape), /*requires_grad=*/true);
-  parameters_.push_back({name, t});
-  return t;
+// The layers keep this process's part of the whole initial value (all of it, but under
+// tensor parallelism).
+Tensor GPT::add_parameter(const std::string& name, const Tensor& whole) {
+  Tensor mine = layers_->keep(name, whole);
+  parameters_.push_back({name, mine});
+  return mine;
 }
 
 GPTPart GPTPart::whole(const GPTConfig& config) { return {true, {{0, config.n_layer}}, true}; }
@@ -101,7 +103,7 @@ Tensor GPT::init_parameter(Rng& rng, const std::string& name, Shape shape, bool 
       for (int64_t i = 0; i < n; ++i) rng.normal(0.0f, 0.02f);  // keep the stream in step
     return Tensor{};
   }
-  Tensor t = add_parameter(name, std::move(shape));
+  Tensor t = Tensor::zeros(std::move(shape), /*requires_grad=*/true);
   if (is_layernorm && !is_bias) {
     std::fill_n(t.data(), t.numel(), 1.0f);
   } else if (random) {
@@ -109,7 +111,7 @@ Tensor GPT::init_parameter(Rng& rng, const std::string& name, Shape shape, bool 
     const float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
     for (float& v : t.values()) v = rng.normal(0.0f, stddev);
   }
-  return t;
+  return add_parameter(name, t);
 }
 
 Tensor GPT::init_bias(Rng& rng, const std::string& name, int64_t n, bool owned) {
@@ -144,8 +146,13 @@ void GPT::init_blocks(Rng& rng) {
 // The draws run over the *whole* model in state_dict order; a part keeps the values of the
 // parameters it owns and skips the others' — so every part starts from exactly the whole
 // model's numbers, and the copies of wte on the first and last stage are identical.
-GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes)
-    : config_(config), part_(part), modes_(modes), dropout_batch_{.seed = seed} {
+GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes,
+         std::shared_ptr<GPTLayers> layers)
+    : config_(config),
+      part_(part),
+      modes_(modes),
+      layers_(layers ? std::move(layers) : std::make_shared<WholeLayers>()),
+      dropout_batch_{.seed = seed} {
   config_.validate();
   const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
   int next = 0;  // chunks in model order, each a non-empty range inside the model
@@ -217,7 +224,12 @@ DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, Drop
 }
 
 Tensor GPT::maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer) {
-  return dropout(x, dropout_mask(config_.dropout, training_, batch, which, layer));
+  const int64_t S = x.size(1), first_position = layers_->first_stream_position(S, training_);  // x [B,S,C]
+  return dropout(x, dropout_mask(config_.dropout, training_, batch, which, layer, first_position * x.size(2)));
+}
+
+Shape GPT::activation_shape(int64_t B, int64_t T) const {
+  return {B, layers_->stream_length(T, training_), config_.n_embd};
 }
 
 void GPT::mark_grad_ready(const std::vector<int>& group) {
@@ -257,9 +269,12 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
     fail("GPT: {} ids do not make a batch of {}×{}", ids.size(), B, T);
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
   mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
+  // The stream's positions: all T, or this rank's S of them under sequence parallelism.
+  const int64_t S = layers_->stream_length(T, training_), first = layers_->first_stream_position(S, training_);
   begin_use(0);
-  Tensor tok = embedding(wte_, ids, {B, T});                                               // [B,T,C]
-  Tensor pos = embedding(wpe_, std::span(positions_).first(static_cast<size_t>(T)), {T});  // [T,C]
+  Tensor tok = layers_->token_embedding(wte_, ids, B, T, training_);                          // [B,S,C]
+  Tensor pos = embedding(wpe_, std::span(positions_).subspan(static_cast<size_t>(first), static_cast<size_t>(S)),
+                         {S});                                                                  // [S,C]
   end_use(0);
   return maybe_dropout(add(tok, pos), dropout_batch_, DropoutSite::embedding, 0);
 }
@@ -312,22 +327,31 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
   return {x, mlp_out};
 }
 
-// One block: x [B,T,C] (plus the previous MLP's output, when its add was left to this block's
-// ln_1) → x + attention sublayer, and the MLP sublayer's output [B,T,C] for the caller to add.
-// Under --recompute selective the attention core is recomputed in backward (nn/recompute.hpp).
+// One block: the stream x [B,S,C] (plus the previous MLP's output, when its add was left to
+// this block's ln_1) → x + attention sublayer, and the MLP sublayer's output [B,S,C] for the
+// caller to add. S = T, but under sequence parallelism. The linears are the layers' (whole, or
+// this rank's columns and rows: nn/gpt_layers.hpp). Under --recompute selective the attention
+// core is recomputed in backward (nn/recompute.hpp); under full the replay runs the layers'
+// collectives again, on every rank of the group alike.
 std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
                                              Tensor previous_mlp_out) {
-  const DropoutMask weights_mask =
-      dropout_mask(config_.dropout, training_, batch, DropoutSite::attention_weights, layer);
-  auto attention_core = [this, weights_mask](const Tensor& qkv) {
-    return attention(qkv, config_.n_head, weights_mask, modes_.attention, modes_.precision);  // [B,T,3C] → [B,T,C]
-  };
+  const Precision precision = modes_.precision;
+  GPTLayers& layers = *layers_;
+  const bool training = training_;
   Tensor h;
   std::tie(x, h) = add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
-  h = linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn", modes_.precision);  // [B,T,3C]
-  h = modes_.recompute == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);
-  h = maybe_dropout(linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj", modes_.precision), batch,
-                    DropoutSite::attention_output, layer);
+  h = layers.column_linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn", precision, training);  // [B,T,3C/W]
+  // The heads held here, and their part of the sample's attention weights [n_head,T,T] for the mask.
+  const int heads = layers.local_heads(config_.n_head);
+  const int64_t T = h.size(1), first_element = int64_t{layers.first_head(config_.n_head)} * T * T;
+  const DropoutMask weights_mask =
+      dropout_mask(config_.dropout, training, batch, DropoutSite::attention_weights, layer, first_element);
+  auto attention_core = [this, heads, weights_mask](const Tensor& qkv) {
+    return attention(qkv, heads, weights_mask, modes_.attention, modes_.precision);  // [B,T,3C/W] → [B,T,C/W]
+  };
+  h = modes_.recompute == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);     // [B,T,C/W]
+  h = maybe_dropout(layers.row_linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj", precision, training),
+                    batch, DropoutSite::attention_output, layer);  // the stream [B,S,C]
   if (modes_.fusion == Fusion::fused) {
     std::tie(x, h) = add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
   } else {
@@ -335,11 +359,12 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
   if (modes_.fusion == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass
-    h = bias_gelu(linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc", modes_.precision), b.c_fc_bias);        // [B,T,4C]
+    h = bias_gelu(layers.column_linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc", precision, training),
+                  b.c_fc_bias);  // [B,T,4C/W]
   else
-    h = gelu(linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc", modes_.precision));                 // [B,T,4C]
-  h = maybe_dropout(linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj", modes_.precision), batch,  // [B,T,C]
-                    DropoutSite::mlp_output, layer);
+    h = gelu(layers.column_linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc", precision, training));
+  h = maybe_dropout(layers.row_linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj", precision, training),
+                    batch, DropoutSite::mlp_output, layer);  // the stream [B,S,C]
   return {x, h};
 }
 
@@ -357,13 +382,14 @@ Tensor GPT::head_logits(const Tensor& x) { return lm_head(final_norm(x)); }
 
 Tensor GPT::lm_head(const Tensor& h) {
   begin_use(0);
-  Tensor logits = linear(h, wte_, {}, "GEMM lm_head", modes_.precision);  // lm_head tied to wte: [B,T,V]
+  // lm_head, tied to wte: a column layer over the vocabulary → [B,T,V] (or [B,T,V/W])
+  Tensor logits = layers_->column_linear(h, wte_, {}, "GEMM lm_head", modes_.precision, training_);
   end_use(0);
   return logits;
 }
 
 Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) {
-  return cross_entropy(head_logits(x), targets);
+  return layers_->cross_entropy(head_logits(x), targets);
 }
 
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
@@ -373,14 +399,16 @@ Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
 }
 
 Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
-  return cross_entropy(forward(ids, B, T), targets);
+  return layers_->cross_entropy(forward(ids, B, T), targets);
 }
 
 void GPT::next_token_logits(const Tensor& x, int64_t T, float temperature, std::span<float> logits) {
-  const int64_t V = config_.vocab_size, C = config_.n_embd;
+  const int64_t V = wte_.size(0), C = config_.n_embd;  // V: the vocabulary rows held here
   Tensor h = final_norm(x);  // [1,T,C]
   // Logits of the last position only, divided by the temperature: h[T-1] · wteᵀ / temperature.
-  gemm(false, true, 1, V, C, 1.0f / temperature, h.data() + (T - 1) * C, C, wte_.data(), C, 0.0f, logits.data(), V);
+  std::vector<float> mine(static_cast<std::size_t>(V));
+  gemm(false, true, 1, V, C, 1.0f / temperature, h.data() + (T - 1) * C, C, wte_.data(), C, 0.0f, mine.data(), V);
+  layers_->gather_vocabulary(mine, logits);
 }
 
 int32_t sample_token(std::span<float> logits, int top_k, Rng& rng) {

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "nn/compute_modes.hpp"
 #include "nn/dropout_mask.hpp"
 #include "nn/error.hpp"
+#include "nn/gpt_layers.hpp"
 #include "nn/rng.hpp"
 #include "nn/tensor.hpp"
 
@@ -87,8 +89,8 @@ struct NamedTensor {
   Tensor tensor;
 };
 
-// A transformer block's tensors: nn::GPT holds them whole, parallel::TensorParallelGPT its
-// slices. Biases stay undefined when GPTConfig::bias is false.
+// A transformer block's tensors: whole, or this rank's slices under tensor parallelism
+// (GPTLayers::keep). Biases stay undefined when GPTConfig::bias is false.
 struct BlockWeights {
   Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
   Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
@@ -104,20 +106,25 @@ struct BlockTensor {
 const std::array<BlockTensor, 12>& block_tensors();
 
 // The generation loop of any model with embed / run_blocks / next_token_logits and a
-// training switch (nn::GPT, parallel::TensorParallelGPT): append max_new_tokens tokens, each
+// training switch (nn::GPT, whole or tensor-parallel): append max_new_tokens tokens, each
 // sampled from the logits of the last block_size tokens.
 template <class Model>
 std::vector<int32_t> generate_tokens(Model& model, std::vector<int32_t> tokens, int max_new_tokens, float temperature,
                                      int top_k, Rng& rng);
 
+// The model, written once: on one process, as a pipeline stage's part, and — with `layers`
+// swapped for tensor-parallel ones (nn/gpt_layers.hpp, parallel::TensorParallelGPT) — as one
+// rank's slice of every big matmul.
 class GPT {
  public:
   // nanoGPT's initialisation, from `seed`; `modes`: how it computes (precision, attention
   // kernel, recompute, fusion), for its whole life.
   GPT(const GPTConfig& config, uint64_t seed, const ComputeModes& modes = {});
   // A part of it: allocates only the part's parameters (and their gradients), initialised
-  // with exactly the values the whole model would give them.
-  GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes = {});
+  // with exactly the values the whole model would give them. `layers`: what computes the
+  // linears, the embedding and the loss, and on which slice (null: WholeLayers).
+  GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes = {},
+      std::shared_ptr<GPTLayers> layers = nullptr);
 
   const GPTConfig& config() const { return config_; }
   const ComputeModes& modes() const { return modes_; }
@@ -130,8 +137,9 @@ class GPT {
   Tensor head_logits(const Tensor& x);                                  // ln_f, lm_head → [B,T,V]
   Tensor head_loss(const Tensor& x, std::span<const int32_t> targets);  // → mean cross-entropy
 
-  // ids and targets are [B,T] row-major, T ≤ block_size. forward → logits [B,T,V];
-  // loss → mean cross-entropy (targets equal to -1 are ignored).
+  // ids and targets are [B,T] row-major, T ≤ block_size. forward → logits [B,T,V] (this
+  // rank's vocabulary columns [B,T,V/W] under tensor parallelism); loss → mean cross-entropy
+  // (targets equal to -1 are ignored).
   Tensor forward(std::span<const int32_t> ids, int64_t B, int64_t T);
   Tensor loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T);
 
@@ -142,6 +150,9 @@ class GPT {
   // The head's part of one generation step: x [1,T,C] after the blocks → the logits of the
   // next token (after position T−1) divided by the temperature, into `logits` [V].
   void next_token_logits(const Tensor& x, int64_t T, float temperature, std::span<float> logits);
+  // The activation between the pieces for a batch of B×T tokens: [B,T,C], or [B,T/W,C] while
+  // training with sequence parallelism.
+  Shape activation_shape(int64_t B, int64_t T) const;
 
   // The distinct parameter tensors this object holds, in state_dict order (lm_head.weight is
   // wte, not listed).
@@ -185,7 +196,7 @@ class GPT {
   std::vector<std::vector<int>> parameter_groups() const;
 
  private:
-  Tensor add_parameter(const std::string& name, Shape shape);
+  Tensor add_parameter(const std::string& name, const Tensor& whole);  // keeps this process's part
   // nanoGPT's initialisation of one parameter, drawn from `rng` in state_dict order; one this
   // part does not own still draws its numbers (keeping the stream in step) and is not made.
   Tensor init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned);
@@ -198,6 +209,7 @@ class GPT {
   std::pair<Tensor, Tensor> run_chunk_open(Tensor x, Tensor mlp_out, int chunk);
   std::pair<Tensor, Tensor> run_blocks_open(Tensor x);  // every chunk, the same way
   void require_whole(const char* what) const;
+  // x: the stream [B,S,C]; its mask placed at the stream's first position in the whole sequence.
   Tensor maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer);
   // One block, number `layer`: {x + attention, the MLP's output} [B,T,C] each.
   std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
@@ -209,6 +221,7 @@ class GPT {
   GPTConfig config_;
   GPTPart part_;
   ComputeModes modes_;
+  std::shared_ptr<GPTLayers> layers_;
   std::vector<NamedTensor> parameters_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<BlockWeights> blocks_;  // the blocks it owns, in model order

@@ -1,7 +1,7 @@
-// What a pipeline stage needs of its piece of the model, whatever that piece is: a slice of
-// nn::GPT's layers (train_pp), or a slice of a tensor-parallel GPT's layers whose every
-// matmul is itself split over a tensor-parallel group (train_3d). The pipeline code
-// (parallel/pp/stage, parallel/pp/inference) calls only these, so one schedule serves both.
+// What a pipeline stage needs of its piece of the model: a slice of nn::GPT's layers — whole
+// (train_pp), or with every matmul itself split over a tensor-parallel group (train_3d:
+// parallel::TensorParallelGPT, an nn::GPT too). The pipeline code (parallel/pp/stage,
+// parallel/pp/inference) calls only these.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -33,7 +33,7 @@ class StageModel {
   virtual bool training() const = 0;
 };
 
-// nn::GPT (or a part of it) as a stage.
+// nn::GPT (or a part of it, whole or tensor-parallel) as a stage.
 class GptStage final : public StageModel {
  public:
   explicit GptStage(nn::GPT& model) : model_(model) {}
@@ -48,7 +48,7 @@ class GptStage final : public StageModel {
   void next_token_logits(const nn::Tensor& x, int64_t T, float temperature, std::span<float> logits) override {
     model_.next_token_logits(x, T, temperature, logits);
   }
-  nn::Shape activation_shape(int64_t B, int64_t T) const override { return {B, T, model_.config().n_embd}; }
+  nn::Shape activation_shape(int64_t B, int64_t T) const override { return model_.activation_shape(B, T); }
   void set_training(bool on) override { model_.set_training(on); }
   bool training() const override { return model_.training(); }
 

@@ -114,7 +114,7 @@ TEST_CASE("tensor-parallel GPT ≡ the one-process GPT: the loss and every gradi
     nn::autograd::backward(loss);
     CHECK(loss.item() == Approx(reference.item()).epsilon(1e-5));
     CHECK(model.parameters().size() == whole.parameters().size());
-    for (parallel::TpParameter& p : model.parameters()) {
+    for (const parallel::TpParameter& p : model.slices()) {
       INFO(p.name << " on " << T << " ranks, bias " << bias);
       const nn::Tensor& full = whole.parameter(p.name);
       const std::vector<float> expected_grad = model.shard_of(p, full.grad_values());
@@ -142,7 +142,7 @@ TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-n
   nn::GPT whole(config, 99);
   parallel::TensorParallelGPT model(config, 99, world);
   nn::AdamW whole_optimizer(whole.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
-  nn::AdamW optimizer(model.named_parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  nn::AdamW optimizer(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
   for (int step = 0; step < 5; ++step) {
     std::vector<int32_t> ids(static_cast<std::size_t>(B * S)), targets(ids.size());
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -165,7 +165,7 @@ TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-n
     CHECK(whole_norm > 2 * max_norm);
   }
   float worst = 0.0f;
-  for (parallel::TpParameter& p : model.parameters()) {
+  for (const parallel::TpParameter& p : model.slices()) {
     const std::vector<float> gathered = model.gather(p, p.tensor.values());
     const nn::Tensor& full = whole.parameter(p.name);
     for (std::size_t i = 0; i < gathered.size(); ++i) worst = std::max(worst, std::abs(gathered[i] - full.data()[i]));
@@ -244,9 +244,9 @@ TEST_CASE(
   const comm::TrafficByKind moved = world.traffic() - before;
   sp.sum_replicated_grads();
   CHECK(loss.item() == Approx(expected.item()).epsilon(1e-5));
-  REQUIRE(sp.parameters().size() == plain.parameters().size());
-  for (std::size_t i = 0; i < sp.parameters().size(); ++i) {
-    const parallel::TpParameter &a = sp.parameters()[i], &b = plain.parameters()[i];
+  REQUIRE(sp.slices().size() == plain.slices().size());
+  for (std::size_t i = 0; i < sp.slices().size(); ++i) {
+    const parallel::TpParameter &a = sp.slices()[i], &b = plain.slices()[i];
     INFO(a.name << " on " << world.size() << " ranks");
     float worst = 0.0f;
     for (int64_t j = 0; j < a.tensor.numel(); ++j)

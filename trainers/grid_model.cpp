@@ -62,16 +62,15 @@ GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn
   if (shape.split_matmuls) {
     split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part,
                                                            modes);
-    stage_ = split_.get();
+    stage_ = std::make_unique<parallel::GptStage>(*split_);
   } else {
     whole_ = std::make_unique<nn::GPT>(config, seed, part, modes);
-    whole_stage_ = std::make_unique<parallel::GptStage>(*whole_);
-    stage_ = whole_stage_.get();
+    stage_ = std::make_unique<parallel::GptStage>(*whole_);
   }
 }
 
 std::vector<nn::NamedTensor> GridModel::parameters() const {
-  return whole_ ? whole_->parameters() : split_->named_parameters();
+  return whole_ ? whole_->parameters() : split_->parameters();
 }
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
@@ -151,7 +150,7 @@ parallel::GradientSource GridModel::split_gradients() {
   parallel::GradientSource source{.tensors = {}, .set_grad_ready_hook = [this](nn::GPT::GradReadyHook hook) {
                           split_->set_grad_ready_hook(std::move(hook));
                         }};
-  for (const nn::NamedTensor& p : split_->named_parameters()) source.tensors.push_back(p.tensor);
+  for (const nn::NamedTensor& p : split_->parameters()) source.tensors.push_back(p.tensor);
   return source;
 }
 

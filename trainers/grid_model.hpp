@@ -4,8 +4,8 @@
 //
 //   grid:   (dp, pp, tp), tp fastest (parallel/grid.hpp)
 //   model:  pipeline stage pp_rank's blocks (parallel::stage_layers) — each big matmul split
-//           over the stage's tp group (parallel::TensorParallelGPT: train_tp, train_3d), or
-//           whole (nn::GPT: train_pp, where tp = 1)
+//           over the stage's tp group (parallel::TensorParallelGPT: nn::GPT with tensor-parallel
+//           layers; train_tp, train_3d), or whole (nn::GPT: train_pp, where tp = 1)
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -96,8 +96,7 @@ class GridModel {
  private:
   std::unique_ptr<nn::GPT> whole_;
   std::unique_ptr<parallel::TensorParallelGPT> split_;
-  std::unique_ptr<parallel::StageModel> whole_stage_;
-  parallel::StageModel* stage_ = nullptr;
+  std::unique_ptr<parallel::StageModel> stage_;  // either piece as a pipeline stage
 };
 
 // What every grid trainer does the same way around the step: AdamW on this rank's piece,

@@ -11,7 +11,7 @@ namespace {
 
 // Parameter i's slices in the order they travel: values, then (with an optimizer) the moments.
 std::vector<std::span<float>> slices_of(TensorParallelGPT& model, nn::AdamW* optimizer, std::size_t i) {
-  std::vector<std::span<float>> t = {model.parameters()[i].tensor.values()};
+  std::vector<std::span<float>> t = {model.parameters()[i].tensor.values()};  // slices()[i]'s tensor
   if (optimizer) {
     t.push_back(optimizer->exp_avg()[i].values());
     t.push_back(optimizer->exp_avg_sq()[i].values());
@@ -36,8 +36,8 @@ void save_tensor_parallel_checkpoint(const std::filesystem::path& dir, TensorPar
                                      const nlohmann::json& train_state, Grid& grid) {
   const bool gatherer = grid.tp_rank == 0;
   WholeStage stage(model, optimizer.config(), gatherer);
-  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
-    const TpParameter& p = model.parameters()[i];
+  for (std::size_t i = 0; i < model.slices().size(); ++i) {
+    const TpParameter& p = model.slices()[i];
     const auto mine = slices_of(model, &optimizer, i);
     for (std::size_t k = 0; k < mine.size(); ++k) {
       const std::vector<float> whole = model.gather(p, mine[k]);
@@ -55,8 +55,8 @@ void distribute_tensor_parallel_checkpoint(TensorParallelGPT& model, nn::AdamW* 
   WholeStage stage(model, optimizer ? optimizer->config() : nn::AdamWConfig{}, root);
   nn::AdamW* stage_optimizer = optimizer && root ? &*stage.optimizer : nullptr;
   if (root) distribute_pipeline_checkpoint(*stage.model, stage_optimizer, grid.pp_group, whole, whole_optimizer);
-  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
-    const TpParameter& p = model.parameters()[i];
+  for (std::size_t i = 0; i < model.slices().size(); ++i) {
+    const TpParameter& p = model.slices()[i];
     const auto mine = slices_of(model, optimizer, i);
     for (std::size_t k = 0; k < mine.size(); ++k) {
       std::vector<float> full(static_cast<std::size_t>(nn::numel_of(p.full_shape)));

@@ -1,0 +1,31 @@
+#include "nn/gpt_layers.hpp"
+
+#include <algorithm>
+
+#include "nn/ops.hpp"
+
+namespace nn {
+
+Tensor WholeLayers::token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T, bool) {
+  return embedding(wte, ids, {B, T});  // [B,T,C]
+}
+
+Tensor WholeLayers::column_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family,
+                                  Precision precision, bool) {
+  return linear(x, weight, bias, family, precision);
+}
+
+Tensor WholeLayers::row_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family,
+                               Precision precision, bool) {
+  return linear(x, weight, bias, family, precision);
+}
+
+Tensor WholeLayers::cross_entropy(const Tensor& logits, std::span<const int32_t> targets) {
+  return nn::cross_entropy(logits, targets);
+}
+
+void WholeLayers::gather_vocabulary(std::span<const float> mine, std::span<float> whole) {
+  std::ranges::copy(mine, whole.begin());
+}
+
+}  // namespace nn

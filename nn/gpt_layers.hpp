@@ -1,0 +1,80 @@
+// The layers of nn::GPT that a parallel layout swaps for its own — the one substitution point
+// of tensor parallelism (picotron's apply_tensor_parallel; Megatron's ColumnParallelLinear,
+// RowParallelLinear, VocabParallelEmbedding and vocab-parallel cross-entropy inside one
+// transformer layer). The GPT's block, attention, MLP, fusion, recompute and dropout are
+// written once, against these; only what a layer computes, and on which slice, changes:
+//
+//                       WholeLayers (here)              parallel::TensorParallelLayers
+//   parameter at init   the whole tensor                this rank's slice of it
+//   attention heads     all n_head                      n_head/W, from head rank·n_head/W
+//   residual stream     [B,T,C]                         [B,T/W,C] while training with SP
+//   column_linear       x·Wᵀ + b          [B,T,out]     f(x)·W_rᵀ + b_r        [B,T,out/W]
+//   row_linear          x·Wᵀ + b          [B,T,out]     g(x_r·W_rᵀ) + b        [B,T,out]
+//   token_embedding     wte[ids]                        Σ over ranks of its vocabulary rows
+//   cross_entropy       over V logits                   over V/W logits per rank, reduced
+//
+// A column layer's output feeds a row layer's input (c_attn → attention → c_proj, c_fc →
+// GELU → mlp.c_proj); lm_head is a column layer over wte's rows.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "nn/gemm.hpp"  // Precision
+#include "nn/tensor.hpp"
+
+namespace nn {
+
+class GPTLayers {
+ public:
+  virtual ~GPTLayers() = default;
+
+  // This process's part of parameter `name` (nanoGPT's state_dict name), cut from `whole`, its
+  // initial value; a parameter that needs gradients. Called once per parameter, in state_dict
+  // order, while the model is built.
+  virtual Tensor keep(const std::string& name, const Tensor& whole) = 0;
+
+  // The attention heads computed here, out of n_head, and the first of them.
+  virtual int local_heads(int n_head) const = 0;
+  virtual int first_head(int n_head) const = 0;
+
+  // The residual stream holds S = stream_length(T) of a sequence's T positions, from position
+  // first_stream_position(S). `training`: sequence parallelism shards only while training.
+  virtual int64_t stream_length(int64_t T, bool training) const = 0;
+  virtual int64_t first_stream_position(int64_t S, bool training) const = 0;
+
+  // wte (this process's rows) and ids [B,T] → the token embeddings of the stream's positions [B,S,C].
+  virtual Tensor token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
+                                 bool training) = 0;
+  // x: the stream [B,S,C] → [B,T,out/W]: this process's output columns. `family`: the GEMM's
+  // name in the profile.
+  virtual Tensor column_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family,
+                               Precision precision, bool training) = 0;
+  // x [B,T,in/W]: this process's input columns → the stream [B,S,out], the bias added once.
+  virtual Tensor row_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family,
+                            Precision precision, bool training) = 0;
+  // lm_head's logits (this process's vocabulary columns [B,T,V/W]) → the mean cross-entropy
+  // over the whole vocabulary (targets equal to -1 are ignored).
+  virtual Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets) = 0;
+  // One position's logits over this process's vocabulary columns → over the whole vocabulary.
+  virtual void gather_vocabulary(std::span<const float> mine, std::span<float> whole) = 0;
+};
+
+// Every layer whole, on one process: nn::GPT's default.
+class WholeLayers final : public GPTLayers {
+ public:
+  Tensor keep(const std::string&, const Tensor& whole) override { return whole; }
+  int local_heads(int n_head) const override { return n_head; }
+  int first_head(int) const override { return 0; }
+  int64_t stream_length(int64_t T, bool) const override { return T; }
+  int64_t first_stream_position(int64_t, bool) const override { return 0; }
+  Tensor token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T, bool) override;
+  Tensor column_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family,
+                       Precision precision, bool) override;
+  Tensor row_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family, Precision precision,
+                    bool) override;
+  Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets) override;
+  void gather_vocabulary(std::span<const float> mine, std::span<float> whole) override;
+};
+
+}  // namespace nn
