@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <omp.h>
 #include <vector>
@@ -16,12 +17,12 @@
 #include "comm/cli_checks.hpp"
 #include "nn/adamw.hpp"
 #include "nn/autocast.hpp"
-#include "nn/compute_modes.hpp"
 #include "nn/autograd.hpp"
+#include "nn/buffer_pool.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/error.hpp"
 #include "nn/gemm.hpp"
 #include "nn/gpt.hpp"
-#include "nn/buffer_pool.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
@@ -257,6 +258,7 @@ int main(int argc, char** argv) {
     }
     if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
     nn::set_compute_threads(o.threads);
+    nn::use_gemm_engine(nn::parse_gemm_engine(std::getenv("NANODIST_GEMM")));  // the environment, read here
     const nn::ComputeModes modes = nn::resolve_modes(o.precision_setting, o.attention, o.recompute, o.fusion);
     o.precision = modes.precision;
     c.vocab_size = o.vocab;

@@ -26,8 +26,9 @@ std::int64_t derive_id(std::int64_t parent, std::int64_t split, int color) {
 
 }  // namespace
 
-Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend)
-    : backend_(std::move(backend)), name_(std::move(name)), id_(id), group_(group) {
+Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend,
+                           const BackendSettings& settings)
+    : backend_(std::move(backend)), backend_settings_(settings), name_(std::move(name)), id_(id), group_(group) {
   check_mpi(MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(group, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(group, &size_), "MPI_Comm_size");
@@ -573,15 +574,18 @@ void Communicator::run_send_recv(const void* out, std::size_t out_count, int des
 
 Communicator Communicator::split(int color, int key) {
   if (color < 0) fail("rank {}: split on '{}': color {} is negative", rank_, name_, color);
-  return derive(color, key, backend_);
+  return derive(color, key, backend_, backend_settings_);
 }
 
-Communicator Communicator::with_backend(BackendKind backend) {
+Communicator Communicator::with_backend(BackendKind backend) { return with_backend(backend, backend_settings_); }
+
+Communicator Communicator::with_backend(BackendKind backend, const BackendSettings& settings) {
   // Color 0 for everyone: the same group, its own lanes, another backend.
-  return derive(0, rank_, make_backend(backend));
+  return derive(0, rank_, make_backend(backend, settings), settings);
 }
 
-Communicator Communicator::derive(int color, int key, std::shared_ptr<Backend> backend) {
+Communicator Communicator::derive(int color, int key, std::shared_ptr<Backend> backend,
+                                  const BackendSettings& settings) {
   // First make sure every rank is here (watched), so the blocking MPI calls below cannot hang.
   collective(OpKind::split, 0, DataType::i32, -1, -1, [](const Transport& t, const OpCall&) {
     MPI_Request arrived;
@@ -592,7 +596,7 @@ Communicator Communicator::derive(int color, int key, std::shared_ptr<Backend> b
   check_mpi(MPI_Comm_split(group_.get(), color, key, &part), "MPI_Comm_split");
   const std::int64_t number = splits_++;
   return Communicator(part, fmt::format("{}/split{}:{}", name_, number, color), derive_id(id_, number, color),
-                      std::move(backend));
+                      std::move(backend), settings);
 }
 
 Work::~Work() {

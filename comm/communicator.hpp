@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "comm/backends/registry.hpp"  // BackendSettings
 #include "comm/error.hpp"
 #include "comm/mpi_comm.hpp"
 #include "comm/progress_thread.hpp"
@@ -102,7 +103,9 @@ TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier
 class Communicator {
  public:
   // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
-  Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend);
+  // `settings`: what `backend` was made with, kept for the backends with_backend makes.
+  Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend,
+               const BackendSettings& settings = {});
   Communicator(Communicator&&) = default;
   ~Communicator();
 
@@ -190,8 +193,10 @@ class Communicator {
 
   // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
   Communicator split(int color, int key);
-  // The same ranks, running another backend: to compare them.
+  // The same ranks, running another backend: to compare them. Made with this communicator's
+  // backend settings (the environment's, read where the job started), or with `settings`.
   Communicator with_backend(BackendKind backend);
+  Communicator with_backend(BackendKind backend, const BackendSettings& settings);
 
  private:
   // The type-erased core every template above forwards to.
@@ -223,7 +228,7 @@ class Communicator {
   Staging staging(OpKind kind) const;
 
   // A new communicator over the ranks of this one with the same color (split's core).
-  Communicator derive(int color, int key, std::shared_ptr<Backend> backend);
+  Communicator derive(int color, int key, std::shared_ptr<Backend> backend, const BackendSettings& settings);
   // Describes a call made on this communicator.
   OpCall begin(OpKind kind, std::size_t count, DataType type, int op, int root);
   // Runs body(transport, call) as the next collective on this communicator.
@@ -247,6 +252,7 @@ class Communicator {
 
   static constexpr int kLanes = 13;  // one per collective kind, point-to-point, async, check, split, tagged
   std::shared_ptr<Backend> backend_;
+  BackendSettings backend_settings_;
   std::string name_;
   std::int64_t id_;
   int rank_ = 0;

@@ -4,7 +4,9 @@
 
 #include "comm/watchdog/abort_hooks.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <optional>
 #include <fstream>
 #include <cstdlib>
 #include <new>
@@ -83,6 +85,33 @@ void add_options(CLI::App& app, Options& options) {
       ->default_str("caller");
 }
 
+namespace {
+// The variable's whole text as a number from `low` to `high`; nullopt when unset or empty.
+std::optional<long long> whole_number_from(const char* name, long long low, long long high, const char* what) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (*end != 0 || errno != 0 || value < low || value > high)
+    throw UsageError(fmt::format("{}='{}' is not {}", name, text, what));
+  return value;
+}
+}  // namespace
+
+BackendSettings backend_settings_from_environment() {
+  BackendSettings s;
+  constexpr auto kMaxPolls = static_cast<long long>(shm::Settings::kMaxSpinPolls);
+  s.shm.spin_polls = static_cast<std::uint64_t>(
+      whole_number_from("NANODIST_SHM_SPIN", 0, kMaxPolls, "a count of polls from 0 to 10000000 (try 2000, or 0)")
+          .value_or(0));
+  s.shm.single_copy = whole_number_from("NANODIST_SHM_SINGLE_COPY", 0, 1, "0 or 1").value_or(1) == 1;
+  s.shm.ranks_per_node = static_cast<int>(
+      whole_number_from("NANODIST_SHM_RANKS_PER_NODE", 1, 1'000'000, "a number of ranks (1 or more)").value_or(0));
+  s.nccl_stall = std::getenv("NANODIST_NCCL_STALL") != nullptr;
+  return s;
+}
+
 void check_environment_switches() {
   for (const char* name : {"NANODIST_CHECK", "NANODIST_ALL_RANKS"}) {
     const char* text = std::getenv(name);
@@ -159,6 +188,7 @@ void Runtime::find_local_ranks() {
 Communicator& Runtime::start(const Options& options) {
   if (world_) fail("comm::Runtime::start called twice");
   options_ = options;
+  backend_settings_ = backend_settings_from_environment();  // before anything is built: a bad value is one line
   if (options.progress == Progress::thread && owns_mpi_ && thread_level_ < MPI_THREAD_MULTIPLE)
     throw UsageError(fmt::format("--progress thread: this MPI gives thread level {}, and the communication "
                                  "thread needs MPI_THREAD_MULTIPLE ({}); use --progress caller",
@@ -171,7 +201,8 @@ Communicator& Runtime::start(const Options& options) {
   if (options.handle_signals) install_termination_report(board_.get(), exchange_.get());
   MPI_Comm world;
   check_mpi(MPI_Comm_dup(world_comm_, &world), "MPI_Comm_dup");
-  world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend));
+  world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend, backend_settings_),
+                                         backend_settings_);
   return *world_;
 }
 

@@ -52,6 +52,11 @@ void add_options(CLI::App& app, Options& options);
 // Accepts a backend this build has; otherwise says why not (the --backend and --compare check).
 CLI::Validator backend_check();
 
+// NANODIST_SHM_SPIN, NANODIST_SHM_SINGLE_COPY, NANODIST_SHM_RANKS_PER_NODE and
+// NANODIST_NCCL_STALL, read once (Runtime::start) and handed down through the communicators;
+// a bad value throws UsageError naming the variable.
+BackendSettings backend_settings_from_environment();
+
 // NANODIST_CHECK and NANODIST_ALL_RANKS hold a switch (1/0, true/false, on/off, yes/no);
 // anything else throws UsageError naming the variable (parse() checks them first).
 void check_environment_switches();
@@ -77,6 +82,9 @@ class Runtime {
   Communicator& start(const Options& options);
   Communicator& world();
   const Options& options() const { return options_; }
+  // The environment's backend settings, read by start() (the world's, and every communicator's
+  // made from it).
+  const BackendSettings& backend_settings() const { return backend_settings_; }
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
@@ -97,6 +105,7 @@ class Runtime {
   void find_local_ranks();
 
   Options options_;
+  BackendSettings backend_settings_;
   int thread_level_ = MPI_THREAD_SINGLE;  // what MPI_Init_thread gave
   MPI_Comm world_comm_ = MPI_COMM_WORLD;
   bool owns_mpi_ = true;  // started MPI, so ends it

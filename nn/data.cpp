@@ -71,8 +71,6 @@ std::string quoted(const fs::path& p) {  // for the shell: '...' with ' escaped
 
 // Downloads url to `target` with curl or wget; false when neither works (no network, ...).
 bool download(const std::string& url, const fs::path& target) {
-  const char* off = std::getenv("NANODIST_NO_DOWNLOAD");
-  if (off && std::string(off) == "1") return false;
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
   const fs::path partial = target.string() + ".part";
@@ -92,24 +90,25 @@ bool download(const std::string& url, const fs::path& target) {
 
 }  // namespace
 
-TextSource find_shakespeare_text(const fs::path& data_dir, const std::optional<fs::path>& given) {
+TextSource find_shakespeare_text(const fs::path& data_dir, const std::optional<fs::path>& given,
+                                 const TextSources& sources) {
   if (given) {
     if (!is_nonempty_file(*given)) fail("--text {}: no such file (or it is empty)", given->string());
     return {*given, "given path"};
   }
   const fs::path local = data_dir / kShakespeareRelative;
   if (is_nonempty_file(local)) return {local, "data folder"};
-  if (download(kShakespeareUrl, local)) return {local, "downloaded"};
-  const char* mirror = std::getenv(kMirrorVariable);
-  if (mirror && *mirror) {
-    const fs::path copy = fs::path(mirror) / kShakespeareRelative;
+  if (sources.download && download(kShakespeareUrl, local)) return {local, "downloaded"};
+  if (sources.mirror) {
+    const fs::path copy = *sources.mirror / kShakespeareRelative;
     if (is_nonempty_file(copy)) return {copy, "mirror"};
   }
   fail(
       "no Shakespeare text: not in {}, the download of {} failed, and {} {} — put input.txt there, pass --text FILE, "
       "or set {} to a folder holding {}",
       local.string(), kShakespeareUrl, kMirrorVariable,
-      mirror && *mirror ? fmt::format("({}) has no {}", mirror, kShakespeareRelative) : std::string("is not set"),
+      sources.mirror ? fmt::format("({}) has no {}", sources.mirror->string(), kShakespeareRelative)
+                     : std::string("is not set"),
       kMirrorVariable, kShakespeareRelative);
 }
 
@@ -238,11 +237,12 @@ fs::path prepared_dir(const fs::path& data_dir, const std::optional<fs::path>& g
   return data_dir / fmt::format("text_{}_{:016x}", name, fnv1a64(bytes));
 }
 
-PreparedData prepare_shakespeare(const fs::path& data_dir, const std::optional<fs::path>& given) {
+PreparedData prepare_shakespeare(const fs::path& data_dir, const std::optional<fs::path>& given,
+                                 const TextSources& sources) {
   if (given && !is_nonempty_file(*given)) fail("--text {}: no such file (or it is empty)", given->string());
   const fs::path out_dir = prepared_dir(data_dir, given);
   if (auto existing = read_prepared_data(out_dir)) return *existing;
-  return prepare_char_dataset(find_shakespeare_text(data_dir, given), out_dir);
+  return prepare_char_dataset(find_shakespeare_text(data_dir, given, sources), out_dir);
 }
 
 std::vector<int32_t> load_tokens(const fs::path& file, int vocab_size) {

@@ -51,14 +51,21 @@ inline constexpr const char* kShakespeareUrl =
 inline constexpr const char* kShakespeareRelative = "tinyshakespeare/input.txt";
 inline constexpr const char* kMirrorVariable = "NANODIST_DATA_MIRROR";
 
+// Where else the text may come from, as the program's environment says (the trainers read
+// NANODIST_NO_DOWNLOAD=1 and NANODIST_DATA_MIRROR where they start).
+struct TextSources {
+  bool download = true;                       // false: never try the network
+  std::optional<std::filesystem::path> mirror;  // a folder holding tinyshakespeare/input.txt
+};
+
 // Finds the text, in this order:
 //   1. `given` when the user named a file (it must exist: no fallback hides a typo);
 //   2. <data_dir>/tinyshakespeare/input.txt, a copy already there;
-//   3. a download of kShakespeareUrl into that place (curl or wget, unless NANODIST_NO_DOWNLOAD=1);
-//   4. $NANODIST_DATA_MIRROR/tinyshakespeare/input.txt.
+//   3. a download of kShakespeareUrl into that place (curl or wget, when sources.download);
+//   4. <sources.mirror>/tinyshakespeare/input.txt.
 // Throws nn::Error with one line that says what to do when all of them fail.
 TextSource find_shakespeare_text(const std::filesystem::path& data_dir,
-                                 const std::optional<std::filesystem::path>& given);
+                                 const std::optional<std::filesystem::path>& given, const TextSources& sources);
 
 struct PreparedData {
   std::filesystem::path dir;  // <data_dir>/shakespeare_char or <data_dir>/text_<name>_<hash>
@@ -86,7 +93,7 @@ std::filesystem::path prepared_dir(const std::filesystem::path& data_dir,
 // The whole data step: reuses the prepared folder when it exists (for --text, the hash in
 // its name says the text is the same); otherwise finds the text and prepares it.
 PreparedData prepare_shakespeare(const std::filesystem::path& data_dir,
-                                 const std::optional<std::filesystem::path>& given);
+                                 const std::optional<std::filesystem::path>& given, const TextSources& sources);
 
 // Loads a token file (train.bin / val.bin) as int32 ids, checking each is < vocab_size.
 std::vector<int32_t> load_tokens(const std::filesystem::path& file, int vocab_size);

@@ -2,9 +2,10 @@
 // draw (nn/philox.hpp) whose counter is where the element sits in the whole computation:
 //
 //   key     = the run's seed (its dropout stream: nn::stream_seed)
-//   counter = (e / 4 within the sample's whole tensor, the sample's index in the step's global
-//              batch, the site — which dropout of the model —, the optimizer step); e % 4 picks
-//              one of the draw's four words
+//   counter = (e / 8 within the sample's whole tensor, the sample's index in the step's global
+//              batch, the site — which dropout of the model —, the optimizer step); e % 8 picks
+//              one of the draw's eight 16-bit halves (four 32-bit words), which drops the
+//              element when it is below p·2¹⁶
 //
 // Nothing in it says how many ranks there are, which replica or micro-batch holds the sample,
 // which stage runs the layer, or which slice of heads or positions this rank computes: a
@@ -19,6 +20,8 @@
 namespace nn {
 
 struct DropoutMask {
+  static constexpr int64_t kElementsPerDraw = 8;  // 16-bit halves of one Philox draw
+
   float p = 0.0f;             // the drop probability, in [0, 1)
   uint64_t seed = 0;          // the run's --seed
   int64_t step = 0;           // the optimizer step

@@ -107,6 +107,7 @@ using Bf16GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, float, 
                                   const numeric::bfloat16*, int64_t, float, float*, int64_t);
 
 struct Choice {
+  GemmEngine engine;  // what was asked for
   GemmFunction fp32;
   std::string fp32_description;
   Bf16GemmFunction bf16 = nullptr;  // null: emulated on fp32
@@ -162,8 +163,8 @@ bool has_avx512_kernels(std::string core) {
   return false;
 }
 
-Choice with_bf16(GemmFunction fp32, std::string fp32_description, const std::string& fp32_name) {
-  Choice c{fp32, std::move(fp32_description)};
+Choice with_bf16(GemmEngine engine, GemmFunction fp32, std::string fp32_description, const std::string& fp32_name) {
+  Choice c{engine, fp32, std::move(fp32_description)};
   if (onednn_available() && onednn_has_bf16_units()) {
     c.bf16 = onednn_gemm_bf16;
     c.bf16_description = "oneDNN (AVX-512 BF16 kernels)";
@@ -174,33 +175,37 @@ Choice with_bf16(GemmFunction fp32, std::string fp32_description, const std::str
   return c;
 }
 
-Choice choose() {
+Choice choose(GemmEngine want) {
   const std::string core = openblas_get_corename() ? openblas_get_corename() : "unknown";
-  const char* forced = std::getenv("NANODIST_GEMM");
-  const std::string want = forced ? forced : "auto";
-  if (want == "openblas") {
-    Choice c{openblas_gemm, fmt::format("OpenBLAS ({} kernels, NANODIST_GEMM=openblas)", core)};
-    c.bf16_description = "OpenBLAS, emulated: bf16 inputs widened to fp32 (NANODIST_GEMM=openblas)";
-    return c;
+  switch (want) {
+    case GemmEngine::openblas: {
+      Choice c{want, openblas_gemm, fmt::format("OpenBLAS ({} kernels, NANODIST_GEMM=openblas)", core)};
+      c.bf16_description = "OpenBLAS, emulated: bf16 inputs widened to fp32 (NANODIST_GEMM=openblas)";
+      return c;
+    }
+    case GemmEngine::eigen: {
+      Choice c{want, eigen_gemm, "Eigen (NANODIST_GEMM=eigen)"};
+      c.bf16_description = "Eigen, emulated: bf16 inputs widened to fp32 (NANODIST_GEMM=eigen)";
+      return c;
+    }
+    case GemmEngine::onednn:
+      if (!onednn_available()) fail("NANODIST_GEMM=onednn: this build has no oneDNN (install libdnnl-dev, build again)");
+      return with_bf16(want, onednn_gemm_f32, "oneDNN (NANODIST_GEMM=onednn)", "oneDNN");
+    case GemmEngine::automatic:
+      break;
   }
-  if (want == "eigen") {
-    Choice c{eigen_gemm, "Eigen (NANODIST_GEMM=eigen)"};
-    c.bf16_description = "Eigen, emulated: bf16 inputs widened to fp32 (NANODIST_GEMM=eigen)";
-    return c;
-  }
-  if (want == "onednn") {
-    if (!onednn_available()) fail("NANODIST_GEMM=onednn: this build has no oneDNN (install libdnnl-dev, build again)");
-    return with_bf16(onednn_gemm_f32, "oneDNN (NANODIST_GEMM=onednn)", "oneDNN");
-  }
-  if (want != "auto") fail("NANODIST_GEMM={}: expected eigen, openblas, onednn or auto", want);
   if (onednn_available() && onednn_has_avx512())
-    return with_bf16(onednn_gemm_f32, "oneDNN (AVX-512 kernels)", "oneDNN");
-  if (has_avx512_kernels(core)) return with_bf16(openblas_gemm, fmt::format("OpenBLAS ({} kernels)", core), "OpenBLAS");
-  return with_bf16(eigen_gemm, fmt::format("Eigen (OpenBLAS would use {} kernels, slower here)", core), "Eigen");
+    return with_bf16(want, onednn_gemm_f32, "oneDNN (AVX-512 kernels)", "oneDNN");
+  if (has_avx512_kernels(core))
+    return with_bf16(want, openblas_gemm, fmt::format("OpenBLAS ({} kernels)", core), "OpenBLAS");
+  return with_bf16(want, eigen_gemm, fmt::format("Eigen (OpenBLAS would use {} kernels, slower here)", core), "Eigen");
 }
 
+// What the program asked for (use_gemm_engine), read when the first product fixes the choice.
+GemmEngine requested_engine = GemmEngine::automatic;
+
 const Choice& chosen() {
-  static const Choice choice = choose();
+  static const Choice choice = choose(requested_engine);
   return choice;
 }
 
@@ -222,6 +227,21 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     c.bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
     emulated_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+GemmEngine parse_gemm_engine(const char* text) {
+  const std::string_view want = text ? text : "auto";
+  for (std::size_t i = 0; i < kGemmEngineNames.size(); ++i)
+    if (want == kGemmEngineNames[i]) return static_cast<GemmEngine>(i);
+  fail("NANODIST_GEMM={}: expected eigen, openblas, onednn or auto", want);
+}
+
+void use_gemm_engine(GemmEngine engine) {
+  requested_engine = engine;
+  const GemmEngine running = chosen().engine;  // fixed now, if it was not yet
+  if (running != engine)
+    fail("the GEMM engine is already {}: choose {} before the first product", kGemmEngineNames[static_cast<int>(running)],
+         kGemmEngineNames[static_cast<int>(engine)]);
 }
 
 bool gemm_has_native_bf16() { return chosen().bf16 != nullptr; }

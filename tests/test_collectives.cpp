@@ -241,24 +241,18 @@ TEMPLATE_TEST_CASE("large buffers: every backend matches the mpi backend", "[col
 
 // Sets an environment variable while it lives (unset again even when a call throws), so that
 // a failed case cannot leave the next ones on pretend nodes or on copy-in.
-struct EnvironmentFor {
-  EnvironmentFor(const char* name, const char* value) : variable(name) { setenv(name, value, 1); }
-  ~EnvironmentFor() { unsetenv(variable); }
-  EnvironmentFor(const EnvironmentFor&) = delete;
-  EnvironmentFor& operator=(const EnvironmentFor&) = delete;
-  const char* variable;
-};
-
 // The world on shm, every `per_node` ranks pretending to be a node (NANODIST_SHM_RANKS_PER_NODE).
-Communicator shm_in_nodes_of(const char* per_node) {
-  EnvironmentFor pretend("NANODIST_SHM_RANKS_PER_NODE", per_node);
-  return comm::runtime().world().with_backend(comm::BackendKind::shm);
+Communicator shm_in_nodes_of(int per_node) {
+  comm::BackendSettings settings = comm::runtime().backend_settings();
+  settings.shm.ranks_per_node = per_node;
+  return comm::runtime().world().with_backend(comm::BackendKind::shm, settings);
 }
 
 // The world on shm with single copy off: copy-in alone (NANODIST_SHM_SINGLE_COPY=0).
 Communicator shm_copy_in() {
-  EnvironmentFor off("NANODIST_SHM_SINGLE_COPY", "0");
-  return comm::runtime().world().with_backend(comm::BackendKind::shm);
+  comm::BackendSettings settings = comm::runtime().backend_settings();
+  settings.shm.single_copy = false;
+  return comm::runtime().world().with_backend(comm::BackendKind::shm, settings);
 }
 
 // Whether every rank can read and write every other's memory in place (process_vm_readv and
@@ -318,13 +312,13 @@ TEST_CASE("shm: one shot, rounds of copy-in and single copy give the mpi backend
 }
 
 // Across nodes, shm's allreduce, reduce-scatter and allgather are hierarchical (shared memory
-// in each node, rings between the nodes). NANODIST_SHM_RANKS_PER_NODE=K makes every K ranks a
+// in each node, rings between the nodes). shm ranks_per_node K (NANODIST_SHM_RANKS_PER_NODE) makes every K ranks a
 // node on this one machine: K = 1 (a rank per node), K = 2 (even nodes on 2 and 4 ranks, on 3
 // and 5 ranks a node of one rank, where every collective takes the ring instead).
 TEST_CASE("shm across nodes: hierarchical collectives give the mpi backend's answer", "[collectives][shm]") {
   auto& b = backends();
-  for (const char* per_node : {"1", "2"}) {
-    INFO("NANODIST_SHM_RANKS_PER_NODE=" << per_node);
+  for (int per_node : {1, 2}) {
+    INFO("shm ranks per node " << per_node);
     Communicator nodes = shm_in_nodes_of(per_node);
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1001}})
       for (bool in_place : {false, true}) {
@@ -390,8 +384,8 @@ TEST_CASE("allreduce leaves the same bits on every rank, on every backend and pa
         same_bits_on_every_rank<float>(b.reference, *tested, count, in_place);
       same_bits_on_every_rank<double>(b.reference, *tested, 7'001, in_place);
     }
-  for (const char* per_node : {"1", "2"}) {
-    INFO("NANODIST_SHM_RANKS_PER_NODE=" << per_node);
+  for (int per_node : {1, 2}) {
+    INFO("shm ranks per node " << per_node);
     Communicator nodes = shm_in_nodes_of(per_node);
     for (bool in_place : {false, true}) same_bits_on_every_rank<float>(b.reference, nodes, 100'003, in_place);
   }

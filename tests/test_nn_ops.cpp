@@ -2,6 +2,7 @@
 // vector width), its forward value against a plain formula, and autograd's rules.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -9,15 +10,20 @@
 #include <vector>
 
 #include "nn/autocast.hpp"
-#include "nn/compute_modes.hpp"
-#include "numeric/bf16.hpp"
 #include "nn/buffer_pool.hpp"
+#include "nn/compute_modes.hpp"
 #include "nn/error.hpp"
+#include "nn/gemm.hpp"
 #include "nn/onednn_gemm.hpp"
 #include "nn/philox.hpp"
 #include "nn/rng.hpp"
 #include "nn/threads.hpp"
 #include "nn_test_util.hpp"
+#include "numeric/bf16.hpp"
+
+// The engine this run tests: ctest runs the program once per engine with NANODIST_GEMM set,
+// read here where the program starts (nn::use_gemm_engine), as every program reads it.
+static const bool engine_chosen = (nn::use_gemm_engine(nn::parse_gemm_engine(std::getenv("NANODIST_GEMM"))), true);
 
 using nn::Tensor;
 using nn_test::check_gradients;
@@ -385,18 +391,19 @@ TEST_CASE("dropout: drops about p, keeps the mean; the mask is where an element 
   nn::set_compute_threads(threads);
   CHECK(std::equal(y.data(), y.data() + n, again.data()));
 
-  // Each factor is the spec's: word e mod 4 of the Philox draw at (e div 4, sample, site, step),
-  // keyed by the seed's dropout stream, below p·2³² dropped.
+  // Each factor is the spec's: 16-bit half e mod 8 of the Philox draw at (e div 8, sample, site,
+  // step) — the low half of word 0 first — keyed by the seed's dropout stream, below p·2¹⁶ dropped.
   const uint64_t key = nn::stream_seed(42, nn::Stream::dropout);
-  for (int64_t e : {0, 1, 2, 3, 4, 777, 49999}) {
-    const nn::PhiloxCounter words = nn::philox4x32_10({static_cast<uint32_t>(e / 4), 11, 5, 7},
+  for (int64_t e : {0, 1, 2, 3, 4, 7, 8, 777, 49999}) {
+    const nn::PhiloxCounter words = nn::philox4x32_10({static_cast<uint32_t>(e / 8), 11, 5, 7},
                                                       {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
-    const bool dropped = words[static_cast<std::size_t>(e % 4)] < static_cast<uint32_t>(std::ldexp(double{0.3f}, 32));
+    const uint32_t half = (words[static_cast<std::size_t>(e % 8 / 2)] >> (16 * (e % 2))) & 0xffffu;
+    const bool dropped = half < static_cast<uint32_t>(std::lround(std::ldexp(double{0.3f}, 16)));
     CHECK(y.data()[per_row + e] == (dropped ? 0.0f : 1.0f / 0.7f));  // row 1 = sample 11
   }
   // The rows as two replicas' micro-batches (samples 10-11 and 12-13), and each row as two
-  // ranks' slices (elements 0-19999 and 20000-49999, an offset not a multiple of Philox's 4
-  // words either): the same elements dropped.
+  // ranks' slices (elements 0-20000 and 20001-49999, an offset not a multiple of a Philox
+  // draw's 8 elements either): the same elements dropped.
   Tensor half = Tensor::full({2, per_row}, 1.0f);
   Tensor second_replica = nn::dropout(half, mask.shifted(2, 0));
   CHECK(std::equal(y.data() + 2 * per_row, y.data() + n, second_replica.data()));

@@ -268,8 +268,9 @@ std::unique_ptr<comm::Communicator> make_group(const std::vector<std::int64_t>& 
                   "MPI_Comm_create_group");
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
+  const comm::BackendSettings& settings = g_job.runtime->backend_settings();
   return std::make_unique<comm::Communicator>(created, name, id,
-                                              comm::make_backend(g_job.runtime->options().backend));
+                                              comm::make_backend(g_job.runtime->options().backend, settings), settings);
 }
 
 void end_job(const std::string& why) {

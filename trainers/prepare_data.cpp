@@ -12,6 +12,7 @@
 
 #include "comm/cli_checks.hpp"
 #include "nn/data.hpp"
+#include "trainers/text_sources.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"prepare_data: tiny Shakespeare → character vocabulary, train.bin, val.bin, meta.json"};
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   try {
     std::optional<std::filesystem::path> given;
     if (!text.empty()) given = text;
-    const nn::TextSource source = nn::find_shakespeare_text(data_dir, given);
+    const nn::TextSource source = nn::find_shakespeare_text(data_dir, given, trainers::text_sources_from_environment());
     const nn::PreparedData data = nn::prepare_char_dataset(source, nn::prepared_dir(data_dir, given));
     fmt::print("text: {} ({})\n", source.path.string(), source.how);
     fmt::print("vocabulary: {} characters\ntrain: {} tokens\nval: {} tokens\nwritten to {}\n", data.vocabulary.size(),

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <vector>
 #include <cmath>
@@ -47,7 +48,8 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
                                   const TrainOptions& options) {
   comm::Communicator& world = runtime.start(comm_options);
   try {
-    nn::gemm_library();  // the engine is chosen here: a bad NANODIST_GEMM is one line on every rank
+    // The engine is chosen here, once: a bad NANODIST_GEMM is one line on every rank.
+    nn::use_gemm_engine(nn::parse_gemm_engine(std::getenv("NANODIST_GEMM")));
   } catch (const nn::Error& e) {
     throw comm::UsageError(e.what());
   }

@@ -7,6 +7,7 @@
 #include "comm/error.hpp"
 #include "comm/runtime.hpp"
 #include "trainers/rank_agreement.hpp"
+#include "trainers/text_sources.hpp"
 
 namespace trainers {
 namespace fs = std::filesystem;
@@ -17,7 +18,7 @@ Splits load_data(const TrainOptions& o, comm::Communicator& world) {
   const std::optional<fs::path> text = o.text.empty() ? std::nullopt : std::optional<fs::path>(o.text);
   std::string dir, origin;
   on_rank0_then_agree(world, [&] {
-    const nn::PreparedData prepared = nn::prepare_shakespeare(o.data_dir, text);
+    const nn::PreparedData prepared = nn::prepare_shakespeare(o.data_dir, text, text_sources_from_environment());
     dir = prepared.dir.string();
     origin = prepared.reused ? fmt::format("prepared earlier from {}", prepared.source)
                              : fmt::format("prepared now from {} ({})", prepared.source, prepared.source_how);

@@ -111,7 +111,9 @@ class NcclPendingOp final : public PendingOp {
 
 class NcclBackend final : public Backend, public std::enable_shared_from_this<NcclBackend> {
  public:
-  NcclBackend() = default;  // the factory's: unattached, each Communicator attaches its own
+  // The factory's: unattached, each Communicator attaches its own. `stall`: a test's stuck
+  // GPU (NANODIST_NCCL_STALL), every collective's stream blocked forever.
+  explicit NcclBackend(bool stall) : stall_(stall) {}
   ~NcclBackend() override {
     if (comm_) ncclCommDestroy(comm_);  // not stuck: a stuck one was aborted and forgotten
     if (done_) cudaEventDestroy(done_);
@@ -123,7 +125,7 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
   bool per_communicator() const override { return true; }
 
   std::shared_ptr<Backend> attach(const Transport& t) override {
-    auto attached = std::make_shared<NcclBackend>();
+    auto attached = std::make_shared<NcclBackend>(stall_);
     attached->init(t);
     return attached;
   }
@@ -230,7 +232,7 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     scratch_ = std::make_unique<DeviceBuffer>(sizeof(int32_t));
-    if (std::getenv("NANODIST_NCCL_STALL")) check_cuda(cudaLaunchHostFunc(stream_, stall_forever, nullptr), "stall");
+    if (stall_) check_cuda(cudaLaunchHostFunc(stream_, stall_forever, nullptr), "stall");
   }
 
   // Polls (watched) until the communicator has no call in progress; fails on an NCCL error.
@@ -292,6 +294,7 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
   }
 
   friend class NcclPendingOp;
+  bool stall_ = false;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
@@ -314,6 +317,6 @@ void NcclPendingOp::wait() { backend_->wait_for_event(done_, what_); }
 
 }  // namespace
 
-std::unique_ptr<Backend> make_nccl_backend() { return std::make_unique<NcclBackend>(); }
+std::unique_ptr<Backend> make_nccl_backend(bool stall) { return std::make_unique<NcclBackend>(stall); }
 
 }  // namespace comm

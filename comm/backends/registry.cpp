@@ -32,7 +32,7 @@ BackendKind parse_backend(std::string_view name) {
   return static_cast<BackendKind>(std::find(kBackendNames.begin(), kBackendNames.end(), name) - kBackendNames.begin());
 }
 
-std::shared_ptr<Backend> make_backend(BackendKind kind) {
+std::shared_ptr<Backend> make_backend(BackendKind kind, const BackendSettings& settings) {
   switch (kind) {
     case BackendKind::mpi:
       return make_mpi_backend();
@@ -41,12 +41,12 @@ std::shared_ptr<Backend> make_backend(BackendKind kind) {
     case BackendKind::naive:
       return make_naive_backend();
     case BackendKind::shm:
-      return make_shm_backend();
+      return make_shm_backend(settings.shm);
     case BackendKind::nccl:
       break;
   }
 #ifdef NANODIST_HAVE_NCCL
-  return make_nccl_backend();
+  return make_nccl_backend(settings.nccl_stall);
 #else
   throw UsageError(why_not_a_backend("nccl"));
 #endif

@@ -48,22 +48,10 @@ int node_count_of(MPI_Comm group, MPI_Comm node, int* min_local, int* max_local)
   return nodes;
 }
 
-// NANODIST_SHM_RANKS_PER_NODE=K: treat every K consecutive ranks as a node (each group its own
-// segment, the network between them): the hierarchical collectives on one machine, to try and
-// to test them. Unset: the real nodes (MPI_COMM_TYPE_SHARED).
-int ranks_per_node_from_environment() {
-  const char* text = std::getenv("NANODIST_SHM_RANKS_PER_NODE");
-  if (!text || !*text) return 0;
-  char* end = nullptr;
-  const long k = std::strtol(text, &end, 10);
-  if (*end != 0 || k < 1 || k > 1'000'000)
-    throw UsageError(fmt::format("NANODIST_SHM_RANKS_PER_NODE='{}' is not a number of ranks (1 or more)", text));
-  return static_cast<int>(k);
-}
-
 class ShmBackend final : public Backend {
  public:
-  ShmBackend() = default;  // the factory's: unattached, each Communicator attaches its own
+  // The factory's: unattached, each Communicator attaches its own (with the same settings).
+  explicit ShmBackend(const shm::Settings& settings) : settings_(settings) {}
   std::string_view name() const override { return "shm"; }
   std::string describe() const override {
     if (!node_) return "shm (not yet attached to ranks)";
@@ -81,7 +69,7 @@ class ShmBackend final : public Backend {
   bool per_communicator() const override { return true; }
 
   std::shared_ptr<Backend> attach(const Transport& t) override {
-    auto attached = std::make_shared<ShmBackend>();
+    auto attached = std::make_shared<ShmBackend>(settings_);
     attached->init(t);
     return attached;
   }
@@ -187,7 +175,7 @@ class ShmBackend final : public Backend {
     group_size_ = t.size();
     MPI_Comm node;
     node = split_by_host(t.mpi_comm(), t.rank());
-    if (const int pretend = ranks_per_node_from_environment(); pretend > 0) {  // smaller "nodes" inside it
+    if (const int pretend = settings_.ranks_per_node; pretend > 0) {  // smaller "nodes" inside it
       int local = 0;
       MPI_Comm_rank(node, &local);
       MPI_Comm part;
@@ -202,7 +190,7 @@ class ShmBackend final : public Backend {
     // The blocking MPI calls first (every rank is here), the segment last: a rank that fails to
     // make it then leaves the others in a watched wait, never in an MPI call.
     if (!one_node()) find_the_other_nodes(t, node, node_rank);
-    node_ = std::make_unique<shm::NodeGroup>(Transport(node, node_rank, node_ranks_));
+    node_ = std::make_unique<shm::NodeGroup>(Transport(node, node_rank, node_ranks_), settings_);
   }
 
   void find_the_other_nodes(const Transport& t, MPI_Comm node, int node_rank) {
@@ -226,6 +214,7 @@ class ShmBackend final : public Backend {
       if (even_nodes_) owner_by_place_.at(static_cast<std::size_t>(places[static_cast<std::size_t>(r)])) = r;
   }
 
+  shm::Settings settings_;
   int group_size_ = 1;
   int node_ranks_ = 1;
   bool even_nodes_ = true;
@@ -241,12 +230,8 @@ class ShmBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_shm_backend() {
-  // Bad NANODIST_SHM_* values: one line and exit status 2 from every rank alike, before any
-  // segment exists (they are read again where they are used).
-  shm::check_shm_environment();
-  ranks_per_node_from_environment();
-  return std::make_unique<ShmBackend>();
+std::unique_ptr<Backend> make_shm_backend(const shm::Settings& settings) {
+  return std::make_unique<ShmBackend>(settings);
 }
 
 }  // namespace comm

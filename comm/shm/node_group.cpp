@@ -23,30 +23,6 @@ std::size_t segment_bytes(int ranks) {
   return kHeaderBytes + static_cast<std::size_t>(ranks) * (sizeof(Flags) + 2 * NodeGroup::kAreaBytes);
 }
 
-// NANODIST_SHM_SPIN: how many times to poll the flags before the watchdog's wait, which polls
-// 16 times between yields. Default 0. Measured (8-byte allreduce, docs/backends.md): on 2 ranks
-// 0.25 µs either way (a yield with nobody else to run returns at once); on 4 ranks on 2 cores
-// 3.5 µs with 0 and 104 µs with 2000, the spinning rank holding the core its peer needs.
-std::uint64_t spin_polls_from_environment() {
-  const char* text = std::getenv("NANODIST_SHM_SPIN");
-  if (!text || !*text) return 0;
-  char* end = nullptr;
-  const unsigned long long polls = std::strtoull(text, &end, 10);
-  // (capped: these polls do not look at the deadline; 10 million is well under a second)
-  if (*end != 0 || text[0] == '-' || polls > 10'000'000)
-    throw UsageError(fmt::format("NANODIST_SHM_SPIN='{}' is not a count of polls from 0 to 10000000 (try 2000, or 0)", text));
-  return polls;
-}
-
-// NANODIST_SHM_SINGLE_COPY=0 turns single copy off (to measure copy-in, or test it).
-bool single_copy_allowed() {
-  const char* text = std::getenv("NANODIST_SHM_SINGLE_COPY");
-  if (!text || !*text) return true;
-  if (std::string(text) == "0") return false;
-  if (std::string(text) == "1") return true;
-  throw UsageError(fmt::format("NANODIST_SHM_SINGLE_COPY='{}' is not 0 or 1", text));
-}
-
 // An area holds one piece per rank of the node, of at least one 8-byte element.
 int checked_ranks(int ranks) {
   if (static_cast<std::size_t>(ranks) * 8 > NodeGroup::kAreaBytes)
@@ -62,19 +38,14 @@ volatile std::uint64_t probe_inbox = 0;
 
 }  // namespace
 
-void check_shm_environment() {
-  spin_polls_from_environment();
-  single_copy_allowed();
-}
-
-NodeGroup::NodeGroup(const Transport& node)
+NodeGroup::NodeGroup(const Transport& node, const Settings& settings)
     : segment_(std::make_unique<Segment>(node, segment_bytes(checked_ranks(node.size())))),
       rank_(node.rank()),
       size_(node.size()),
-      spin_polls_(spin_polls_from_environment()) {
+      spin_polls_(settings.spin_polls) {
   Flags& mine = flags(rank_);
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  single_copy_ = probe_single_copy();
+  single_copy_ = probe_single_copy(settings.single_copy);
 }
 
 Flags& NodeGroup::flags(int rank) const {
@@ -195,8 +166,7 @@ void NodeGroup::move_in_place(int peer, std::uint64_t address, void* local_bytes
 // Can this rank read and write every peer in place? Yama (ptrace_scope 1) allows a process to ptrace only
 // its descendants unless it names a tracer: PR_SET_PTRACER_ANY lets the job's other ranks in
 // (what Open MPI does for the same reads). Containers may forbid process_vm_readv altogether.
-bool NodeGroup::probe_single_copy() {
-  const bool allowed = single_copy_allowed();
+bool NodeGroup::probe_single_copy(bool allowed) {
   if (size_ == 1) return allowed;
 #ifdef PR_SET_PTRACER
   if (allowed) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // only when the reads are wanted

@@ -35,13 +35,11 @@
 #include <memory>
 
 #include "comm/shm/segment.hpp"
+#include "comm/shm/settings.hpp"
 #include "comm/transport.hpp"
 #include "comm/types.hpp"
 
 namespace comm::shm {
-
-// Reads NANODIST_SHM_SPIN and NANODIST_SHM_SINGLE_COPY; a bad value throws UsageError.
-void check_shm_environment();
 
 // One rank's line in the segment: what it says to the others.
 struct alignas(128) Flags {
@@ -63,7 +61,7 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std
 class NodeGroup {
  public:
   // Collective over `node` (all on one machine), inside the watchdog's scope.
-  explicit NodeGroup(const Transport& node);
+  NodeGroup(const Transport& node, const Settings& settings);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -94,7 +92,7 @@ class NodeGroup {
   enum class Direction { from_peer, to_peer };
   void move_in_place(int peer, std::uint64_t address, void* local_bytes, std::size_t bytes, Direction direction) const;
   Flags& flags(int rank) const;
-  bool probe_single_copy();
+  bool probe_single_copy(bool allowed);  // allowed: Settings::single_copy
   void verify_same_call();
 
   std::unique_ptr<Segment> segment_;

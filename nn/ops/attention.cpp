@@ -36,11 +36,11 @@ float* thread_factors(std::size_t count) {
 }
 
 // Dropout on one head's weights: P_drop[t,j] = P[t,j]·m/(1−p), the mask of the head's rows
-// from nn/dropout_mask.hpp — drawn once per pass into `factors` [T,T] (causal part, j ≤ t),
-// then applied: forward to P, backward to P and to dP with the same draw.
-void draw_mask(const DropoutMask& head_mask, int64_t T, float* factors) {
-  for (int64_t t = 0; t < T; ++t) head_mask.factors(0, t * T, t + 1, factors + t * T);
-}
+// from nn/dropout_mask.hpp — drawn once per pass into `factors` [T,T], then applied to the
+// causal part (j ≤ t): forward to P, backward to P and to dP with the same draw. The whole
+// square in one call: twice the elements of the causal part, but every draw a whole vector
+// one (row by row, each row's two ends are partial draws, made one at a time — slower).
+void draw_mask(const DropoutMask& head_mask, int64_t T, float* factors) { head_mask.factors(0, 0, T * T, factors); }
 
 // out = P ⊙ factors on the causal part, 0 above it; in place too (out == P).
 void apply_mask(const float* P, const float* factors, float* out, int64_t T) {
