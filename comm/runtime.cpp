@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <new>
 #include <set>
+#include <string_view>
 #include <cctype>
 
 #include <CLI/CLI.hpp>
@@ -105,7 +106,11 @@ BackendSettings backend_settings_from_environment() {
   s.shm.spin_polls = static_cast<std::uint64_t>(
       whole_number_from("NANODIST_SHM_SPIN", 0, kMaxPolls, "a count of polls from 0 to 10000000 (try 2000, or 0)")
           .value_or(0));
-  s.shm.single_copy = whole_number_from("NANODIST_SHM_SINGLE_COPY", 0, 1, "0 or 1").value_or(1) == 1;
+  if (const char* text = std::getenv("NANODIST_SHM_SINGLE_COPY"); text && *text) {
+    if (std::string_view(text) != "0" && std::string_view(text) != "1")
+      throw UsageError(fmt::format("NANODIST_SHM_SINGLE_COPY='{}' is not 0 or 1", text));
+    s.shm.single_copy = std::string_view(text) == "1";
+  }
   s.shm.ranks_per_node = static_cast<int>(
       whole_number_from("NANODIST_SHM_RANKS_PER_NODE", 1, 1'000'000, "a number of ranks (1 or more)").value_or(0));
   s.nccl_stall = std::getenv("NANODIST_NCCL_STALL") != nullptr;

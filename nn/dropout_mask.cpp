@@ -18,9 +18,10 @@ DropoutMask DropoutMask::shifted(int64_t samples, int64_t elements) const {
 // Each Philox draw gives four 32-bit words, each word two 16-bit halves: eight elements per
 // draw (half the draws of one element per word; p is then kept to within 2⁻¹⁷).
 void DropoutMask::factors(int64_t row, int64_t first, int64_t n, float* out) const {
-  // A half below p·2¹⁶ (rounded) drops the element.
+  // A half below round(p·2¹⁶) drops the element: with probability p' = threshold/2¹⁶, so the
+  // survivors are scaled by 1/(1 − p') and the expected value stays exactly the input's.
   const auto threshold = static_cast<uint32_t>(std::lround(std::ldexp(static_cast<double>(p), 16)));
-  const float kept_scale = 1.0f / (1.0f - p);
+  const float kept_scale = static_cast<float>(65536.0 / (65536.0 - threshold));
   const uint64_t stream = stream_seed(seed, Stream::dropout);  // apart from the seed's other uses
   const auto k0 = static_cast<uint32_t>(stream), k1 = static_cast<uint32_t>(stream >> 32);
   const auto sample = static_cast<uint32_t>(first_sample + row), where = static_cast<uint32_t>(site),

@@ -5,7 +5,8 @@
 //   counter = (e / 8 within the sample's whole tensor, the sample's index in the step's global
 //              batch, the site — which dropout of the model —, the optimizer step); e % 8 picks
 //              one of the draw's eight 16-bit halves (four 32-bit words), which drops the
-//              element when it is below p·2¹⁶
+//              element when it is below round(p·2¹⁶); the kept ones are scaled by
+//              2¹⁶/(2¹⁶ − round(p·2¹⁶)), 1/(1 − p) for the p the draws realise
 //
 // Nothing in it says how many ranks there are, which replica or micro-batch holds the sample,
 // which stage runs the layer, or which slice of heads or positions this rank computes: a
@@ -34,7 +35,7 @@ struct DropoutMask {
   // `elements` further into each sample's whole tensor.
   DropoutMask shifted(int64_t samples, int64_t elements) const;
   // The factors of elements [first, first + n) of row `row`: 0 where dropped, 1/(1 − p) where
-  // kept (first and n in the row's own numbering).
+  // kept, p rounded to a multiple of 2⁻¹⁶ (first and n in the row's own numbering).
   void factors(int64_t row, int64_t first, int64_t n, float* out) const;
 };
 

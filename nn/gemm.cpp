@@ -1,6 +1,7 @@
 #include "nn/gemm.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -153,8 +154,8 @@ void emulated_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 // beats both (main job 13.8 ms/step against Eigen's 17.3; preset b 2.97 s against OpenBLAS's
 // 3.15 s with AVX-512 kernels), so it comes first where the build has it and the CPU has
 // AVX-512. For bf16: oneDNN's AVX-512 BF16 kernels when the CPU has them, else emulation.
-// NANODIST_GEMM=eigen|openblas|onednn overrides the choice (eigen and openblas run bf16
-// emulated).
+// A program may override the choice (use_gemm_engine; the trainers and gpt_bench read
+// NANODIST_GEMM=eigen|openblas|onednn where they start; eigen and openblas run bf16 emulated).
 
 bool has_avx512_kernels(std::string core) {
   std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -201,11 +202,12 @@ Choice choose(GemmEngine want) {
   return with_bf16(want, eigen_gemm, fmt::format("Eigen (OpenBLAS would use {} kernels, slower here)", core), "Eigen");
 }
 
-// What the program asked for (use_gemm_engine), read when the first product fixes the choice.
-GemmEngine requested_engine = GemmEngine::automatic;
+// What the program asked for (use_gemm_engine), read when the first product fixes the choice
+// (atomic: a product on another thread may be the first).
+std::atomic<GemmEngine> requested_engine{GemmEngine::automatic};
 
 const Choice& chosen() {
-  static const Choice choice = choose(requested_engine);
+  static const Choice choice = choose(requested_engine.load());
   return choice;
 }
 
@@ -237,7 +239,7 @@ GemmEngine parse_gemm_engine(const char* text) {
 }
 
 void use_gemm_engine(GemmEngine engine) {
-  requested_engine = engine;
+  requested_engine.store(engine);
   const GemmEngine running = chosen().engine;  // fixed now, if it was not yet
   if (running != engine)
     fail("the GEMM engine is already {}: choose {} before the first product", kGemmEngineNames[static_cast<int>(running)],

@@ -130,9 +130,10 @@ class GPT {
   const ComputeModes& modes() const { return modes_; }
   const GPTPart& part() const { return part_; }
 
-  // The pieces, for a pipeline stage (forward and backward of each are on the tape):
-  Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T);     // ids [B,T] → x [B,T,C]
-  Tensor run_blocks(Tensor x);                                          // x [B,T,C] → [B,T,C], every chunk
+  // The pieces, for a pipeline stage (forward and backward of each are on the tape). The
+  // stream x is [B,S,C]: S = T, or this rank's T/W positions under sequence parallelism.
+  Tensor embed(std::span<const int32_t> ids, int64_t B, int64_t T);     // ids [B,T] → x [B,S,C]
+  Tensor run_blocks(Tensor x);                                          // x [B,S,C] → [B,S,C], every chunk
   Tensor run_chunk(Tensor x, int chunk);                                // the blocks of part().chunks[chunk]
   Tensor head_logits(const Tensor& x);                                  // ln_f, lm_head → [B,T,V]
   Tensor head_loss(const Tensor& x, std::span<const int32_t> targets);  // → mean cross-entropy
@@ -211,7 +212,7 @@ class GPT {
   void require_whole(const char* what) const;
   // x: the stream [B,S,C]; its mask placed at the stream's first position in the whole sequence.
   Tensor maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer);
-  // One block, number `layer`: {x + attention, the MLP's output} [B,T,C] each.
+  // One block, number `layer`: {x + attention, the MLP's output} [B,S,C] each.
   std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
                                           Tensor previous_mlp_out);
   void mark_grad_ready(const std::vector<int>& group);

@@ -239,8 +239,6 @@ TEMPLATE_TEST_CASE("large buffers: every backend matches the mpi backend", "[col
   }
 }
 
-// Sets an environment variable while it lives (unset again even when a call throws), so that
-// a failed case cannot leave the next ones on pretend nodes or on copy-in.
 // The world on shm, every `per_node` ranks pretending to be a node (NANODIST_SHM_RANKS_PER_NODE).
 Communicator shm_in_nodes_of(int per_node) {
   comm::BackendSettings settings = comm::runtime().backend_settings();

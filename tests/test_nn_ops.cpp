@@ -392,14 +392,16 @@ TEST_CASE("dropout: drops about p, keeps the mean; the mask is where an element 
   CHECK(std::equal(y.data(), y.data() + n, again.data()));
 
   // Each factor is the spec's: 16-bit half e mod 8 of the Philox draw at (e div 8, sample, site,
-  // step) — the low half of word 0 first — keyed by the seed's dropout stream, below p·2¹⁶ dropped.
+  // step) — the low half of word 0 first — keyed by the seed's dropout stream, below
+  // round(p·2¹⁶) dropped, the others scaled by 2¹⁶/(2¹⁶ − round(p·2¹⁶)).
   const uint64_t key = nn::stream_seed(42, nn::Stream::dropout);
+  const auto threshold = static_cast<uint32_t>(std::lround(std::ldexp(double{0.3f}, 16)));
+  const auto kept = static_cast<float>(65536.0 / (65536.0 - threshold));
   for (int64_t e : {0, 1, 2, 3, 4, 7, 8, 777, 49999}) {
     const nn::PhiloxCounter words = nn::philox4x32_10({static_cast<uint32_t>(e / 8), 11, 5, 7},
                                                       {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
     const uint32_t half = (words[static_cast<std::size_t>(e % 8 / 2)] >> (16 * (e % 2))) & 0xffffu;
-    const bool dropped = half < static_cast<uint32_t>(std::lround(std::ldexp(double{0.3f}, 16)));
-    CHECK(y.data()[per_row + e] == (dropped ? 0.0f : 1.0f / 0.7f));  // row 1 = sample 11
+    CHECK(y.data()[per_row + e] == (half < threshold ? 0.0f : kept));  // row 1 = sample 11
   }
   // The rows as two replicas' micro-batches (samples 10-11 and 12-13), and each row as two
   // ranks' slices (elements 0-20000 and 20001-49999, an offset not a multiple of a Philox

@@ -1,5 +1,5 @@
 // Dropout: during training, zero each element with probability p and scale the survivors by
-// 1/(1−p) so the expected value is unchanged. Which elements: nn/dropout_mask.hpp — a function
+// 1/(1−p) so the expected value is unchanged (p as the mask's draws realise it: a multiple of 2⁻¹⁶). Which elements: nn/dropout_mask.hpp — a function
 // of where each element sits in the whole computation, recomputed in backward (nothing kept).
 #include <algorithm>
 

@@ -20,7 +20,7 @@
 
 namespace parallel {
 
-// `optimizer` steps the model's named_parameters(), in that order.
+// `optimizer` steps the model's parameters(), in that order.
 void save_tensor_parallel_checkpoint(const std::filesystem::path& dir, TensorParallelGPT& model, nn::AdamW& optimizer,
                                      const nlohmann::json& train_state, Grid& grid);
 
