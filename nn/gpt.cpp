@@ -434,10 +434,26 @@ int32_t sample_token(std::span<float> logits, int top_k, Rng& rng) {
   return next;
 }
 
+// Each step runs the whole context again (no key/value cache: the model is small) and samples
+// the next token from the last position's logits. Under tensor parallelism every rank of the
+// group runs it alike and draws the same token from the same `rng`.
 std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_tokens, float temperature, int top_k,
                                    Rng& rng) {
   require_whole("generate");
-  return generate_tokens(*this, std::move(tokens), max_new_tokens, temperature, top_k, rng);
+  if (tokens.empty()) fail("generate: the prompt is empty");
+  if (!(temperature > 0.0f)) fail("generate: temperature must be positive, got {}", temperature);
+  autograd::NoGrad no_grad;
+  const bool was_training = training_;
+  training_ = false;
+  std::vector<float> logits(static_cast<std::size_t>(config_.vocab_size));
+  for (int step = 0; step < max_new_tokens; ++step) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
+    std::span<const int32_t> context(tokens.data() + tokens.size() - T, static_cast<std::size_t>(T));
+    next_token_logits(run_blocks(embed(context, 1, T)), T, temperature, logits);
+    tokens.push_back(sample_token(logits, top_k, rng));
+  }
+  training_ = was_training;
+  return tokens;
 }
 
 const std::array<BlockTensor, 12>& block_tensors() {

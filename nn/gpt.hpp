@@ -105,13 +105,6 @@ struct BlockTensor {
 };
 const std::array<BlockTensor, 12>& block_tensors();
 
-// The generation loop of any model with embed / run_blocks / next_token_logits and a
-// training switch (nn::GPT, whole or tensor-parallel): append max_new_tokens tokens, each
-// sampled from the logits of the last block_size tokens.
-template <class Model>
-std::vector<int32_t> generate_tokens(Model& model, std::vector<int32_t> tokens, int max_new_tokens, float temperature,
-                                     int top_k, Rng& rng);
-
 // The model, written once: on one process, as a pipeline stage's part, and — with `layers`
 // swapped for tensor-parallel ones (nn/gpt_layers.hpp, parallel::TensorParallelGPT) — as one
 // rank's slice of every big matmul.
@@ -239,25 +232,5 @@ class GPT {
 // Draws a token from softmax(logits) (already divided by the temperature), among the top_k
 // largest only when top_k > 0. `logits` is used as scratch.
 int32_t sample_token(std::span<float> logits, int top_k, Rng& rng);
-
-template <class Model>
-std::vector<int32_t> generate_tokens(Model& model, std::vector<int32_t> tokens, int max_new_tokens, float temperature,
-                                     int top_k, Rng& rng) {
-  if (tokens.empty()) fail("generate: the prompt is empty");
-  if (!(temperature > 0.0f)) fail("generate: temperature must be positive, got {}", temperature);
-  autograd::NoGrad no_grad;
-  const bool was_training = model.training();
-  model.set_training(false);
-  const GPTConfig& config = model.config();
-  std::vector<float> logits(static_cast<std::size_t>(config.vocab_size));
-  for (int step = 0; step < max_new_tokens; ++step) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config.block_size);
-    std::span<const int32_t> context(tokens.data() + tokens.size() - T, static_cast<std::size_t>(T));
-    model.next_token_logits(model.run_blocks(model.embed(context, 1, T)), T, temperature, logits);
-    tokens.push_back(sample_token(logits, top_k, rng));
-  }
-  model.set_training(was_training);
-  return tokens;
-}
 
 }  // namespace nn

@@ -3,7 +3,6 @@
 // initialisation, generate(), AdamW and clipping, the LR schedule, learning a pattern.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -16,7 +15,7 @@
 #include "nn/autograd.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/error.hpp"
-#include "nn/gemm.hpp"
+#include "gemm_engine_from_environment.hpp"  // the engine this run tests
 #include "nn/gpt.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/lr_schedule.hpp"
@@ -25,10 +24,6 @@
 #include "nn/recompute.hpp"
 #include "nn/safetensors.hpp"
 #include "nn/threads.hpp"
-
-// The engine this run tests: ctest runs the program once per engine with NANODIST_GEMM set,
-// read here where the program starts (nn::use_gemm_engine), as every program reads it.
-static const bool engine_chosen = (nn::use_gemm_engine(nn::parse_gemm_engine(std::getenv("NANODIST_GEMM"))), true);
 
 namespace {
 

@@ -2,7 +2,6 @@
 // vector width), its forward value against a plain formula, and autograd's rules.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -13,17 +12,13 @@
 #include "nn/buffer_pool.hpp"
 #include "nn/compute_modes.hpp"
 #include "nn/error.hpp"
-#include "nn/gemm.hpp"
+#include "gemm_engine_from_environment.hpp"  // the engine this run tests
 #include "nn/onednn_gemm.hpp"
 #include "nn/philox.hpp"
 #include "nn/rng.hpp"
 #include "nn/threads.hpp"
 #include "nn_test_util.hpp"
 #include "numeric/bf16.hpp"
-
-// The engine this run tests: ctest runs the program once per engine with NANODIST_GEMM set,
-// read here where the program starts (nn::use_gemm_engine), as every program reads it.
-static const bool engine_chosen = (nn::use_gemm_engine(nn::parse_gemm_engine(std::getenv("NANODIST_GEMM"))), true);
 
 using nn::Tensor;
 using nn_test::check_gradients;
