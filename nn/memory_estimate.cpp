@@ -39,17 +39,31 @@ double block_activation_floats_per_token(const GPTConfig& c, int64_t T, Recomput
          bf16 * (C + 2.5 * C / t + qkv_copy);
 }
 
+double embedding_activation_floats_per_token(const GPTConfig& c, int64_t B) {
+  // The token embedding C; the position rows [T,C] are one per sequence, C/B per token; with
+  // dropout the embedding sum C (kept by dropout).
+  const double C = c.n_embd, dropout = c.dropout > 0.0f ? 1.0 : 0.0;
+  return C + C / static_cast<double>(B) + C * dropout;
+}
+
+double head_activation_floats_per_token(const GPTConfig& c, Precision precision, int tp) {
+  // The last block's output C, ln_f's C and (μ, σ⁻¹) 2; logits V and the loss's gradient V kept
+  // from forward (vocab-parallel: V/t each); lm_head's input copy C/2 under bf16.
+  const double C = c.n_embd, V = c.vocab_size, bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
+  return 2 * C + 2 + 2 * V / tp + 0.5 * C * bf16;
+}
+
+double weight_cast_bytes(const GPTConfig& c, Precision precision, int blocks, int tp, bool with_head) {
+  if (precision != Precision::bf16) return 0;
+  const double C = c.n_embd, V = c.vocab_size;
+  return 2 * (12 * C * C * blocks + (with_head ? V * C : 0)) / tp;  // 2 bytes per matrix element
+}
+
 double kept_activation_bytes(const GPTConfig& c, int64_t B, int64_t T, Recompute recompute, Precision precision) {
-  const double C = c.n_embd, V = c.vocab_size, L = c.n_layer, tokens = static_cast<double>(B * T);
-  const double dropout = c.dropout > 0.0f ? 1.0 : 0.0, bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
+  const double L = c.n_layer, tokens = static_cast<double>(B * T);
   const double per_block = block_activation_floats_per_token(c, T, recompute, precision, 1, false);
-  // Token embedding C; the last block's output C, ln_f's C and (μ, σ⁻¹) 2; logits V and the
-  // loss's gradient V kept from forward; before the blocks the embedding sum C (kept by
-  // dropout) with dropout; lm_head's input copy C/2 under bf16. The position rows [T,C] are
-  // one per sequence, C/B per token.
-  const double once = 3 * C + 2 + 2 * V + C * dropout + 0.5 * C * bf16 + C / static_cast<double>(B);
-  const double weight_casts = bf16 * 0.5 * (12 * C * C * L + V * C);  // floats: 2 bytes each
-  return 4 * (tokens * (L * per_block + once) + weight_casts);
+  const double once = embedding_activation_floats_per_token(c, B) + head_activation_floats_per_token(c, precision, 1);
+  return 4 * tokens * (L * per_block + once) + weight_cast_bytes(c, precision, c.n_layer, 1, true);
 }
 
 std::string format_bytes(double bytes) {

@@ -58,6 +58,15 @@ double kept_activation_bytes(const GPTConfig& config, int64_t B, int64_t T, Reco
 double block_activation_floats_per_token(const GPTConfig& config, int64_t T, Recompute recompute,
                                          Precision precision, int tp = 1, bool sequence_parallel = false);
 
+// The parts outside the blocks, floats per token of a micro-batch of B sequences (a pipeline's
+// first stage keeps the embedding's, its last the head's): embedding C + C/B (+ C with
+// dropout); head 2C + 2 + 2V/tp (+ C/2 under bf16).
+double embedding_activation_floats_per_token(const GPTConfig& config, int64_t B);
+double head_activation_floats_per_token(const GPTConfig& config, Precision precision, int tp = 1);
+// Under bf16, the step's cast weights of `blocks` blocks (and the tied lm_head), 2 bytes per
+// matrix element of a tensor-parallel slice of 1/tp; 0 under fp32.
+double weight_cast_bytes(const GPTConfig& config, Precision precision, int blocks, int tp = 1, bool with_head = true);
+
 // `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
 MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training);
 

@@ -17,6 +17,7 @@ file of its own layer or of a lower one, never of a higher one:
   torch_backend/                the PyTorch backend: over comm/ only; nothing includes it
   nn/                           autograd, layers, GPT (beside comm/: neither includes the other)
   parallel/                     DP/PP/TP parts over comm/ and nn/
+  planning/                     nanodist plan: memory and time of layouts, from nn/'s and parallel/'s formulas
   trainers/, benchmarks/, examples/   the programs
 
 Every source file of those rooms must stand in a layer: one in none is reported too (a new
@@ -42,6 +43,7 @@ LAYERS = [
     ("comm runtime", ["comm/runtime."]),
     ("torch backend", ["torch_backend/"]),
     ("parallel", ["parallel/"]),
+    ("planning", ["planning/"]),
     ("programs", ["trainers/", "benchmarks/", "examples/"]),
 ]
 # nn/ stands beside comm/: neither may include the other; it may include numeric/.

@@ -326,18 +326,16 @@ std::string ZeroOptimizer::describe() const {
          parallel::wire_note(wire_);
 }
 
-double zero_formula_bytes(int stage, double parameters, int ranks) {
+HeldBytes zero_formula_held(int stage, double parameters, int ranks) {
   const double P = parameters, N = ranks;
-  switch (stage) {
-    case 0:
-      return 16 * P;
-    case 1:
-      return 8 * P + 8 * P / N;
-    case 2:
-      return 4 * P + 12 * P / N;
-    default:
-      return 16 * P / N;
-  }
+  return {.parameters = 4 * P / (stage >= 3 ? N : 1),
+          .gradients = 4 * P / (stage >= 2 ? N : 1),
+          .optimizer = 8 * P / (stage >= 1 ? N : 1)};
+}
+
+double zero_formula_bytes(int stage, double parameters, int ranks) {
+  const HeldBytes held = zero_formula_held(stage, parameters, ranks);
+  return held.parameters + held.gradients + held.optimizer;
 }
 
 ZeroTraffic zero_traffic(int stage, double parameters, int micro_steps) {

@@ -119,8 +119,15 @@ class ZeroOptimizer {
 };
 
 // The memory a rank holds under ZeRO stage `stage` by the paper's formula, float32: Ψ
-// parameters on N ranks. 0: 16Ψ; 1: 8Ψ + 8Ψ/N; 2: 4Ψ + 12Ψ/N; 3: 16Ψ/N (bytes).
-double zero_formula_bytes(int stage, double parameters, int ranks);
+// parameters on N ranks, by kind (bytes):
+//            parameters  gradients  optimizer (AdamW's two moments)
+//   stage 0  4Ψ          4Ψ         8Ψ         = 16Ψ
+//         1  4Ψ          4Ψ         8Ψ/N       = 8Ψ + 8Ψ/N
+//         2  4Ψ          4Ψ/N       8Ψ/N       = 4Ψ + 12Ψ/N
+//         3  4Ψ/N        4Ψ/N       8Ψ/N       = 16Ψ/N
+// The trainers' memory line and `nanodist plan` both use it.
+HeldBytes zero_formula_held(int stage, double parameters, int ranks);
+double zero_formula_bytes(int stage, double parameters, int ranks);  // the sum
 // Elements each rank sends and receives per step, as the paper counts them (a reduce-scatter
 // or all-gather of Ψ moves about Ψ): 2Ψ for stages 0-2 — stage 2 reduce-scatters every
 // micro-step, so (K + 1)Ψ — and 3Ψ per micro-step for stage 3. Split by what travels:

@@ -1,0 +1,61 @@
+#include "planning/layout.hpp"
+
+#include <fmt/format.h>
+
+namespace planning {
+
+std::string Layout::describe(const Workload& w) const {
+  std::string pipeline = pp > 1 ? fmt::format(" {}", name_of(schedule)) : "";
+  if (virtual_stages > 1) pipeline += fmt::format(" v{}", virtual_stages);
+  return fmt::format("dp {}{} · tp {}{} · pp {}{} · {} · {} × {}", dp, zero > 0 ? fmt::format(" zero{}", zero) : "",
+                     tp, sequence_parallel ? " sp" : "", pp, pipeline, nn::name_of(recompute), micro_batch,
+                     micro_batches(w));
+}
+
+std::string Layout::impossible(const Workload& w) const {
+  const auto& c = w.model;
+  if (dp < 1 || tp < 1 || pp < 1 || virtual_stages < 1 || micro_batch < 1) return "every degree must be ≥ 1";
+  if (ranks() != w.devices) return fmt::format("dp × tp × pp = {} is not the {} devices", ranks(), w.devices);
+  if (c.n_head % tp != 0) return fmt::format("tp {} does not divide the {} heads", tp, c.n_head);
+  if (c.n_layer % (pp * virtual_stages) != 0)
+    return fmt::format("pp {} × v {} does not divide the {} blocks", pp, virtual_stages, c.n_layer);
+  if (w.global_batch % (static_cast<int64_t>(dp) * micro_batch) != 0)
+    return fmt::format("dp {} × micro-batch {} does not divide the global batch {}", dp, micro_batch, w.global_batch);
+  if (sequence_parallel && tp == 1) return "sequence parallelism needs tp > 1";
+  if (zero < 0 || zero > 3) return "ZeRO's stage is 0 to 3";
+  if ((virtual_stages > 1) != (schedule == Schedule::interleaved))
+    return "virtual stages > 1 is the interleaved schedule, and only it";
+  if (pp == 1 && schedule != Schedule::one_f_one_b) return "a schedule needs pp > 1";
+  if (virtual_stages > 1 && micro_batches(w) % pp != 0)
+    return fmt::format("interleaved: the {} micro-batches are not a multiple of pp {}", micro_batches(w), pp);
+  if (zero > 0 && (tp > 1 || pp > 1))
+    return w.implementation == Implementation::nanodist ? "nanodist's ZeRO runs with pure data parallelism (train_dp)"
+                                                        : "ZeRO is not planned beside tp or pp";
+  return "";
+}
+
+std::string Layout::trainer_command(const Workload& w) const {
+  const auto& c = w.model;
+  const std::string model = fmt::format("--n-layer {} --n-head {} --n-embd {} --block-size {}{}", c.n_layer, c.n_head,
+                                        c.n_embd, c.block_size, c.bias ? " --bias 1" : "");
+  const std::string common =
+      fmt::format("{} --precision {} --recompute {}", model, nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
+                  nn::name_of(recompute));
+  if (tp == 1 && pp == 1)
+    return fmt::format("mpiexec -n {} train_dp {} --zero {} --batch-size {} --grad-accum {}", ranks(), common, zero,
+                       micro_batch, micro_batches(w));
+  const int64_t replica_batch = w.global_batch / dp;
+  const std::string pipeline = fmt::format("--schedule {} --virtual-stages {} --micro-batches {}",
+                                           schedule == Schedule::gpipe ? "gpipe" : "1f1b", virtual_stages,
+                                           micro_batches(w));
+  if (tp == 1)
+    return fmt::format("mpiexec -n {} train_pp {} --dp {} --batch-size {} {}", ranks(), common, dp, replica_batch,
+                       pipeline);
+  if (pp == 1 && dp == 1)
+    return fmt::format("mpiexec -n {} train_tp {}{} --batch-size {} --grad-accum {}", ranks(), common,
+                       sequence_parallel ? " --sequence-parallel" : "", micro_batch, micro_batches(w));
+  return fmt::format("mpiexec -n {} train_3d {} --dp {} --pp {} --tp {}{} --batch-size {} {}", ranks(), common, dp, pp,
+                     tp, sequence_parallel ? " --sequence-parallel" : "", replica_batch, pipeline);
+}
+
+}  // namespace planning

@@ -1,0 +1,175 @@
+#include "planning/machine.hpp"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "planning/error.hpp"
+
+namespace planning {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// This CPU (2 cores of an AMD EPYC with AVX-512, 24 GiB), measured 2026-11-27 by
+// benchmarks/calibrate_machine.py (which writes such a file for any machine):
+//   gpt_bench --preset a --threads 1 --peak: fp32 GEMM peak 238 GFLOP/s a core, the main job's
+//     shape reaches 73% of it in a whole step (bf16: peak 465, step 53%);
+//   comm_bench --op allreduce --backend mpi on 2 ranks: α ≈ 1 µs a step, bus bandwidth 3.2 GB/s.
+// The step's efficiency holds the elementwise work too (the model's activations live in the
+// caches here), so the memory-bandwidth term is off (0).
+Machine this_cpu() {
+  return {.name = "this-cpu",
+          .source = "2-core AMD EPYC (AVX-512), measured 2026-11-27 by benchmarks/calibrate_machine.py: "
+                    "gpt_bench (GEMM peak, a step's efficiency), comm_bench (mpi backend's α and bus bandwidth)",
+          .devices_per_node = 2,
+          .ranks_share_devices = true,
+          .device_memory_bytes = 12 * kGiB,
+          .peak_flops_fp32 = 238e9,
+          .peak_flops_bf16 = 465e9,
+          .matmul_efficiency = 0.73,
+          .matmul_efficiency_bf16 = 0.53,
+          .memory_bytes_per_s = 0,
+          .optimizer_seconds_per_parameter = 0.65e-9,  // gpt_bench preset a: 0.52 ms for 0.80M
+          .intra_node = {.latency_s = 1.0e-6, .bytes_per_s = 3.2e9},
+          .inter_node = {.latency_s = 30e-6, .bytes_per_s = 1.0e9}};
+}
+
+// DGX A100 80 GB (Selene, where Narayanan et al. 2021 and Korthikanti et al. 2022 ran):
+//   peak 312 TFLOP/s bf16/fp16 dense, 19.5 fp32; HBM2e 2039 GB/s (NVIDIA A100 datasheet);
+//   NVLink/NVSwitch inside a node: all-reduce bus bandwidth ≈ 230 GB/s measured by nccl-tests
+//     (NVIDIA/nccl-tests issue 149, a maintainer's figure);
+//   8 × 200 Gb/s HDR InfiniBand a node: all-reduce bus bandwidth 192 GB/s a node measured
+//     (NVIDIA/nccl issue 812), so 24 GB/s a GPU;
+//   α: NCCL's own tuning constants (src/graph/tuning.cc): ring ≈ 8 µs base + a few µs a step;
+//   matmul efficiency 0.66: calibrated so that the model predicts one 22B layer's measured
+//     forward + backward (Korthikanti et al. 2022, Table 4: 7.7 + 11.9 ms at t = 8, b = 4),
+//     docs/planning.md; a bare large GEMM reaches 0.86 (stas00/ml-engineering, MAMF table).
+Machine a100() {
+  return {.name = "a100-80gb",
+          .source = "DGX A100 80 GB: NVIDIA datasheet; nccl-tests/nccl issues 149 and 812; "
+                    "efficiency calibrated on Korthikanti et al. 2022 Table 4",
+          .devices_per_node = 8,
+          .device_memory_bytes = 80e9,
+          .peak_flops_fp32 = 19.5e12,
+          .peak_flops_bf16 = 312e12,
+          .matmul_efficiency = 0.66,
+          .matmul_efficiency_bf16 = 0.66,
+          .memory_bytes_per_s = 2039e9,
+          .optimizer_seconds_per_parameter = 28 / 2039e9,  // read p, g, m, v; write p, m, v (fp32)
+          .intra_node = {.latency_s = 10e-6, .bytes_per_s = 230e9},
+          .inter_node = {.latency_s = 20e-6, .bytes_per_s = 24e9}};
+}
+
+// DGX H100 80 GB: peak 989 TFLOP/s bf16 dense, 67 fp32; HBM3 3350 GB/s (NVIDIA H100
+// datasheet); NVLink 4 / NVSwitch: ≈ 370 GB/s all-reduce bus bandwidth with rings
+// (nccl-tests issue 212); 8 × 400 Gb/s NDR a node: 46–48 GB/s a NIC measured (nccl-tests
+// issue 290), 46 GB/s a GPU; matmul efficiency scaled from the A100's by the bare-GEMM
+// ratio (0.80 / 0.86, stas00/ml-engineering's MAMF table): an assumption, not a measurement.
+Machine h100() {
+  return {.name = "h100-80gb",
+          .source = "DGX H100 80 GB: NVIDIA datasheet; nccl-tests issues 212 and 290; "
+                    "efficiency scaled from the A100 preset by the bare-GEMM ratio",
+          .devices_per_node = 8,
+          .device_memory_bytes = 80e9,
+          .peak_flops_fp32 = 67e12,
+          .peak_flops_bf16 = 989e12,
+          .matmul_efficiency = 0.61,
+          .matmul_efficiency_bf16 = 0.61,
+          .memory_bytes_per_s = 3350e9,
+          .optimizer_seconds_per_parameter = 28 / 3350e9,
+          .intra_node = {.latency_s = 10e-6, .bytes_per_s = 370e9},
+          .inter_node = {.latency_s = 20e-6, .bytes_per_s = 46e9}};
+}
+
+template <class T>
+T field(const nlohmann::json& j, const char* name) {
+  if (!j.contains(name)) throw Error(fmt::format("machine: the field \"{}\" is missing", name));
+  try {
+    return j.at(name).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(fmt::format("machine: the field \"{}\" has the wrong type", name));
+  }
+}
+
+Link link_from(const nlohmann::json& j, const char* name) {
+  const auto l = field<nlohmann::json>(j, name);
+  return {.latency_s = field<double>(l, "latency_s"), .bytes_per_s = field<double>(l, "bytes_per_s")};
+}
+
+}  // namespace
+
+nlohmann::json Machine::to_json() const {
+  auto link = [](const Link& l) { return nlohmann::json{{"latency_s", l.latency_s}, {"bytes_per_s", l.bytes_per_s}}; };
+  return {{"name", name},
+          {"source", source},
+          {"devices_per_node", devices_per_node},
+          {"ranks_share_devices", ranks_share_devices},
+          {"device_memory_bytes", device_memory_bytes},
+          {"peak_flops_fp32", peak_flops_fp32},
+          {"peak_flops_bf16", peak_flops_bf16},
+          {"matmul_efficiency", matmul_efficiency},
+          {"matmul_efficiency_bf16", matmul_efficiency_bf16},
+          {"memory_bytes_per_s", memory_bytes_per_s},
+          {"optimizer_seconds_per_parameter", optimizer_seconds_per_parameter},
+          {"intra_node", link(intra_node)},
+          {"inter_node", link(inter_node)}};
+}
+
+Machine Machine::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw Error("machine: expected a JSON object");
+  Machine m{.name = field<std::string>(j, "name"),
+            .source = j.value("source", std::string("a machine file")),
+            .devices_per_node = field<int>(j, "devices_per_node"),
+            .ranks_share_devices = j.value("ranks_share_devices", false),
+            .device_memory_bytes = field<double>(j, "device_memory_bytes"),
+            .peak_flops_fp32 = field<double>(j, "peak_flops_fp32"),
+            .peak_flops_bf16 = field<double>(j, "peak_flops_bf16"),
+            .matmul_efficiency = field<double>(j, "matmul_efficiency"),
+            .matmul_efficiency_bf16 = j.value("matmul_efficiency_bf16", field<double>(j, "matmul_efficiency")),
+            .memory_bytes_per_s = j.value("memory_bytes_per_s", 0.0),
+            .optimizer_seconds_per_parameter = j.value("optimizer_seconds_per_parameter", 0.0),
+            .intra_node = link_from(j, "intra_node"),
+            .inter_node = link_from(j, "inter_node")};
+  auto positive = [](double v, const char* what) {
+    if (!(v > 0)) throw Error(fmt::format("machine: \"{}\" must be > 0 (got {})", what, v));
+  };
+  if (m.devices_per_node < 1) throw Error(fmt::format("machine: \"devices_per_node\" must be ≥ 1 (got {})", m.devices_per_node));
+  positive(m.device_memory_bytes, "device_memory_bytes");
+  positive(m.peak_flops_fp32, "peak_flops_fp32");
+  positive(m.peak_flops_bf16, "peak_flops_bf16");
+  positive(m.intra_node.bytes_per_s, "intra_node.bytes_per_s");
+  positive(m.inter_node.bytes_per_s, "inter_node.bytes_per_s");
+  if (!(m.matmul_efficiency > 0 && m.matmul_efficiency <= 1) || !(m.matmul_efficiency_bf16 > 0 && m.matmul_efficiency_bf16 <= 1))
+    throw Error("machine: the matmul efficiencies must be in (0, 1]");
+  if (m.memory_bytes_per_s < 0 || m.optimizer_seconds_per_parameter < 0 || m.intra_node.latency_s < 0 || m.inter_node.latency_s < 0)
+    throw Error("machine: bandwidths and latencies must not be negative");
+  return m;
+}
+
+std::vector<std::string> machine_preset_names() { return {"this-cpu", "a100-80gb", "h100-80gb"}; }
+
+Machine machine_preset(std::string_view name) {
+  if (name == "this-cpu") return this_cpu();
+  if (name == "a100-80gb") return a100();
+  if (name == "h100-80gb") return h100();
+  throw Error(fmt::format("unknown machine preset \"{}\" (this-cpu, a100-80gb, h100-80gb, or --machine-file)", name));
+}
+
+Machine machine_from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("machine file {}: cannot be read", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("machine file {}: not JSON ({})", path, e.what()));
+  }
+  try {
+    return Machine::from_json(j);
+  } catch (const Error& e) {
+    throw Error(fmt::format("machine file {}: {}", path, e.what()));
+  }
+}
+
+}  // namespace planning

@@ -1,0 +1,97 @@
+#include "planning/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "nn/memory_estimate.hpp"
+#include "parallel/dp/zero_optimizer.hpp"
+#include "planning/megatron_activations.hpp"
+
+namespace planning {
+
+int micro_batches_in_flight(const Workload& w, const Layout& l, int stage) {
+  const int m = static_cast<int>(l.micro_batches(w)), p = l.pp, v = l.virtual_stages;
+  if (p == 1) return 1;
+  switch (l.schedule) {
+    case Schedule::gpipe: return m * v;
+    case Schedule::one_f_one_b: return std::min(m, p - stage);
+    case Schedule::interleaved: return std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1);
+  }
+  return 1;
+}
+
+namespace {
+
+// nanodist: what forward keeps per micro-batch on the stage, and the step's cast weights.
+double nanodist_activations(const Workload& w, const Layout& l, int stage, int in_flight) {
+  const auto& c = w.model;
+  const double tokens = static_cast<double>(l.micro_batch) * c.block_size;
+  const int blocks = c.n_layer / l.pp, chunks = l.virtual_stages;
+  const double per_block = nn::block_activation_floats_per_token(c, c.block_size, l.recompute, w.precision, l.tp,
+                                                                  l.sequence_parallel);
+  // A chunk micro-batch keeps its chunk's blocks; the embedding and the head come with the
+  // first and the last chunk, in flight as often as whole micro-batches are.
+  const double micro_batches = std::ceil(static_cast<double>(in_flight) / chunks);
+  double floats = in_flight * tokens * per_block * blocks / chunks;
+  if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch);
+  if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp);
+  return 4 * floats + nn::weight_cast_bytes(c, w.precision, blocks, l.tp, stage == l.pp - 1);
+}
+
+// nanodist: backward's working set and the strategy's buffers at the step's peak.
+double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters) {
+  const auto& c = w.model;
+  const double tokens = static_cast<double>(l.micro_batch) * c.block_size, C = c.n_embd;
+  const double s = l.sequence_parallel ? l.tp : 1;
+  // The gradients in flight: the residual stream's and one sublayer's, [B,T,C] each.
+  double bytes = 4 * tokens * 2 * C / s;
+  // Full recompute: one block's replay (what it keeps without recompute) and its gradients.
+  if (l.recompute == nn::Recompute::full)
+    bytes += 2 * 4 * tokens *
+             nn::block_activation_floats_per_token(c, c.block_size, nn::Recompute::none, w.precision, l.tp,
+                                                   l.sequence_parallel);
+  // train_dp's bucketed averaging: flat buckets as large as the gradients.
+  if (l.dp > 1 && l.zero == 0) bytes += 4 * rank_parameters;
+  // ZeRO-3: a group's whole parameters and gradients while it is used.
+  if (l.zero == 3 && l.dp > 1) bytes += 2 * 4 * rank_parameters;
+  // A pipeline's received activation and gradient, [B,T,C] each.
+  if (l.pp > 1) bytes += 2 * 4 * tokens * C;
+  return bytes;
+}
+
+}  // namespace
+
+RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
+  const double P = rank_parameter_count(w.model, l.tp, l.pp, stage);
+  const int in_flight = micro_batches_in_flight(w, l, stage);
+  RankMemory m{.stage = stage};
+  if (w.implementation == Implementation::nanodist) {
+    const parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P, l.dp);
+    m.parameters = held.parameters;
+    m.gradients = held.gradients;
+    m.optimizer = held.optimizer;
+    m.activations = nanodist_activations(w, l, stage, in_flight);
+    m.buffers = nanodist_buffers(w, l, P);
+  } else {
+    m.parameters = 2 * P;
+    m.gradients = 2 * P;
+    m.optimizer = 12 * P;
+    // Korthikanti's count is the first stage's (p micro-batches of L/p layers); a later stage
+    // keeps its in-flight share of that.
+    const double first = megatron_first_stage_activation_bytes(w.model, l.micro_batch, l.tp, l.pp, l.virtual_stages,
+                                                               l.sequence_parallel, l.recompute);
+    m.activations = first * in_flight / std::max(1, micro_batches_in_flight(w, l, 0));
+  }
+  return m;
+}
+
+RankMemory peak_rank_memory(const Workload& w, const Layout& l) {
+  RankMemory peak = stage_memory(w, l, 0);
+  for (int s = 1; s < l.pp; ++s) {
+    RankMemory m = stage_memory(w, l, s);
+    if (m.total() > peak.total()) peak = m;
+  }
+  return peak;
+}
+
+}  // namespace planning

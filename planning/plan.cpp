@@ -1,0 +1,69 @@
+#include "planning/plan.hpp"
+
+#include <algorithm>
+
+namespace planning {
+namespace {
+
+std::vector<int> divisors(int64_t n, int64_t at_most) {
+  std::vector<int> d;
+  for (int64_t k = 1; k <= std::min(n, at_most); ++k)
+    if (n % k == 0) d.push_back(static_cast<int>(k));
+  return d;
+}
+
+template <class T>
+std::vector<T> either(const std::optional<T>& fixed, std::vector<T> all) {
+  return fixed ? std::vector<T>{*fixed} : all;
+}
+
+}  // namespace
+
+PlannedLayout evaluate(const Workload& w, const Layout& layout, const Machine& machine) {
+  PlannedLayout p{.layout = layout, .memory = peak_rank_memory(w, layout), .time = step_time(w, layout, machine)};
+  const double step = p.time.total();
+  // A CPU's ranks share the node's memory; a GPU holds its rank alone.
+  p.fits = machine.ranks_share_devices
+               ? p.memory.total() * layout.ranks() <= machine.device_memory_bytes * machine.devices_per_node
+               : p.memory.total() <= machine.device_memory_bytes;
+  p.tokens_per_s = static_cast<double>(w.global_batch) * w.model.block_size / step;
+  const double devices = machine.ranks_share_devices ? std::min(layout.ranks(), machine.devices_per_node) : layout.ranks();
+  p.mfu = model_flops_per_step(w) / step / (devices * machine.peak_flops(w.precision));
+  return p;
+}
+
+std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, const LayoutChoices& ch) {
+  const auto& c = w.model;
+  std::vector<PlannedLayout> all;
+  for (int tp : either(ch.tp, divisors(w.devices, c.n_head)))
+    for (int pp : either(ch.pp, divisors(w.devices / std::max(tp, 1), c.n_layer))) {
+      if (w.devices % (tp * pp) != 0) continue;
+      const int dp = w.devices / (tp * pp);
+      if (ch.dp && *ch.dp != dp) continue;
+      std::vector<int> chunks{1};
+      if (pp > 1)
+        for (int v = 2; v <= 8; ++v)
+          if (c.n_layer % (pp * v) == 0) chunks.push_back(v);
+      for (int v : either(ch.virtual_stages, chunks))
+        for (Schedule schedule :
+             either(ch.schedule, std::vector<Schedule>{Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved}))
+          for (bool sp : either(ch.sequence_parallel, tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}))
+            for (int zero : either(ch.zero, tp == 1 && pp == 1 && dp > 1 && w.implementation == Implementation::nanodist
+                                                ? std::vector<int>{0, 1, 2, 3}
+                                                : std::vector<int>{0}))
+              for (nn::Recompute r : either(ch.recompute, std::vector<nn::Recompute>{nn::Recompute::none, nn::Recompute::selective,
+                                                                                     nn::Recompute::full}))
+                for (int b : either(ch.micro_batch, divisors(w.global_batch / dp, ch.max_micro_batch))) {
+                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .virtual_stages = v, .schedule = schedule,
+                                 .sequence_parallel = sp, .zero = zero, .recompute = r, .micro_batch = b};
+                  if (l.impossible(w).empty()) all.push_back(evaluate(w, l, machine));
+                }
+    }
+  std::stable_sort(all.begin(), all.end(), [](const PlannedLayout& a, const PlannedLayout& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.time.total() < b.time.total();
+  });
+  return all;
+}
+
+}  // namespace planning

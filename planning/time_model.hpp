@@ -1,0 +1,46 @@
+// How long one optimizer step takes on a layout, by part (docs/planning.md):
+//
+//   compute     the rank's FLOPs (forward 2 per weight per token plus attention's 4·T·C a
+//               block; backward twice forward; the replayed forward of `recompute`) at the
+//               machine's achieved FLOP/s, plus, where the machine gives a memory bandwidth,
+//               the elementwise work: 5 passes over what forward keeps (7 with a replay)
+//   tp          a block's two all-reduces forward and two backward of a [b,T,C] activation
+//               (sequence parallelism: reduce-scatter + all-gather, the same bytes), two
+//               more when the block is replayed; the embedding's and the head's
+//   pp          a send forward and one backward per micro-batch and chunk
+//   bubble      (p − 1)/v of a micro-batch's stage time (GPipe and 1F1B alike)
+//   dp          the gradients' allreduce (ZeRO: reduce-scatter and all-gather) — hidden
+//               behind backward where the trainer overlaps it (bucketed averaging: all but
+//               the last bucket; ZeRO-3: its prefetched gathers behind compute)
+//   optimizer   AdamW over the rank's shard
+#pragma once
+#include <string>
+#include <vector>
+
+#include "planning/collective_cost.hpp"
+#include "planning/layout.hpp"
+#include "planning/machine.hpp"
+#include "planning/workload.hpp"
+
+namespace planning {
+
+struct StepTime {
+  double compute = 0;        // forward, backward and the replay, seconds
+  double tp = 0;             // tensor-parallel collectives (never hidden)
+  double pp = 0;             // the pipeline's sends
+  double bubble = 0;         // the pipeline's idle slots
+  double dp_exposed = 0;     // gradient averaging (or ZeRO's collectives) not hidden by compute
+  double dp_overlapped = 0;  // … hidden behind backward
+  double optimizer = 0;
+  std::string tp_algorithm, dp_algorithm;  // the algorithm each group's collective uses
+  double total() const { return compute + tp + pp + bubble + dp_exposed + optimizer; }
+};
+
+// Training FLOPs of one token through the whole model, forward + backward (+ the replay).
+double training_flops_per_token(const nn::GPTConfig& model, nn::Recompute recompute);
+// The model's FLOPs alone (no replay): for a step's achieved FLOP/s and MFU.
+double model_flops_per_step(const Workload& w);
+
+StepTime step_time(const Workload& w, const Layout& layout, const Machine& machine);
+
+}  // namespace planning

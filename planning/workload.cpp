@@ -1,0 +1,74 @@
+#include "planning/workload.hpp"
+
+#include <fmt/format.h>
+
+#include "planning/error.hpp"
+
+namespace planning {
+
+std::string name_of(Implementation implementation) {
+  return implementation == Implementation::megatron ? "megatron" : "nanodist";
+}
+
+namespace {
+
+struct NamedModel {
+  const char* name;
+  nn::GPTConfig config;
+};
+
+// Narayanan et al. 2021 (SC'21) Table 1 and Korthikanti et al. 2022 Table 3: GPT with
+// sequence 2048 and vocabulary 51,200, biases on (Megatron's).
+nn::GPTConfig published(int layers, int heads, int width) {
+  return {.n_layer = layers, .n_head = heads, .n_embd = width, .block_size = 2048, .vocab_size = 51200,
+          .dropout = 0.1f, .bias = true};
+}
+
+const std::vector<NamedModel>& models() {
+  static const std::vector<NamedModel> all = {
+      {"main-job", {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65}},
+      {"gpt-bench-a", {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65}},
+      {"gpt-bench-b", {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .vocab_size = 65}},
+      {"gpt-1.7b", published(24, 24, 2304)},
+      {"gpt-3.6b", published(30, 32, 3072)},
+      {"gpt-7.5b", published(36, 32, 4096)},
+      {"gpt-18.4b", published(40, 48, 6144)},
+      {"gpt-22b", published(48, 64, 6144)},
+      {"gpt-39.1b", published(48, 64, 8192)},
+      {"gpt-76.1b", published(60, 80, 10240)},
+      {"gpt-145.6b", published(80, 96, 12288)},
+      {"gpt-175b", published(96, 96, 12288)},
+      {"gpt-310.1b", published(96, 128, 16384)},
+      {"gpt-529.6b", published(105, 128, 20480)},
+      {"gpt-530b", published(105, 128, 20480)},
+      {"gpt-1t", published(128, 160, 25600)},
+  };
+  return all;
+}
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& m : models()) names.emplace_back(m.name);
+  return names;
+}
+
+nn::GPTConfig model_preset(std::string_view name) {
+  for (const auto& m : models())
+    if (name == m.name) return m.config;
+  throw Error(fmt::format("unknown model preset \"{}\" ({})", name, fmt::join(model_preset_names(), ", ")));
+}
+
+double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage) {
+  const double C = c.n_embd, V = c.vocab_size, T = c.block_size, t = tp, bias = c.bias ? 1.0 : 0.0;
+  // A block: the four matrices 12C² split by columns or rows; the two layernorms (2C, 4C with
+  // biases) whole; c_attn's and c_fc's biases (3C, 4C) split, the two projections' (C each) whole.
+  const double block = 12 * C * C / t + 2 * C * (1 + bias) + bias * (7 * C / t + 2 * C);
+  double count = block * c.n_layer / pp;
+  if (stage == 0) count += V * C / t + T * C;                 // wte (vocab-parallel), wpe
+  if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? V * C / t : 0);  // ln_f; the tied lm_head's copy
+  return count;
+}
+
+}  // namespace planning
