@@ -24,17 +24,17 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # (name, planner flags fixing one layout, global batch, model). Models: gpt-bench-a (4 blocks,
 # 128 wide, T 64) so that 4 stages have a block each; the main job's where it is the main job.
 ROWS = [
-    ("main job (dp 2)", "--dp 2 --micro-batch 12", 24, "main-job", "fp32"),
-    ("main job bf16", "--dp 2 --micro-batch 12", 24, "main-job", "bf16"),
-    ("one rank", "--dp 1 --micro-batch 12", 24, "gpt-bench-a", "fp32"),
-    ("dp 2", "--dp 2 --micro-batch 12", 24, "gpt-bench-a", "fp32"),
-    ("dp 4", "--dp 4 --micro-batch 12", 48, "gpt-bench-a", "fp32"),
-    ("dp 2, accumulation 4", "--dp 2 --micro-batch 3", 24, "gpt-bench-a", "fp32"),
+    ("main job (dp 2)", "--dp 2 --zero 0 --micro-batch 12", 24, "main-job", "fp32"),
+    ("main job bf16", "--dp 2 --zero 0 --micro-batch 12", 24, "main-job", "bf16"),
+    ("one rank", "--dp 1 --zero 0 --micro-batch 12", 24, "gpt-bench-a", "fp32"),
+    ("dp 2", "--dp 2 --zero 0 --micro-batch 12", 24, "gpt-bench-a", "fp32"),
+    ("dp 4", "--dp 4 --zero 0 --micro-batch 12", 48, "gpt-bench-a", "fp32"),
+    ("dp 2, accumulation 4", "--dp 2 --zero 0 --micro-batch 3", 24, "gpt-bench-a", "fp32"),
     ("ZeRO-1 on 2", "--dp 2 --zero 1 --micro-batch 12", 24, "gpt-bench-a", "fp32"),
     ("ZeRO-2 on 2", "--dp 2 --zero 2 --micro-batch 12", 24, "gpt-bench-a", "fp32"),
     ("ZeRO-3 on 4", "--dp 4 --zero 3 --micro-batch 12", 48, "gpt-bench-a", "fp32"),
-    ("dp 2 selective", "--dp 2 --recompute selective --micro-batch 12", 24, "gpt-bench-a", "fp32"),
-    ("dp 2 full", "--dp 2 --recompute full --micro-batch 12", 24, "gpt-bench-a", "fp32"),
+    ("dp 2 selective", "--dp 2 --zero 0 --recompute selective --micro-batch 12", 24, "gpt-bench-a", "fp32"),
+    ("dp 2 full", "--dp 2 --zero 0 --recompute full --micro-batch 12", 24, "gpt-bench-a", "fp32"),
     ("pp 2 1F1B", "--pp 2 --schedule 1f1b --micro-batch 3", 12, "gpt-bench-a", "fp32"),
     ("pp 2 GPipe", "--pp 2 --schedule gpipe --micro-batch 3", 12, "gpt-bench-a", "fp32"),
     ("pp 4 1F1B", "--pp 4 --schedule 1f1b --micro-batch 3", 24, "gpt-bench-a", "fp32"),
@@ -136,6 +136,7 @@ def main():
             layout = plan(nanodist, flags, batch, model, precision, ranks_of(flags))
             measured_bytes, measured_s, command = run(args.build_dir, layout["command"], args.data_dir, args.steps, tmp)
             predicted_bytes, predicted_s = layout["memory"]["total"], layout["time"]["total"]
+            state = layout["memory"]["parameters"] + layout["memory"]["gradients"] + layout["memory"]["optimizer"]
             row = {"name": name, "layout": layout["layout"], "command": command,
                    "memory_predicted": predicted_bytes, "memory_measured": measured_bytes,
                    "memory_error_percent": percent(predicted_bytes, measured_bytes),
@@ -148,7 +149,8 @@ def main():
             if not args.markdown:
                 print(f"{name:<24} memory {predicted_bytes / 2**20:7.2f} MiB predicted {measured_bytes / 2**20:7.2f} "
                       f"measured ({row['memory_error_percent']:+5.1f}%) | step {predicted_s * 1e3:7.2f} ms predicted "
-                      f"{measured_s * 1e3:7.2f} measured ({row['step_error_percent']:+5.1f}%)", flush=True)
+                      f"{measured_s * 1e3:7.2f} measured ({row['step_error_percent']:+5.1f}%) "
+                      f"[state {state / 2**20:.2f}, act {layout['memory']['activations'] / 2**20:.2f} buf {layout['memory']['buffers'] / 2**20:.2f}]", flush=True)
     if args.markdown:
         print("| layout | planner's layout | memory predicted | measured | error | step predicted | measured | error |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")

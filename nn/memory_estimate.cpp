@@ -39,18 +39,19 @@ double block_activation_floats_per_token(const GPTConfig& c, int64_t T, Recomput
          bf16 * (C + 2.5 * C / t + qkv_copy);
 }
 
-double embedding_activation_floats_per_token(const GPTConfig& c, int64_t B) {
+double embedding_activation_floats_per_token(const GPTConfig& c, int64_t B, int sequence_shards) {
   // The token embedding C; the position rows [T,C] are one per sequence, C/B per token; with
-  // dropout the embedding sum C (kept by dropout).
+  // dropout the embedding sum C (kept by dropout). Sequence parallelism keeps 1/s of each.
   const double C = c.n_embd, dropout = c.dropout > 0.0f ? 1.0 : 0.0;
-  return C + C / static_cast<double>(B) + C * dropout;
+  return (C + C / static_cast<double>(B) + C * dropout) / sequence_shards;
 }
 
-double head_activation_floats_per_token(const GPTConfig& c, Precision precision, int tp) {
-  // The last block's output C, ln_f's C and (μ, σ⁻¹) 2; logits V and the loss's gradient V kept
-  // from forward (vocab-parallel: V/t each); lm_head's input copy C/2 under bf16.
+double head_activation_floats_per_token(const GPTConfig& c, Precision precision, int tp, int sequence_shards) {
+  // The last block's output C, ln_f's C and (μ, σ⁻¹) 2 (1/s of each under sequence
+  // parallelism); logits V and the loss's gradient V kept from forward (vocab-parallel: V/t
+  // each); lm_head's input copy C/2 under bf16.
   const double C = c.n_embd, V = c.vocab_size, bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
-  return 2 * C + 2 + 2 * V / tp + 0.5 * C * bf16;
+  return (2 * C + 2) / sequence_shards + 2 * V / tp + 0.5 * C * bf16;
 }
 
 double weight_cast_bytes(const GPTConfig& c, Precision precision, int blocks, int tp, bool with_head) {

@@ -59,10 +59,10 @@ double block_activation_floats_per_token(const GPTConfig& config, int64_t T, Rec
                                          Precision precision, int tp = 1, bool sequence_parallel = false);
 
 // The parts outside the blocks, floats per token of a micro-batch of B sequences (a pipeline's
-// first stage keeps the embedding's, its last the head's): embedding C + C/B (+ C with
-// dropout); head 2C + 2 + 2V/tp (+ C/2 under bf16).
-double embedding_activation_floats_per_token(const GPTConfig& config, int64_t B);
-double head_activation_floats_per_token(const GPTConfig& config, Precision precision, int tp = 1);
+// first stage keeps the embedding's, its last the head's); s = tp under sequence parallelism,
+// else 1: embedding (C + C/B (+ C with dropout))/s; head (2C + 2)/s + 2V/tp (+ C/2 under bf16).
+double embedding_activation_floats_per_token(const GPTConfig& config, int64_t B, int sequence_shards = 1);
+double head_activation_floats_per_token(const GPTConfig& config, Precision precision, int tp = 1, int sequence_shards = 1);
 // Under bf16, the step's cast weights of `blocks` blocks (and the tied lm_head), 2 bytes per
 // matrix element of a tensor-parallel slice of 1/tp; 0 under fp32.
 double weight_cast_bytes(const GPTConfig& config, Precision precision, int blocks, int tp = 1, bool with_head = true);

@@ -13,26 +13,27 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 // This CPU (2 cores of an AMD EPYC with AVX-512, 24 GiB), measured 2026-11-27 by
 // benchmarks/calibrate_machine.py (which writes such a file for any machine):
-//   gpt_bench --preset a --threads 1 --peak: fp32 GEMM peak 238 GFLOP/s a core, the main job's
-//     shape reaches 73% of it in a whole step (bf16: peak 465, step 53%);
-//   comm_bench --op allreduce --backend mpi on 2 ranks: α ≈ 1 µs a step, bus bandwidth 3.2 GB/s.
+//   gpt_bench --preset a --threads 1 --peak on both cores at once (mpiexec binds a rank to a
+//     core): fp32 GEMM peak 206 GFLOP/s a core, a whole step of the main job's shape reaches
+//     73% of it (bf16: peak 400, 53%); AdamW 0.97 ns a parameter;
+//   comm_bench --op allreduce --backend mpi on 2 ranks: α 0.63 µs a step, bus bandwidth 4.4 GB/s.
 // The step's efficiency holds the elementwise work too (the model's activations live in the
-// caches here), so the memory-bandwidth term is off (0).
+// caches here), so the memory-bandwidth term is off (0). One node: inter_node is never used.
 Machine this_cpu() {
   return {.name = "this-cpu",
           .source = "2-core AMD EPYC (AVX-512), measured 2026-11-27 by benchmarks/calibrate_machine.py: "
-                    "gpt_bench (GEMM peak, a step's efficiency), comm_bench (mpi backend's α and bus bandwidth)",
+                    "gpt_bench on every core (GEMM peak, a step's efficiency), comm_bench (mpi allreduce's α, bus bandwidth)",
           .devices_per_node = 2,
           .ranks_share_devices = true,
           .device_memory_bytes = 12 * kGiB,
-          .peak_flops_fp32 = 238e9,
-          .peak_flops_bf16 = 465e9,
-          .matmul_efficiency = 0.73,
-          .matmul_efficiency_bf16 = 0.53,
+          .peak_flops_fp32 = 206e9,
+          .peak_flops_bf16 = 400e9,
+          .matmul_efficiency = 0.726,
+          .matmul_efficiency_bf16 = 0.531,
           .memory_bytes_per_s = 0,
-          .optimizer_seconds_per_parameter = 0.65e-9,  // gpt_bench preset a: 0.52 ms for 0.80M
-          .intra_node = {.latency_s = 1.0e-6, .bytes_per_s = 3.2e9},
-          .inter_node = {.latency_s = 30e-6, .bytes_per_s = 1.0e9}};
+          .optimizer_seconds_per_parameter = 0.97e-9,
+          .intra_node = {.latency_s = 0.63e-6, .bytes_per_s = 4.4e9},
+          .inter_node = {.latency_s = 0.63e-6, .bytes_per_s = 4.4e9}};
 }
 
 // DGX A100 80 GB (Selene, where Narayanan et al. 2021 and Korthikanti et al. 2022 ran):

@@ -33,27 +33,33 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int i
   // first and the last chunk, in flight as often as whole micro-batches are.
   const double micro_batches = std::ceil(static_cast<double>(in_flight) / chunks);
   double floats = in_flight * tokens * per_block * blocks / chunks;
-  if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch);
-  if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp);
+  const int s = l.sequence_parallel ? l.tp : 1;
+  if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch, s);
+  if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp, s);
   return 4 * floats + nn::weight_cast_bytes(c, w.precision, blocks, l.tp, stage == l.pp - 1);
 }
 
-// nanodist: backward's working set and the strategy's buffers at the step's peak.
+// nanodist: backward's working set and the strategy's buffers at the step's peak (fitted to
+// what the allocator reports, docs/planning.md).
 double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters) {
   const auto& c = w.model;
   const double tokens = static_cast<double>(l.micro_batch) * c.block_size, C = c.n_embd;
-  const double s = l.sequence_parallel ? l.tp : 1;
-  // The gradients in flight: the residual stream's and one sublayer's, [B,T,C] each.
-  double bytes = 4 * tokens * 2 * C / s;
-  // Full recompute: one block's replay (what it keeps without recompute) and its gradients.
+  // Backward's working set: the last block's MLP hidden gradient [B,T,4C/t] and its attention
+  // weights' gradient [B, n_head/t, T, T] in flight at once.
+  const double working_set = 4 * tokens * (4 * C + static_cast<double>(c.n_head) * c.block_size) / l.tp;
+  double bytes = working_set;
+  // Full recompute: one block's replay (what it keeps without recompute), and the replay's own
+  // backward working set.
   if (l.recompute == nn::Recompute::full)
-    bytes += 2 * 4 * tokens *
-             nn::block_activation_floats_per_token(c, c.block_size, nn::Recompute::none, w.precision, l.tp,
-                                                   l.sequence_parallel);
-  // train_dp's bucketed averaging: flat buckets as large as the gradients.
-  if (l.dp > 1 && l.zero == 0) bytes += 4 * rank_parameters;
-  // ZeRO-3: a group's whole parameters and gradients while it is used.
-  if (l.zero == 3 && l.dp > 1) bytes += 2 * 4 * rank_parameters;
+    bytes += working_set + 4 * tokens *
+                               nn::block_activation_floats_per_token(c, c.block_size, nn::Recompute::none, w.precision,
+                                                                     l.tp, l.sequence_parallel);
+  const bool accumulates = l.micro_batches(w) > 1 && l.pp == 1;
+  // Replicated gradients averaged over dp: train_dp's accumulation keeps the micro-steps' sum
+  // beside the bucket being filled; a pipeline's replicas average a flat copy.
+  if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.dp > 1 && l.pp > 1))) bytes += 4 * rank_parameters;
+  // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
+  if (l.zero == 3 && l.dp > 1) bytes += 4 * rank_parameters;
   // A pipeline's received activation and gradient, [B,T,C] each.
   if (l.pp > 1) bytes += 2 * 4 * tokens * C;
   return bytes;

@@ -65,7 +65,7 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
                       {"total", m.total()}}},
           {"time", {{"compute", t.compute}, {"tp", t.tp}, {"pp", t.pp}, {"bubble", t.bubble},
                     {"dp_exposed", t.dp_exposed}, {"dp_overlapped", t.dp_overlapped}, {"optimizer", t.optimizer},
-                    {"tp_algorithm", t.tp_algorithm}, {"dp_algorithm", t.dp_algorithm}, {"total", t.total()}}},
+                    {"time_sharing", t.time_sharing}, {"tp_algorithm", t.tp_algorithm}, {"dp_algorithm", t.dp_algorithm}, {"total", t.total()}}},
           {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}};
 }
 
@@ -82,20 +82,21 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
   fmt::print("global batch {} × T {} on {} devices: {} layouts possible, {} fit; {} by predicted step time\n",
              w.global_batch, c.block_size, w.devices, layouts.size(), fit,
              static_cast<int>(layouts.size()) > top ? fmt::format("the first {}", top) : std::string("all"));
-  fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} | {:>10} {:>5}\n",
+  fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
              "#", "layout (dp · tp · pp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
-             "activ.", "buffers", "step", "compute", "tp", "pp", "bubble", "dp exposed/hidden", "optim", "tokens/s",
+             "activ.", "buffers", "step", "compute", "tp", "pp", "bubble", "dp exposed/hidden", "optim", "turns", "tokens/s",
              "MFU");
   int row = 0;
   for (const auto& p : layouts) {
     if (row++ >= top) break;
     const RankMemory& m = p.memory;
     const StepTime& t = p.time;
-    fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
+    fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
                row, p.layout.describe(w), megabytes(m.total()), megabytes(m.parameters), megabytes(m.gradients),
                megabytes(m.optimizer), megabytes(m.activations), megabytes(m.buffers), seconds(t.total()),
                seconds(t.compute), seconds(t.tp), seconds(t.pp), seconds(t.bubble),
-               seconds(t.dp_exposed) + " / " + seconds(t.dp_overlapped), seconds(t.optimizer), p.tokens_per_s,
+               seconds(t.dp_exposed) + " / " + seconds(t.dp_overlapped), seconds(t.optimizer), seconds(t.time_sharing),
+               p.tokens_per_s,
                100 * p.mfu, p.fits ? "" : "  does not fit");
   }
   if (!layouts.empty())

@@ -38,13 +38,6 @@ Groups groups_of(const Layout& l, const Machine& m) {
   return g;
 }
 
-// FLOP/s one rank computes at: a device's achieved rate; on a CPU, ranks beyond the cores
-// take turns and ranks below them get the spare cores as threads.
-double rank_flops(const Workload& w, const Layout& l, const Machine& m) {
-  const double rate = m.achieved_flops(w.precision);
-  if (!m.ranks_share_devices) return rate;
-  return rate * static_cast<double>(m.devices_per_node) / l.ranks();
-}
 
 // Bytes the elementwise work moves per token of a block on one rank: 5 passes over what
 // forward keeps without recompute (written and its inputs read in forward; read, its gradient
@@ -84,7 +77,8 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   // One micro-batch on the busiest stage (the last: its blocks and the head).
   const double flops = tokens * (blocks * (3 * block_forward_flops(c) + replay_flops(c, l.recompute)) +
                                  3 * head_forward_flops(c)) / l.tp;
-  double compute_mb = flops / rank_flops(w, l, machine);
+  // A device's achieved rate (on a CPU mpiexec binds each rank to a core, its threads share it).
+  double compute_mb = flops / machine.achieved_flops(w.precision);
   if (machine.memory_bytes_per_s > 0)
     compute_mb += tokens * blocks * elementwise_bytes_per_token(w, l) / machine.memory_bytes_per_s;
 
@@ -138,8 +132,13 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     }
   }
   const double optimizer_parameters = l.zero >= 1 ? P / l.dp : P;
-  t.optimizer = optimizer_parameters * machine.optimizer_seconds_per_parameter *
-                (machine.ranks_share_devices ? std::max(1.0, static_cast<double>(l.ranks()) / machine.devices_per_node) : 1.0);
+  t.optimizer = optimizer_parameters * machine.optimizer_seconds_per_parameter;
+  // More ranks than cores take turns: the step lasts at least all ranks' work over the cores.
+  // A rank idle in the bubble lends its core to another, so the turns absorb the bubble first.
+  if (machine.ranks_share_devices && l.ranks() > machine.devices_per_node) {
+    const double busy = t.total() - t.bubble;
+    t.time_sharing = std::max(0.0, busy * l.ranks() / machine.devices_per_node - t.total());
+  }
   return t;
 }
 

@@ -13,6 +13,8 @@
 //               behind backward where the trainer overlaps it (bucketed averaging: all but
 //               the last bucket; ZeRO-3: its prefetched gathers behind compute)
 //   optimizer   AdamW over the rank's shard
+//   time sharing  on a CPU with more ranks than cores: the step lasts at least every rank's
+//               work (all but the bubble) over the cores
 #pragma once
 #include <string>
 #include <vector>
@@ -32,8 +34,9 @@ struct StepTime {
   double dp_exposed = 0;     // gradient averaging (or ZeRO's collectives) not hidden by compute
   double dp_overlapped = 0;  // … hidden behind backward
   double optimizer = 0;
+  double time_sharing = 0;   // a CPU with more ranks than cores: waiting for a core
   std::string tp_algorithm, dp_algorithm;  // the algorithm each group's collective uses
-  double total() const { return compute + tp + pp + bubble + dp_exposed + optimizer; }
+  double total() const { return compute + tp + pp + bubble + dp_exposed + optimizer + time_sharing; }
 };
 
 // Training FLOPs of one token through the whole model, forward + backward (+ the replay).

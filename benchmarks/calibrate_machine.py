@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Measures this machine for `nanodist plan` with the project's own benchmarks and writes it as
+a machine file (`nanodist plan --machine-file F`); the "this-cpu" preset is its output on these
+2-core machines (planning/machine.cpp says when).
+
+    python3 benchmarks/calibrate_machine.py [--out machine.json] [--backend mpi]
+
+  compute   gpt_bench --preset a --threads 1 --peak on every core at once (as mpiexec runs the
+            trainers: one rank a core, all busy): the GEMM peak a core, and the fraction of it a
+            whole training step of the main job's shape reaches (fp32 and bf16); AdamW's time
+            a parameter
+  network   comm_bench --op allreduce on 2 ranks: α from the smallest message (a ring's 2(n−1)
+            steps), the bus bandwidth from the largest
+  memory    /proc/meminfo's MemTotal, shared by the cores"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def gpt_bench(build, cores, precision):
+    cmd = ["mpiexec", "--oversubscribe", "-n", str(cores), os.path.join(build, "benchmarks", "gpt_bench"),
+           "--preset", "a", "--threads", "1", "--peak", "--json", "--precision", precision]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True)
+    runs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if len(runs) != cores:
+        sys.exit(f"calibrate_machine: expected {cores} JSON lines from {' '.join(cmd)}")
+    return runs
+
+
+def comm(build, backend):
+    with tempfile.TemporaryDirectory() as tmp:
+        table = os.path.join(tmp, "allreduce.csv")
+        subprocess.run(["mpiexec", "--oversubscribe", "-n", "2", os.path.join(build, "benchmarks", "comm_bench"),
+                        "--op", "allreduce", "--backend", backend, "-b", "8", "-e", "64M", "-f", "8", "--in-place",
+                        "--csv", table], capture_output=True, text=True, env=ENV, check=True)
+        with open(table) as f:
+            rows = sorted((r for r in csv.DictReader(f)), key=lambda r: int(r["size_bytes"]))
+    latency = float(rows[0]["time_us"]) * 1e-6 / 2  # a 2-rank ring: 2(n − 1) = 2 steps
+    bus = statistics.median(float(r["busbw_GBps"]) for r in rows[-3:]) * 1e9
+    return latency, bus
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--backend", default="mpi", help="the trainers' backend (default mpi)")
+    parser.add_argument("--out", help="write the machine file here (default: print it)")
+    args = parser.parse_args()
+    cores = os.cpu_count()
+    fp32 = gpt_bench(args.build_dir, cores, "fp32")
+    bf16 = gpt_bench(args.build_dir, cores, "bf16")
+    latency, bus = comm(args.build_dir, args.backend)
+    with open("/proc/meminfo") as f:
+        mem_total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal"))
+    median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
+    parameters = 804096  # preset a: 4 blocks of 12·128² + 2·128, wte 65·128, wpe 64·128, ln_f 128
+    machine = {
+        "name": "this-cpu",
+        "source": f"{cores}-core CPU measured by benchmarks/calibrate_machine.py (gpt_bench on every core, "
+                  f"comm_bench's {args.backend} allreduce on 2 ranks)",
+        "devices_per_node": cores,
+        "ranks_share_devices": True,
+        "device_memory_bytes": mem_total / cores,
+        "peak_flops_fp32": median(fp32, "peak_gflops") * 1e9,
+        "peak_flops_bf16": median(bf16, "peak_gflops") * 1e9,
+        "matmul_efficiency": median(fp32, "gflops") / median(fp32, "peak_gflops"),
+        "matmul_efficiency_bf16": median(bf16, "gflops") / median(bf16, "peak_gflops"),
+        "memory_bytes_per_s": 0,
+        "optimizer_seconds_per_parameter": median(fp32, "optimizer_ms") * 1e-3 / parameters,
+        "intra_node": {"latency_s": latency, "bytes_per_s": bus},
+        "inter_node": {"latency_s": latency, "bytes_per_s": bus},
+    }
+    text = json.dumps(machine, indent=2)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
