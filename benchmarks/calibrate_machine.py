@@ -6,9 +6,11 @@ a machine file (`nanodist plan --machine-file F`); the "this-cpu" preset is its 
     python3 benchmarks/calibrate_machine.py [--out machine.json] [--backend mpi]
 
   compute   gpt_bench --preset a --threads 1 --peak on every core at once (as mpiexec runs the
-            trainers: one rank a core, all busy): the GEMM peak a core, and the fraction of it a
-            whole training step of the main job's shape reaches (fp32 and bf16); AdamW's time
-            a parameter
+            trainers: one rank a core, all busy), at batch 12 and at batch 1: the GEMM peak a
+            core; from the two step times (less AdamW's), the time a sequence takes and what a
+            micro-batch costs whatever its size (a block's fixed overhead, forward + backward);
+            the sequence's FLOPs over its time is the fraction of the peak the model's products
+            reach (fp32 and bf16); AdamW's time a parameter
   network   comm_bench --op allreduce on 2 ranks: α from the smallest message (a ring's 2(n−1)
             steps), the bus bandwidth from the largest
   memory    /proc/meminfo's MemTotal, shared by the cores"""
@@ -25,9 +27,10 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 
-def gpt_bench(build, cores, precision):
+def gpt_bench(build, cores, precision, batch):
     cmd = ["mpiexec", "--oversubscribe", "-n", str(cores), os.path.join(build, "benchmarks", "gpt_bench"),
-           "--preset", "a", "--threads", "1", "--peak", "--json", "--precision", precision]
+           "--preset", "a", "--threads", "1", "--peak", "--json", "--precision", precision, "--batch", str(batch),
+           "--steps", "40"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True)
     runs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if len(runs) != cores:
@@ -55,13 +58,24 @@ def main():
     parser.add_argument("--out", help="write the machine file here (default: print it)")
     args = parser.parse_args()
     cores = os.cpu_count()
-    fp32 = gpt_bench(args.build_dir, cores, "fp32")
-    bf16 = gpt_bench(args.build_dir, cores, "bf16")
+    median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
+    blocks = 4  # preset a
+
+    def compute(precision):
+        """(peak FLOP/s, efficiency, a block's overhead per micro-batch, AdamW s a parameter)."""
+        big, one = gpt_bench(args.build_dir, cores, precision, 12), gpt_bench(args.build_dir, cores, precision, 1)
+        optimizer_s = median(big, "optimizer_ms") * 1e-3
+        t12, t1 = median(big, "ms_per_step") * 1e-3 - optimizer_s, median(one, "ms_per_step") * 1e-3 - optimizer_s
+        sequence_s = (t12 - t1) / 11  # t(b) = b·sequence + blocks·overhead
+        overhead_s = max(0.0, (t1 - sequence_s) / blocks)
+        flops_per_sequence = median(big, "gflops") * 1e9 * median(big, "ms_per_step") * 1e-3 / 12
+        peak = median(big, "peak_gflops") * 1e9
+        return peak, flops_per_sequence / sequence_s / peak, overhead_s, optimizer_s / big[0]["parameters"]
+
+    fp32, bf16 = compute("fp32"), compute("bf16")
     latency, bus = comm(args.build_dir, args.backend)
     with open("/proc/meminfo") as f:
         mem_total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal"))
-    median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
-    parameters = 804096  # preset a: 4 blocks of 12·128² + 2·128, wte 65·128, wpe 64·128, ln_f 128
     machine = {
         "name": "this-cpu",
         "source": f"{cores}-core CPU measured by benchmarks/calibrate_machine.py (gpt_bench on every core, "
@@ -69,12 +83,13 @@ def main():
         "devices_per_node": cores,
         "ranks_share_devices": True,
         "device_memory_bytes": mem_total / cores,
-        "peak_flops_fp32": median(fp32, "peak_gflops") * 1e9,
-        "peak_flops_bf16": median(bf16, "peak_gflops") * 1e9,
-        "matmul_efficiency": median(fp32, "gflops") / median(fp32, "peak_gflops"),
-        "matmul_efficiency_bf16": median(bf16, "gflops") / median(bf16, "peak_gflops"),
+        "peak_flops_fp32": fp32[0],
+        "peak_flops_bf16": bf16[0],
+        "matmul_efficiency": fp32[1],
+        "matmul_efficiency_bf16": bf16[1],
         "memory_bytes_per_s": 0,
-        "optimizer_seconds_per_parameter": median(fp32, "optimizer_ms") * 1e-3 / parameters,
+        "block_overhead_s": fp32[2],  # fp32's: the overhead is the ops' dispatch, not their products
+        "optimizer_seconds_per_parameter": fp32[3],
         "intra_node": {"latency_s": latency, "bytes_per_s": bus},
         "inter_node": {"latency_s": latency, "bytes_per_s": bus},
     }

@@ -61,6 +61,7 @@ double gemm_peak_gflops(nn::Precision precision) {
 // What the command line asks for.
 struct BenchOptions {
   std::string preset = "a";
+  int batch = 0;  // 0: the preset's
   int steps = 0, warmup = 2, threads = nn::machine_cores(), vocab = 65;
   nn::PrecisionSetting precision_setting = nn::PrecisionSetting::fp32;  // --precision, auto resolved below
   nn::Precision precision = nn::Precision::fp32;                       // what runs
@@ -73,6 +74,8 @@ struct BenchOptions {
 
 void add_flags(CLI::App& app, BenchOptions& o) {
   app.add_option("--preset", o.preset, "a (nanoGPT CPU recipe) or b (baby GPT)")->check(CLI::IsMember({"a", "b"}));
+  app.add_option("--batch", o.batch, "sequences per step (default: the preset's, 12 for a, 64 for b)")
+      ->check(comm::cli::whole(1, 1 << 16));
   app.add_option("--steps", o.steps, "timed steps (default: 20 for a, 3 for b)")->check(comm::cli::whole(1));
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(comm::cli::whole(0));
   app.add_option("--threads", o.threads, "compute threads")->check(comm::cli::whole(1));
@@ -214,13 +217,13 @@ void report(const BenchOptions& o, const nn::GPT& model, int64_t B, int64_t T, c
   const double formula_bytes = nn::kept_activation_bytes(c, B, T, o.recompute, o.precision);
   if (o.json) {
     fmt::print(
-        "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
+        "{{\"impl\": \"nanodist\", \"preset\": \"{}\", \"batch\": {}, \"parameters\": {}, \"precision\": \"{}\", \"attention\": \"{}\", \"vocab\": {}, "
         "\"recompute\": \"{}\", \"adamw\": \"{}\", \"fusion\": \"{}\", \"bias\": {}, \"threads\": {}, "
         "\"ms_per_step\": {:.2f}, "
         "\"best_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
         "\"optimizer_ms\": {:.2f}, \"gflops\": {:.1f}, \"peak_gflops\": {:.1f}, \"kept_mib\": {:.2f}, "
         "\"kept_formula_mib\": {:.2f}, \"peak_mib\": {:.2f}}}\n",
-        o.preset, precision, attention, c.vocab_size, recompute, adamw, fusion, c.bias, o.threads, step * 1e3, best * 1e3,
+        o.preset, B, model.num_params(), precision, attention, c.vocab_size, recompute, adamw, fusion, c.bias, o.threads, step * 1e3, best * 1e3,
         tokens / step, median(t.forward) * 1e3, median(t.backward) * 1e3, median(t.update) * 1e3, flops / 1e9,
         peak_gflops, t.kept_bytes / 1048576, formula_bytes / 1048576, t.peak_bytes / 1048576);
     return;
@@ -256,6 +259,7 @@ int main(int argc, char** argv) {
       c = {6, 6, 384, 256, 65, 0.0f, false};
       batch = 64;
     }
+    if (o.batch > 0) batch = o.batch;
     if (o.steps == 0) o.steps = o.preset == "a" ? 20 : 3;
     nn::set_compute_threads(o.threads);
     nn::use_gemm_engine(nn::parse_gemm_engine(std::getenv("NANODIST_GEMM")));  // the environment, read here

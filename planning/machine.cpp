@@ -11,29 +11,32 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// This CPU (2 cores of an AMD EPYC with AVX-512, 24 GiB), measured 2026-11-27 by
-// benchmarks/calibrate_machine.py (which writes such a file for any machine):
+// This CPU (2 cores of an AMD EPYC with AVX-512, 24 GiB), the median of three runs of
+// benchmarks/calibrate_machine.py on 2026-11-27 (it writes such a file for any machine):
 //   gpt_bench --preset a --threads 1 --peak on both cores at once (mpiexec binds a rank to a
-//     core): fp32 GEMM peak 206 GFLOP/s a core, a whole step of the main job's shape reaches
-//     73% of it (bf16: peak 400, 53%); AdamW 0.97 ns a parameter;
-//   comm_bench --op allreduce --backend mpi on 2 ranks: α 0.63 µs a step, bus bandwidth 4.4 GB/s.
-// The step's efficiency holds the elementwise work too (the model's activations live in the
-// caches here), so the memory-bandwidth term is off (0). One node: inter_node is never used.
+//     core), at batch 12 and 1: fp32 GEMM peak 213 GFLOP/s a core, the model's products reach
+//     76% of it (bf16: peak 425, 57%); a block costs 93 µs a micro-batch whatever its size;
+//     AdamW 0.73 ns a parameter;
+//   comm_bench --op allreduce --backend mpi on 2 ranks: α 0.7 µs a step, bus bandwidth 3.2 GB/s.
+// The efficiency holds the elementwise work too (the model's activations live in the caches
+// here), so the memory-bandwidth term is off (0). One node: inter_node is never used.
 Machine this_cpu() {
   return {.name = "this-cpu",
           .source = "2-core AMD EPYC (AVX-512), measured 2026-11-27 by benchmarks/calibrate_machine.py: "
-                    "gpt_bench on every core (GEMM peak, a step's efficiency), comm_bench (mpi allreduce's α, bus bandwidth)",
+                    "gpt_bench on every core (GEMM peak, efficiency, a block's overhead), comm_bench (mpi allreduce's α, "
+                    "bus bandwidth)",
           .devices_per_node = 2,
           .ranks_share_devices = true,
           .device_memory_bytes = 12 * kGiB,
-          .peak_flops_fp32 = 206e9,
-          .peak_flops_bf16 = 400e9,
-          .matmul_efficiency = 0.726,
-          .matmul_efficiency_bf16 = 0.531,
+          .peak_flops_fp32 = 213e9,
+          .peak_flops_bf16 = 425e9,
+          .matmul_efficiency = 0.76,
+          .matmul_efficiency_bf16 = 0.57,
           .memory_bytes_per_s = 0,
-          .optimizer_seconds_per_parameter = 0.97e-9,
-          .intra_node = {.latency_s = 0.63e-6, .bytes_per_s = 4.4e9},
-          .inter_node = {.latency_s = 0.63e-6, .bytes_per_s = 4.4e9}};
+          .optimizer_seconds_per_parameter = 0.73e-9,
+          .block_overhead_s = 93e-6,
+          .intra_node = {.latency_s = 0.7e-6, .bytes_per_s = 3.2e9},
+          .inter_node = {.latency_s = 0.7e-6, .bytes_per_s = 3.2e9}};
 }
 
 // DGX A100 80 GB (Selene, where Narayanan et al. 2021 and Korthikanti et al. 2022 ran):
@@ -113,6 +116,7 @@ nlohmann::json Machine::to_json() const {
           {"matmul_efficiency_bf16", matmul_efficiency_bf16},
           {"memory_bytes_per_s", memory_bytes_per_s},
           {"optimizer_seconds_per_parameter", optimizer_seconds_per_parameter},
+          {"block_overhead_s", block_overhead_s},
           {"intra_node", link(intra_node)},
           {"inter_node", link(inter_node)}};
 }
@@ -130,6 +134,7 @@ Machine Machine::from_json(const nlohmann::json& j) {
             .matmul_efficiency_bf16 = j.value("matmul_efficiency_bf16", field<double>(j, "matmul_efficiency")),
             .memory_bytes_per_s = j.value("memory_bytes_per_s", 0.0),
             .optimizer_seconds_per_parameter = j.value("optimizer_seconds_per_parameter", 0.0),
+            .block_overhead_s = j.value("block_overhead_s", 0.0),
             .intra_node = link_from(j, "intra_node"),
             .inter_node = link_from(j, "inter_node")};
   auto positive = [](double v, const char* what) {
@@ -143,7 +148,7 @@ Machine Machine::from_json(const nlohmann::json& j) {
   positive(m.inter_node.bytes_per_s, "inter_node.bytes_per_s");
   if (!(m.matmul_efficiency > 0 && m.matmul_efficiency <= 1) || !(m.matmul_efficiency_bf16 > 0 && m.matmul_efficiency_bf16 <= 1))
     throw Error("machine: the matmul efficiencies must be in (0, 1]");
-  if (m.memory_bytes_per_s < 0 || m.optimizer_seconds_per_parameter < 0 || m.intra_node.latency_s < 0 || m.inter_node.latency_s < 0)
+  if (m.memory_bytes_per_s < 0 || m.optimizer_seconds_per_parameter < 0 || m.block_overhead_s < 0 || m.intra_node.latency_s < 0 || m.inter_node.latency_s < 0)
     throw Error("machine: bandwidths and latencies must not be negative");
   return m;
 }

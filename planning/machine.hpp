@@ -36,6 +36,7 @@ struct Machine {
   double matmul_efficiency_bf16 = 1;  // … of the bf16 peak
   double memory_bytes_per_s = 0;      // per device: the elementwise work's roof (0: inside the efficiency)
   double optimizer_seconds_per_parameter = 0;  // AdamW's update of one parameter
+  double block_overhead_s = 0;        // a block's fixed cost per micro-batch, forward + backward (dispatch, launches)
   Link intra_node, inter_node;        // a rank's share: bus bandwidth, as nccl-tests reports it
 
   // FLOP/s a device reaches on the model's products in `precision`.

@@ -79,6 +79,8 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
                                  3 * head_forward_flops(c)) / l.tp;
   // A device's achieved rate (on a CPU mpiexec binds each rank to a core, its threads share it).
   double compute_mb = flops / machine.achieved_flops(w.precision);
+  // A block's fixed cost per micro-batch (a replayed block pays its forward's share again).
+  compute_mb += blocks * machine.block_overhead_s * (l.recompute == nn::Recompute::full ? 4.0 / 3.0 : 1.0);
   if (machine.memory_bytes_per_s > 0)
     compute_mb += tokens * blocks * elementwise_bytes_per_token(w, l) / machine.memory_bytes_per_s;
 

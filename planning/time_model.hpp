@@ -3,7 +3,8 @@
 //   compute     the rank's FLOPs (forward 2 per weight per token plus attention's 4·T·C a
 //               block; backward twice forward; the replayed forward of `recompute`) at the
 //               machine's achieved FLOP/s, plus, where the machine gives a memory bandwidth,
-//               the elementwise work: 5 passes over what forward keeps (7 with a replay)
+//               the elementwise work: 5 passes over what forward keeps (7 with a replay);
+//               and each block's fixed cost per micro-batch (what makes small ones slow)
 //   tp          a block's two all-reduces forward and two backward of a [b,T,C] activation
 //               (sequence parallelism: reduce-scatter + all-gather, the same bytes), two
 //               more when the block is replayed; the embedding's and the head's
