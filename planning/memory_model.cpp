@@ -74,7 +74,12 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
   if (w.implementation == Implementation::nanodist) {
     const parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P, l.dp);
     m.parameters = held.parameters;
-    m.gradients = held.gradients;
+    // The gradients are made in backward (train_dp's buckets hold them from the start). Where
+    // the peak comes before backward has made any — GPipe's, after every forward; one
+    // micro-batch under tensor parallelism, at the end of its forward — they are not in it.
+    const bool made_after_the_peak = (l.pp > 1 && l.schedule == Schedule::gpipe) ||
+                                     (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1);
+    m.gradients = made_after_the_peak ? 0 : held.gradients;
     m.optimizer = held.optimizer;
     m.activations = nanodist_activations(w, l, stage, in_flight);
     m.buffers = nanodist_buffers(w, l, P);

@@ -5,7 +5,9 @@
 // 16 bytes a parameter (Rajbhandari et al. 2020, ZeRO §3.1: fp16 parameter and gradient,
 // fp32 master copy and Adam's two moments).
 //
-//   parameters, gradients, optimizer   the rank's slice (tp), stage (pp) and shard (ZeRO)
+//   parameters, gradients, optimizer   the rank's slice (tp), stage (pp) and shard (ZeRO);
+//                 the gradients only where they exist at the peak (not under GPipe, whose
+//                 peak ends the forwards, nor for one tensor-parallel micro-batch)
 //   activations   what forward keeps × the micro-batches in flight on the stage:
 //                 1 without a pipeline; 1F1B min(M, p − stage); GPipe M; interleaved
 //                 min(v·M, 2(p − stage − 1) + (v − 1)p + 1) chunk micro-batches
