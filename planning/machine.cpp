@@ -46,9 +46,10 @@ Machine this_cpu() {
 //   8 × 200 Gb/s HDR InfiniBand a node: all-reduce bus bandwidth 192 GB/s a node measured
 //     (NVIDIA/nccl issue 812), so 24 GB/s a GPU;
 //   α: NCCL's own tuning constants (src/graph/tuning.cc): ring ≈ 8 µs base + a few µs a step;
-//   matmul efficiency 0.66: calibrated so that the model predicts one 22B layer's measured
-//     forward + backward (Korthikanti et al. 2022, Table 4: 7.7 + 11.9 ms at t = 8, b = 4),
-//     docs/planning.md; a bare large GEMM reaches 0.86 (stas00/ml-engineering, MAMF table).
+//   matmul efficiency 0.74: the planner then predicts one 22B layer's measured forward +
+//     backward (Korthikanti et al. 2022, Table 4: 7.7 + 11.9 ms at t = 8, b = 4; recompute it
+//     with benchmarks/plan_vs_megatron.py --calibrate); a bare large GEMM reaches 0.86
+//     (stas00/ml-engineering, MAMF table).
 Machine a100() {
   return {.name = "a100-80gb",
           .source = "DGX A100 80 GB: NVIDIA datasheet; nccl-tests/nccl issues 149 and 812; "
@@ -57,8 +58,8 @@ Machine a100() {
           .device_memory_bytes = 80e9,
           .peak_flops_fp32 = 19.5e12,
           .peak_flops_bf16 = 312e12,
-          .matmul_efficiency = 0.66,
-          .matmul_efficiency_bf16 = 0.66,
+          .matmul_efficiency = 0.74,
+          .matmul_efficiency_bf16 = 0.74,
           .memory_bytes_per_s = 2039e9,
           .optimizer_seconds_per_parameter = 28 / 2039e9,  // read p, g, m, v; write p, m, v (fp32)
           .intra_node = {.latency_s = 10e-6, .bytes_per_s = 230e9},
@@ -68,7 +69,7 @@ Machine a100() {
 // DGX H100 80 GB: peak 989 TFLOP/s bf16 dense, 67 fp32; HBM3 3350 GB/s (NVIDIA H100
 // datasheet); NVLink 4 / NVSwitch: ≈ 370 GB/s all-reduce bus bandwidth with rings
 // (nccl-tests issue 212); 8 × 400 Gb/s NDR a node: 46–48 GB/s a NIC measured (nccl-tests
-// issue 290), 46 GB/s a GPU; matmul efficiency scaled from the A100's by the bare-GEMM
+// issue 290), 46 GB/s a GPU; matmul efficiency 0.69, the A100's 0.74 scaled by the bare-GEMM
 // ratio (0.80 / 0.86, stas00/ml-engineering's MAMF table): an assumption, not a measurement.
 Machine h100() {
   return {.name = "h100-80gb",
@@ -78,8 +79,8 @@ Machine h100() {
           .device_memory_bytes = 80e9,
           .peak_flops_fp32 = 67e12,
           .peak_flops_bf16 = 989e12,
-          .matmul_efficiency = 0.61,
-          .matmul_efficiency_bf16 = 0.61,
+          .matmul_efficiency = 0.69,
+          .matmul_efficiency_bf16 = 0.69,
           .memory_bytes_per_s = 3350e9,
           .optimizer_seconds_per_parameter = 28 / 3350e9,
           .intra_node = {.latency_s = 10e-6, .bytes_per_s = 370e9},
