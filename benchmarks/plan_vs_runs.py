@@ -85,20 +85,19 @@ def ranks_of(flags):
     return degree["dp"] * degree["tp"] * degree["pp"]
 
 
-def run(build, command, data_dir, steps, tmp):
+def run(build, mpiexec, command, data_dir, steps, tmp):
     """Runs the planner's command for `steps` steps; the step peak largest over ranks, the median step."""
-    words = shlex.split(command)
-    program = words[3]
-    folder = "trainers"
-    words[3] = os.path.join(build, folder, program)
+    words = shlex.split(command)  # mpiexec -n N train_x flags…
+    words[0] = mpiexec
+    words[3] = os.path.join(build, "trainers", words[3])
     out_dir = os.path.join(tmp, "run")
     words[1:1] = ["--oversubscribe"]
     words += ["--data-dir", data_dir, "--out-dir", out_dir, "--max-iters", str(steps), "--log-interval", "1",
               "--eval-interval", "0", "--eval-iters", "1", "--no-full-val", "--sample-tokens", "0",
               "--warmup-iters", "0", "--metrics", os.path.join(out_dir, "metrics.jsonl")]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    out = subprocess.run(["rm", "-rf", out_dir], check=True)
-    out = subprocess.run(words, capture_output=True, text=True, env=env, check=False)
+    subprocess.run(["rm", "-rf", out_dir], check=True)
+    out = subprocess.run(words, capture_output=True, text=True, env=env, check=False, timeout=300)
     if out.returncode != 0:
         sys.exit(f"plan_vs_runs: {' '.join(words)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
     peaks = [size(m.group(8), m.group(9)) for m in MEMORY_LINE.finditer(out.stdout)]
@@ -111,7 +110,8 @@ def run(build, command, data_dir, steps, tmp):
             if record.get("kind") == "train":
                 times.append(record["step_ms"])
     warm = times[len(times) // 3:] or times
-    return max(peaks), statistics.median(warm) / 1e3, " ".join(words[:2] + [os.path.basename(words[4])] + words[5:])
+    shown = ["mpiexec"] + words[2:4] + [os.path.basename(words[4])] + words[5:words.index("--data-dir")]
+    return max(peaks), statistics.median(warm) / 1e3, " ".join(shown)
 
 
 def percent(predicted, measured):
@@ -122,6 +122,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
+    parser.add_argument("--mpiexec", default="mpiexec")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rows", choices=["all", "quick"], default="all")
     parser.add_argument("--markdown", action="store_true", help="a table for docs/planning.md")
@@ -134,9 +135,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags, batch, model, precision in rows:
             layout = plan(nanodist, flags, batch, model, precision, ranks_of(flags))
-            measured_bytes, measured_s, command = run(args.build_dir, layout["command"], args.data_dir, args.steps, tmp)
+            measured_bytes, measured_s, command = run(args.build_dir, args.mpiexec, layout["command"], args.data_dir, args.steps, tmp)
             predicted_bytes, predicted_s = layout["memory"]["total"], layout["time"]["total"]
-            state = layout["memory"]["parameters"] + layout["memory"]["gradients"] + layout["memory"]["optimizer"]
             row = {"name": name, "layout": layout["layout"], "command": command,
                    "memory_predicted": predicted_bytes, "memory_measured": measured_bytes,
                    "memory_error_percent": percent(predicted_bytes, measured_bytes),
@@ -149,8 +149,7 @@ def main():
             if not args.markdown:
                 print(f"{name:<24} memory {predicted_bytes / 2**20:7.2f} MiB predicted {measured_bytes / 2**20:7.2f} "
                       f"measured ({row['memory_error_percent']:+5.1f}%) | step {predicted_s * 1e3:7.2f} ms predicted "
-                      f"{measured_s * 1e3:7.2f} measured ({row['step_error_percent']:+5.1f}%) "
-                      f"[state {state / 2**20:.2f}, act {layout['memory']['activations'] / 2**20:.2f} buf {layout['memory']['buffers'] / 2**20:.2f}]", flush=True)
+                      f"{measured_s * 1e3:7.2f} measured ({row['step_error_percent']:+5.1f}%)", flush=True)
     if args.markdown:
         print("| layout | planner's layout | memory predicted | measured | error | step predicted | measured | error |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")

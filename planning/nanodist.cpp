@@ -168,6 +168,8 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (layouts.empty()) {
     // Say why, from the layout the fixed flags describe (the sweep's defaults elsewhere).
     const int dp = ch.dp.value_or(1), tp = ch.tp.value_or(1), pp = ch.pp.value_or(1);
+    if (w.devices % (tp * pp) != 0)
+      throw Error(fmt::format("no layout can run this: tp {} × pp {} does not divide the {} devices", tp, pp, w.devices));
     const Layout example{.dp = ch.dp ? dp : std::max(1, w.devices / (tp * pp)), .tp = tp, .pp = pp,
                          .virtual_stages = ch.virtual_stages.value_or(1),
                          .schedule = ch.schedule.value_or(ch.virtual_stages.value_or(1) > 1 ? Schedule::interleaved
@@ -200,6 +202,11 @@ int main(int argc, char** argv) {
   CLI::App app{"nanodist: plan a layout (nanodist plan --help)"};
   app.require_subcommand(1);
   PlanOptions o;
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first != "plan" && first != "--help" && first != "-h") {
+    std::fprintf(stderr, "error: nanodist needs a command: plan (nanodist plan --help)\n");
+    return 2;
+  }
   CLI::App* plan = app.add_subcommand("plan", "predict the memory and step time of every layout of a model on N devices");
   add_flags(*plan, o);
   if (const int status = comm::cli::parse_or_exit_status(app, argc, argv); status >= 0) return status;
