@@ -73,10 +73,11 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
   const auto& c = w.model;
   int fit = 0;
   for (const auto& p : layouts) fit += p.fits ? 1 : 0;
-  fmt::print("model: {} layers, {} heads, {} wide, T {}, V {}{}: {:.3g}M parameters; {}, {} activations and state\n",
+  const double parameters = nn::parameter_count(c);
+  fmt::print("model: {} layers, {} heads, {} wide, T {}, V {}{}: {} parameters; {}, {}'s activations and state\n",
              c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.bias ? ", biases" : "",
-             nn::parameter_count(c) / 1e6, nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
-             name_of(w.implementation));
+             parameters >= 1e9 ? fmt::format("{:.1f}B", parameters / 1e9) : fmt::format("{:.2f}M", parameters / 1e6),
+             nn::kPrecisionNames[static_cast<std::size_t>(w.precision)], name_of(w.implementation));
   fmt::print("machine: {} — {} devices a node, {} each ({})\n", machine.name, machine.devices_per_node,
              megabytes(machine.device_memory_bytes), machine.source);
   fmt::print("global batch {} × T {} on {} devices: {} layouts possible, {} fit; {} by predicted step time\n",
@@ -100,7 +101,7 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
                100 * p.mfu, p.fits ? "" : "  does not fit");
   }
   if (!layouts.empty())
-    fmt::print("run the first: {}\n", layouts.front().layout.trainer_command(w));
+    fmt::print("the first with nanodist's trainers: {}\n", layouts.front().layout.trainer_command(w));
 }
 
 void add_flags(CLI::App& app, PlanOptions& o) {

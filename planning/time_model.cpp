@@ -115,9 +115,10 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     if (l.zero == 0) {
       const CollectiveCost all = allreduce_cost(groups.dp, gradient_bytes, machine);
       t.dp_algorithm = name_of(all.algorithm);
-      // Bucketed averaging (train_dp; Megatron's torch DDP, which its rows without a pipeline
-      // used) starts each bucket as backward fills it: all but the last 1 MB bucket can hide.
-      const bool overlaps = w.implementation == Implementation::megatron ? l.pp == 1 : l.pp == 1 && l.tp == 1;
+      // Bucketed averaging (every nanodist trainer; Megatron's torch DDP, which its rows
+      // without a pipeline used) starts each bucket as the last micro-batch's backward fills
+      // it: all but the last 1 MB bucket can hide.
+      const bool overlaps = w.implementation == Implementation::megatron ? l.pp == 1 : true;
       const double last_bucket = allreduce_cost(groups.dp, std::min(gradient_bytes, 1e6), machine).seconds;
       t.dp_overlapped = overlaps ? std::clamp(all.seconds - last_bucket, 0.0, backward_of_last) : 0;
       t.dp_exposed = all.seconds - t.dp_overlapped;
