@@ -1,5 +1,6 @@
 #include "planning/collective_cost.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace planning {
@@ -47,7 +48,7 @@ CollectiveCost allreduce_cost(const GroupShape& group, double bytes, const Machi
   CollectiveCost best{Algorithm::ring, ring_allreduce_seconds(group.size, bytes, link)};
   best = cheaper(best, {Algorithm::tree, tree_allreduce_seconds(group.size, bytes, link)});
   if (group.nodes() > 1 && group.per_node > 1) {
-    const int g = group.per_node, k = group.nodes();
+    const int g = std::min(group.per_node, group.size), k = group.nodes();
     const double across = std::min(ring_allreduce_seconds(k, bytes / g, machine.inter_node),
                                    tree_allreduce_seconds(k, bytes / g, machine.inter_node));
     const double inside = 2 * ring_gather_seconds(g, bytes, machine.intra_node);
@@ -60,7 +61,7 @@ CollectiveCost reduce_scatter_cost(const GroupShape& group, double bytes, const 
   if (group.size <= 1 || bytes <= 0) return {};
   CollectiveCost best{Algorithm::ring, ring_gather_seconds(group.size, bytes, flat_link(group, machine))};
   if (group.nodes() > 1 && group.per_node > 1) {
-    const int g = group.per_node, k = group.nodes();
+    const int g = std::min(group.per_node, group.size), k = group.nodes();
     best = cheaper(best, {Algorithm::hierarchical, ring_gather_seconds(g, bytes, machine.intra_node) +
                                                        ring_gather_seconds(k, bytes / g, machine.inter_node)});
   }

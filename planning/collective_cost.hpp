@@ -21,12 +21,12 @@
 
 namespace planning {
 
-// How the ranks of a group sit on the machine's nodes: `size` ranks, `per_node` of them on
-// each node they use (per_node == size: one node; per_node == 1: one a node).
+// How the ranks of a group sit on the machine's nodes: `size` ranks, at most `per_node` of them
+// on each node they use (per_node ≥ size: one node; per_node == 1: one a node).
 struct GroupShape {
   int size = 1;
   int per_node = 1;
-  int nodes() const { return size / per_node; }
+  int nodes() const { return (size + per_node - 1) / per_node; }
 };
 
 enum class Algorithm { none, ring, tree, hierarchical, point_to_point };
@@ -43,7 +43,11 @@ double ring_gather_seconds(int n, double bytes, const Link& link);  // reduce-sc
 
 // The cheapest algorithm for the group's shape (a group of one costs nothing).
 CollectiveCost allreduce_cost(const GroupShape& group, double bytes, const Machine& machine);
-CollectiveCost reduce_scatter_cost(const GroupShape& group, double bytes, const Machine& machine);  // = allgather's
+CollectiveCost reduce_scatter_cost(const GroupShape& group, double bytes, const Machine& machine);
+// The same steps backwards, so the same cost.
+inline CollectiveCost allgather_cost(const GroupShape& group, double bytes, const Machine& machine) {
+  return reduce_scatter_cost(group, bytes, machine);
+}
 CollectiveCost send_cost(bool inside_a_node, double bytes, const Machine& machine);
 
 }  // namespace planning

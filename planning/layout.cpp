@@ -4,6 +4,10 @@
 
 namespace planning {
 
+namespace {
+constexpr int kTrainersVocabulary = 65;  // tiny Shakespeare's characters
+}  // namespace
+
 std::string Layout::describe(const Workload& w) const {
   std::string pipeline = pp > 1 ? fmt::format(" {}", name_of(schedule)) : "";
   if (virtual_stages > 1) pipeline += fmt::format(" v{}", virtual_stages);
@@ -17,8 +21,10 @@ std::string Layout::impossible(const Workload& w) const {
   if (dp < 1 || tp < 1 || pp < 1 || virtual_stages < 1 || micro_batch < 1) return "every degree must be ≥ 1";
   if (ranks() != w.devices) return fmt::format("dp × tp × pp = {} is not the {} devices", ranks(), w.devices);
   if (c.n_head % tp != 0) return fmt::format("tp {} does not divide the {} heads", tp, c.n_head);
-  if (c.n_layer % (pp * virtual_stages) != 0)
+  if (virtual_stages > c.n_layer || c.n_layer % (static_cast<int64_t>(pp) * virtual_stages) != 0)
     return fmt::format("pp {} × v {} does not divide the {} blocks", pp, virtual_stages, c.n_layer);
+  if (sequence_parallel && c.block_size % tp != 0)
+    return fmt::format("sequence parallelism: tp {} does not divide the sequence of {}", tp, c.block_size);
   if (w.global_batch % (static_cast<int64_t>(dp) * micro_batch) != 0)
     return fmt::format("dp {} × micro-batch {} does not divide the global batch {}", dp, micro_batch, w.global_batch);
   if (sequence_parallel && tp == 1) return "sequence parallelism needs tp > 1";
@@ -28,16 +34,18 @@ std::string Layout::impossible(const Workload& w) const {
   if (pp == 1 && schedule != Schedule::one_f_one_b) return "a schedule needs pp > 1";
   if (virtual_stages > 1 && micro_batches(w) % pp != 0)
     return fmt::format("interleaved: the {} micro-batches are not a multiple of pp {}", micro_batches(w), pp);
-  if (zero > 0 && (tp > 1 || pp > 1))
-    return w.implementation == Implementation::nanodist ? "nanodist's ZeRO runs with pure data parallelism (train_dp)"
-                                                        : "ZeRO is not planned beside tp or pp";
+  if (zero > 0 && w.implementation == Implementation::megatron)
+    return "the megatron implementation is planned without ZeRO (Megatron-LM 2021 had none)";
+  if (zero > 0 && (tp > 1 || pp > 1)) return "nanodist's ZeRO runs with pure data parallelism (train_dp)";
   return "";
 }
 
 std::string Layout::trainer_command(const Workload& w) const {
   const auto& c = w.model;
-  const std::string model = fmt::format("--n-layer {} --n-head {} --n-embd {} --block-size {}{}", c.n_layer, c.n_head,
-                                        c.n_embd, c.block_size, c.bias ? " --bias 1" : "");
+  if (c.vocab_size != kTrainersVocabulary) return "";
+  std::string model = fmt::format("--n-layer {} --n-head {} --n-embd {} --block-size {}{}", c.n_layer, c.n_head,
+                                  c.n_embd, c.block_size, c.bias ? " --bias 1" : "");
+  if (c.dropout > 0) model += fmt::format(" --dropout {}", c.dropout);
   const std::string common =
       fmt::format("{} --precision {} --recompute {}", model, nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
                   nn::name_of(recompute));

@@ -26,7 +26,7 @@ struct Layout {
   nn::Recompute recompute = nn::Recompute::none;
   int micro_batch = 1;  // sequences per micro-batch
 
-  int ranks() const { return dp * tp * pp; }
+  int64_t ranks() const { return static_cast<int64_t>(dp) * tp * pp; }
   // Micro-batches a replica runs per step (train_dp: accumulation steps; a pipeline: M).
   int64_t micro_batches(const Workload& w) const { return w.global_batch / (static_cast<int64_t>(dp) * micro_batch); }
   // "dp 2 · tp 2 sp · pp 2 1f1b · zero 0 · recompute none · 4 × 3"
@@ -35,7 +35,8 @@ struct Layout {
   // tp must divide, the blocks the stages share, the batch the micro-batches share, and what
   // the implementation supports (nanodist: ZeRO with pure data parallelism only).
   std::string impossible(const Workload& w) const;
-  // The nanodist command that runs it, for this machine's runs (docs/planning.md).
+  // The nanodist command that runs it, for this machine's runs (docs/planning.md); "" when the
+  // model's vocabulary is not the trainers' (65 characters).
   std::string trainer_command(const Workload& w) const;
 };
 

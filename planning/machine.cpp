@@ -1,6 +1,9 @@
 #include "planning/machine.hpp"
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -45,7 +48,8 @@ Machine this_cpu() {
 //     (NVIDIA/nccl-tests issue 149, a maintainer's figure);
 //   8 × 200 Gb/s HDR InfiniBand a node: all-reduce bus bandwidth 192 GB/s a node measured
 //     (NVIDIA/nccl issue 812), so 24 GB/s a GPU;
-//   α: NCCL's own tuning constants (src/graph/tuning.cc): ring ≈ 8 µs base + a few µs a step;
+//   α: 10 µs a step inside a node, 20 µs across: of the order of NCCL's own tuning constants
+//     (src/graph/tuning.cc: 6–8 µs a call, 0.6–14 µs a step by link and protocol), taken a step;
 //   matmul efficiency 0.74: the planner then predicts one 22B layer's measured forward +
 //     backward (Korthikanti et al. 2022, Table 4: 7.7 + 11.9 ms at t = 8, b = 4; recompute it
 //     with benchmarks/plan_vs_megatron.py --calibrate); a bare large GEMM reaches 0.86
@@ -87,19 +91,27 @@ Machine h100() {
           .inter_node = {.latency_s = 20e-6, .bytes_per_s = 46e9}};
 }
 
-template <class T>
-T field(const nlohmann::json& j, const char* name) {
-  if (!j.contains(name)) throw Error(fmt::format("machine: the field \"{}\" is missing", name));
-  try {
-    return j.at(name).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(fmt::format("machine: the field \"{}\" has the wrong type", name));
+// A number from the file, named in the error when it is missing, not a number, not finite or
+// outside [low, high].
+double number(const nlohmann::json& j, const std::string& name, double low, double high,
+              std::optional<double> fallback = std::nullopt) {
+  if (!j.contains(name)) {
+    if (fallback) return *fallback;
+    throw Error(fmt::format("machine: the field \"{}\" is missing", name));
   }
+  const auto& v = j.at(name);
+  if (!v.is_number()) throw Error(fmt::format("machine: \"{}\" must be a number", name));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < low || x > high)
+    throw Error(fmt::format("machine: \"{}\" must be from {} to {} (got {})", name, low, high, x));
+  return x;
 }
 
-Link link_from(const nlohmann::json& j, const char* name) {
-  const auto l = field<nlohmann::json>(j, name);
-  return {.latency_s = field<double>(l, "latency_s"), .bytes_per_s = field<double>(l, "bytes_per_s")};
+Link link_from(const nlohmann::json& j, const std::string& name) {
+  if (!j.contains(name) || !j.at(name).is_object())
+    throw Error(fmt::format("machine: the field \"{}\" is missing (an object with latency_s and bytes_per_s)", name));
+  const auto& l = j.at(name);
+  return {.latency_s = number(l, "latency_s", 0, 1), .bytes_per_s = number(l, "bytes_per_s", 1e3, 1e15)};
 }
 
 }  // namespace
@@ -124,34 +136,30 @@ nlohmann::json Machine::to_json() const {
 
 Machine Machine::from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw Error("machine: expected a JSON object");
-  Machine m{.name = field<std::string>(j, "name"),
-            .source = j.value("source", std::string("a machine file")),
-            .devices_per_node = field<int>(j, "devices_per_node"),
-            .ranks_share_devices = j.value("ranks_share_devices", false),
-            .device_memory_bytes = field<double>(j, "device_memory_bytes"),
-            .peak_flops_fp32 = field<double>(j, "peak_flops_fp32"),
-            .peak_flops_bf16 = field<double>(j, "peak_flops_bf16"),
-            .matmul_efficiency = field<double>(j, "matmul_efficiency"),
-            .matmul_efficiency_bf16 = j.value("matmul_efficiency_bf16", field<double>(j, "matmul_efficiency")),
-            .memory_bytes_per_s = j.value("memory_bytes_per_s", 0.0),
-            .optimizer_seconds_per_parameter = j.value("optimizer_seconds_per_parameter", 0.0),
-            .block_overhead_s = j.value("block_overhead_s", 0.0),
-            .intra_node = link_from(j, "intra_node"),
-            .inter_node = link_from(j, "inter_node")};
-  auto positive = [](double v, const char* what) {
-    if (!(v > 0)) throw Error(fmt::format("machine: \"{}\" must be > 0 (got {})", what, v));
+  auto text = [&j](const char* name, std::string fallback) {
+    if (!j.contains(name)) return fallback;
+    if (!j.at(name).is_string()) throw Error(fmt::format("machine: \"{}\" must be a string", name));
+    return j.at(name).get<std::string>();
   };
-  if (m.devices_per_node < 1) throw Error(fmt::format("machine: \"devices_per_node\" must be ≥ 1 (got {})", m.devices_per_node));
-  positive(m.device_memory_bytes, "device_memory_bytes");
-  positive(m.peak_flops_fp32, "peak_flops_fp32");
-  positive(m.peak_flops_bf16, "peak_flops_bf16");
-  positive(m.intra_node.bytes_per_s, "intra_node.bytes_per_s");
-  positive(m.inter_node.bytes_per_s, "inter_node.bytes_per_s");
-  if (!(m.matmul_efficiency > 0 && m.matmul_efficiency <= 1) || !(m.matmul_efficiency_bf16 > 0 && m.matmul_efficiency_bf16 <= 1))
-    throw Error("machine: the matmul efficiencies must be in (0, 1]");
-  if (m.memory_bytes_per_s < 0 || m.optimizer_seconds_per_parameter < 0 || m.block_overhead_s < 0 || m.intra_node.latency_s < 0 || m.inter_node.latency_s < 0)
-    throw Error("machine: bandwidths and latencies must not be negative");
-  return m;
+  if (!j.contains("devices_per_node") || !j.at("devices_per_node").is_number_integer())
+    throw Error("machine: \"devices_per_node\" must be a whole number");
+  if (j.contains("ranks_share_devices") && !j.at("ranks_share_devices").is_boolean())
+    throw Error("machine: \"ranks_share_devices\" must be true or false");
+  const double efficiency = number(j, "matmul_efficiency", 1e-3, 1);
+  return {.name = text("name", "a machine file"),
+          .source = text("source", "a machine file"),
+          .devices_per_node = static_cast<int>(number(j, "devices_per_node", 1, 1 << 20)),
+          .ranks_share_devices = j.value("ranks_share_devices", false),
+          .device_memory_bytes = number(j, "device_memory_bytes", 1e6, 1e18),
+          .peak_flops_fp32 = number(j, "peak_flops_fp32", 1e6, 1e18),
+          .peak_flops_bf16 = number(j, "peak_flops_bf16", 1e6, 1e18),
+          .matmul_efficiency = efficiency,
+          .matmul_efficiency_bf16 = number(j, "matmul_efficiency_bf16", 1e-3, 1, efficiency),
+          .memory_bytes_per_s = number(j, "memory_bytes_per_s", 0, 1e15, 0.0),
+          .optimizer_seconds_per_parameter = number(j, "optimizer_seconds_per_parameter", 0, 1e-3, 0.0),
+          .block_overhead_s = number(j, "block_overhead_s", 0, 1, 0.0),
+          .intra_node = link_from(j, "intra_node"),
+          .inter_node = link_from(j, "inter_node")};
 }
 
 std::vector<std::string> machine_preset_names() { return {"this-cpu", "a100-80gb", "h100-80gb"}; }
@@ -164,6 +172,8 @@ Machine machine_preset(std::string_view name) {
 }
 
 Machine machine_from_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) throw Error(fmt::format("machine file {}: cannot be read", path));
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("machine file {}: cannot be read", path));
   nlohmann::json j;

@@ -20,4 +20,16 @@ double megatron_first_stage_activation_bytes(const nn::GPTConfig& c, double b, i
   return layers + extra;
 }
 
+double megatron_stage_activation_bytes(const nn::GPTConfig& c, double b, int tp, int pp, int v, bool sp,
+                                       nn::Recompute recompute, int stage, int64_t chunks_in_flight,
+                                       int64_t micro_batches_in_flight) {
+  const double s = c.block_size, h = c.n_embd, t = tp, sbh = s * b * h;
+  const double chunk_layers = static_cast<double>(c.n_layer) / (static_cast<double>(pp) * v);
+  double bytes = megatron_layer_activation_bytes(c, b, tp, sp, recompute) * chunk_layers *
+                 static_cast<double>(chunks_in_flight);
+  if (stage == 0) bytes += sbh / t * static_cast<double>(micro_batches_in_flight);  // the embedding's dropout mask
+  if (pp == 1) bytes += 4 * sbh / t + 4 * s * b * c.vocab_size / t;                  // ln_f, lm_head's input; fp32 logits
+  return bytes;
+}
+
 }  // namespace planning

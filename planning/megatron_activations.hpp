@@ -15,6 +15,8 @@
 // dropout mask sbhp/t, and with p = 1 the output layer's 4sbh/t (ln_f and its output) and
 // fp32 logits 4sbv/t.
 #pragma once
+#include <cstdint>
+
 #include "nn/gpt.hpp"
 #include "nn/recompute.hpp"
 
@@ -22,8 +24,15 @@ namespace planning {
 
 double megatron_layer_activation_bytes(const nn::GPTConfig& model, double micro_batch, int tp, bool sequence_parallel,
                                        nn::Recompute recompute);
-// What the first stage keeps at its peak (Eq. 5 and its forms), bytes.
+// What the first stage keeps at its peak under 1F1B with at least p micro-batches (Eq. 5 and
+// its forms), bytes: the paper's own count.
 double megatron_first_stage_activation_bytes(const nn::GPTConfig& model, double micro_batch, int tp, int pp,
                                              int virtual_stages, bool sequence_parallel, nn::Recompute recompute);
+// Any stage under any schedule: its chunks' layers (L/(p·v) each) × the chunk micro-batches in
+// flight, the embedding's mask × the micro-batches in flight on the first stage, the output
+// layer's with p = 1. Equals the first-stage count where Eq. 5 holds (a test).
+double megatron_stage_activation_bytes(const nn::GPTConfig& model, double micro_batch, int tp, int pp,
+                                       int virtual_stages, bool sequence_parallel, nn::Recompute recompute, int stage,
+                                       int64_t chunks_in_flight, int64_t micro_batches_in_flight);
 
 }  // namespace planning

@@ -9,8 +9,8 @@
 
 namespace planning {
 
-int micro_batches_in_flight(const Workload& w, const Layout& l, int stage) {
-  const int m = static_cast<int>(l.micro_batches(w)), p = l.pp, v = l.virtual_stages;
+int64_t micro_batches_in_flight(const Workload& w, const Layout& l, int stage) {
+  const int64_t m = l.micro_batches(w), p = l.pp, v = l.virtual_stages;
   if (p == 1) return 1;
   switch (l.schedule) {
     case Schedule::gpipe: return m * v;
@@ -23,7 +23,7 @@ int micro_batches_in_flight(const Workload& w, const Layout& l, int stage) {
 namespace {
 
 // nanodist: what forward keeps per micro-batch on the stage, and the step's cast weights.
-double nanodist_activations(const Workload& w, const Layout& l, int stage, int in_flight) {
+double nanodist_activations(const Workload& w, const Layout& l, int stage, int64_t in_flight) {
   const auto& c = w.model;
   const double tokens = static_cast<double>(l.micro_batch) * c.block_size;
   const int blocks = c.n_layer / l.pp, chunks = l.virtual_stages;
@@ -32,7 +32,7 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int i
   // A chunk micro-batch keeps its chunk's blocks; the embedding and the head come with the
   // first and the last chunk, in flight as often as whole micro-batches are.
   const double micro_batches = std::ceil(static_cast<double>(in_flight) / chunks);
-  double floats = in_flight * tokens * per_block * blocks / chunks;
+  double floats = static_cast<double>(in_flight) * tokens * per_block * blocks / chunks;
   const int s = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch, s);
   if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp, s);
@@ -69,7 +69,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, double rank_paramete
 
 RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
   const double P = rank_parameter_count(w.model, l.tp, l.pp, stage);
-  const int in_flight = micro_batches_in_flight(w, l, stage);
+  const int64_t in_flight = micro_batches_in_flight(w, l, stage);
   RankMemory m{.stage = stage};
   if (w.implementation == Implementation::nanodist) {
     const parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P, l.dp);
@@ -87,11 +87,11 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
     m.parameters = 2 * P;
     m.gradients = 2 * P;
     m.optimizer = 12 * P;
-    // Korthikanti's count is the first stage's (p micro-batches of L/p layers); a later stage
-    // keeps its in-flight share of that.
-    const double first = megatron_first_stage_activation_bytes(w.model, l.micro_batch, l.tp, l.pp, l.virtual_stages,
-                                                               l.sequence_parallel, l.recompute);
-    m.activations = first * in_flight / std::max(1, micro_batches_in_flight(w, l, 0));
+    m.activations = megatron_stage_activation_bytes(w.model, l.micro_batch, l.tp, l.pp, l.virtual_stages,
+                                                    l.sequence_parallel, l.recompute, stage, in_flight,
+                                                    std::min<int64_t>(l.micro_batches(w), l.schedule == Schedule::gpipe
+                                                                                              ? l.micro_batches(w)
+                                                                                              : l.pp - stage));
   }
   return m;
 }

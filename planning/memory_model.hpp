@@ -9,7 +9,8 @@
 //                 the gradients only where they exist at the peak (not under GPipe, whose
 //                 peak ends the forwards, nor for one tensor-parallel micro-batch)
 //   activations   what forward keeps × the micro-batches in flight on the stage:
-//                 1 without a pipeline; 1F1B min(M, p − stage); GPipe M; interleaved
+//                 1 without a pipeline; 1F1B min(M, p − stage); GPipe all v·M chunk
+//                 micro-batches (M micro-batches' worth); interleaved
 //                 min(v·M, 2(p − stage − 1) + (v − 1)p + 1) chunk micro-batches
 //                 (parallel/pp/schedule_*.cpp); under bf16 the step's cast weights
 //   buffers       what backward and the strategy add at the peak (docs/planning.md): the
@@ -28,7 +29,7 @@ struct RankMemory {
 };
 
 // Micro-batches (chunk micro-batches when interleaved) a stage keeps at once.
-int micro_batches_in_flight(const Workload& w, const Layout& layout, int stage);
+int64_t micro_batches_in_flight(const Workload& w, const Layout& layout, int stage);
 RankMemory stage_memory(const Workload& w, const Layout& layout, int stage);
 RankMemory peak_rank_memory(const Workload& w, const Layout& layout);  // the stage that holds most
 

@@ -6,8 +6,12 @@
 //       --implementation megatron --precision bf16
 //   nanodist plan --model gpt-bench-b --devices 8 --global-batch 64 --tp 2 --json
 //
+// Exit status: 0 with the table, 1 when no layout fits (the table shows the closest), 2 for
+// bad input (one line).
+//
 // Written in C++ so that it calls the very functions the trainers' memory lines and tests
 // call (nn/memory_estimate, parallel::zero_formula_held), not a port of them.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -36,14 +40,14 @@ struct PlanOptions {
   int dp = 0, tp = 0, pp = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
   Schedule schedule = Schedule::one_f_one_b;
   nn::Recompute recompute = nn::Recompute::none;
-  bool sequence_parallel = false;
+  int sequence_parallel = 0, bias = 0;  // 0 or 1
   int top = 10;
   bool json = false, all = false, print_machine = false;
 };
 
 constexpr std::array<std::string_view, 2> kImplementationNames = {"nanodist", "megatron"};
 
-std::string megabytes(double bytes) { return nn::format_bytes(bytes); }
+std::string bytes_text(double bytes) { return nn::format_bytes(bytes); }
 std::string seconds(double s) {
   if (s == 0) return "0";
   if (s < 1e-3) return fmt::format("{:.0f} µs", s * 1e6);
@@ -69,20 +73,25 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
           {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}};
 }
 
-void print_table(const Workload& w, const Machine& machine, const std::vector<PlannedLayout>& layouts, int top) {
+struct Counts {
+  std::size_t possible = 0, fit = 0;
+};
+
+void print_table(const Workload& w, const Machine& machine, const std::vector<PlannedLayout>& layouts,
+                 const Counts& counts, int top) {
   const auto& c = w.model;
-  int fit = 0;
-  for (const auto& p : layouts) fit += p.fits ? 1 : 0;
   const double parameters = nn::parameter_count(c);
   fmt::print("model: {} layers, {} heads, {} wide, T {}, V {}{}: {} parameters; {}, {}'s activations and state\n",
              c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.bias ? ", biases" : "",
              parameters >= 1e9 ? fmt::format("{:.1f}B", parameters / 1e9) : fmt::format("{:.2f}M", parameters / 1e6),
              nn::kPrecisionNames[static_cast<std::size_t>(w.precision)], name_of(w.implementation));
   fmt::print("machine: {} — {} devices a node, {} each ({})\n", machine.name, machine.devices_per_node,
-             megabytes(machine.device_memory_bytes), machine.source);
-  fmt::print("global batch {} × T {} on {} devices: {} layouts possible, {} fit; {} by predicted step time\n",
-             w.global_batch, c.block_size, w.devices, layouts.size(), fit,
-             static_cast<int>(layouts.size()) > top ? fmt::format("the first {}", top) : std::string("all"));
+             bytes_text(machine.device_memory_bytes), machine.source);
+  fmt::print("global batch {} × T {} on {} devices: {} layouts possible, {} fit; {}\n", w.global_batch, c.block_size,
+             w.devices, counts.possible, counts.fit,
+             counts.fit == 0 ? std::string("none fits: the smallest first")
+             : static_cast<int>(layouts.size()) > top ? fmt::format("the first {} by predicted step time", top)
+                                                      : std::string("by predicted step time"));
   fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
              "#", "layout (dp · tp · pp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
              "activ.", "buffers", "step", "compute", "tp", "pp", "bubble", "dp exposed/hidden", "optim", "turns", "tokens/s",
@@ -93,15 +102,20 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
     const RankMemory& m = p.memory;
     const StepTime& t = p.time;
     fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
-               row, p.layout.describe(w), megabytes(m.total()), megabytes(m.parameters), megabytes(m.gradients),
-               megabytes(m.optimizer), megabytes(m.activations), megabytes(m.buffers), seconds(t.total()),
+               row, p.layout.describe(w), bytes_text(m.total()), bytes_text(m.parameters), bytes_text(m.gradients),
+               bytes_text(m.optimizer), bytes_text(m.activations), bytes_text(m.buffers), seconds(t.total()),
                seconds(t.compute), seconds(t.tp), seconds(t.pp), seconds(t.bubble),
                seconds(t.dp_exposed) + " / " + seconds(t.dp_overlapped), seconds(t.optimizer), seconds(t.time_sharing),
                p.tokens_per_s,
                100 * p.mfu, p.fits ? "" : "  does not fit");
   }
-  if (!layouts.empty())
-    fmt::print("the first with nanodist's trainers: {}\n", layouts.front().layout.trainer_command(w));
+  if (layouts.empty()) return;
+  const std::string command = layouts.front().layout.trainer_command(w);
+  if (command.empty())
+    fmt::print("(nanodist's trainers learn tiny Shakespeare's 65 characters: no command for a vocabulary of {})\n",
+               c.vocab_size);
+  else
+    fmt::print("the first with nanodist's trainers: {}\n", command);
 }
 
 void add_flags(CLI::App& app, PlanOptions& o) {
@@ -112,7 +126,7 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--n-embd", o.config.n_embd, "embedding width")->check(whole(1));
   app.add_option("--block-size", o.config.block_size, "sequence length T")->check(whole(1));
   app.add_option("--vocab-size", o.config.vocab_size, "vocabulary")->check(whole(1));
-  app.add_option("--bias", o.config.bias, "biases in Linear and LayerNorm (0 or 1)");
+  app.add_option("--bias", o.bias, "biases in Linear and LayerNorm (0 or 1)")->check(whole(0, 1));
   app.add_option("--dropout", o.config.dropout, "dropout rate (it keeps masks' outputs)")->check(comm::cli::real(0, 0.99));
   comm::cli::add_choice(app, "--precision", o.precision, nn::kPrecisionNames, "fp32 or bf16 matrix products");
   comm::cli::add_choice(app, "--implementation", o.implementation, kImplementationNames,
@@ -125,9 +139,9 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--dp", o.dp, "fix the data-parallel degree")->check(whole(1));
   app.add_option("--tp", o.tp, "fix the tensor-parallel degree")->check(whole(1));
   app.add_option("--pp", o.pp, "fix the pipeline stages")->check(whole(1));
-  app.add_option("--virtual-stages", o.virtual_stages, "fix the chunks per stage (> 1: interleaved)")->check(whole(1));
+  app.add_option("--virtual-stages", o.virtual_stages, "fix the chunks per stage (> 1: interleaved)")->check(whole(1, 64));
   comm::cli::add_choice(app, "--schedule", o.schedule, kScheduleNames, "fix the pipeline schedule");
-  app.add_option("--sequence-parallel", o.sequence_parallel, "fix sequence parallelism (0 or 1)");
+  app.add_option("--sequence-parallel", o.sequence_parallel, "fix sequence parallelism (0 or 1)")->check(whole(0, 1));
   app.add_option("--zero", o.zero, "fix ZeRO's stage")->check(whole(0, 3));
   comm::cli::add_choice(app, "--recompute", o.recompute, nn::kRecomputeNames, "fix what is recomputed");
   app.add_option("--micro-batch", o.micro_batch, "fix the micro-batch (sequences)")->check(whole(1));
@@ -146,10 +160,11 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (given("--n-embd")) w.model.n_embd = o.config.n_embd;
   if (given("--block-size")) w.model.block_size = o.config.block_size;
   if (given("--vocab-size")) w.model.vocab_size = o.config.vocab_size;
-  if (given("--bias")) w.model.bias = o.config.bias;
+  if (given("--bias")) w.model.bias = o.bias == 1;
   if (given("--dropout")) w.model.dropout = o.config.dropout;
   if (w.model.n_embd % w.model.n_head != 0)
     throw Error(fmt::format("--n-embd {} is not a multiple of --n-head {}", w.model.n_embd, w.model.n_head));
+  if (given("--machine") && given("--machine-file")) throw Error("give --machine or --machine-file, not both");
   const Machine machine = o.machine_file.empty() ? machine_preset(o.machine) : machine_from_file(o.machine_file);
   if (o.print_machine) {
     fmt::print("{}\n", machine.to_json().dump(2));
@@ -161,7 +176,7 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (given("--pp")) ch.pp = o.pp;
   if (given("--virtual-stages")) ch.virtual_stages = o.virtual_stages;
   if (given("--schedule")) ch.schedule = o.schedule;
-  if (given("--sequence-parallel")) ch.sequence_parallel = o.sequence_parallel;
+  if (given("--sequence-parallel")) ch.sequence_parallel = o.sequence_parallel == 1;
   if (given("--zero")) ch.zero = o.zero;
   if (given("--recompute")) ch.recompute = o.recompute;
   if (given("--micro-batch")) ch.micro_batch = o.micro_batch;
@@ -169,9 +184,9 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (layouts.empty()) {
     // Say why, from the layout the fixed flags describe (the sweep's defaults elsewhere).
     const int dp = ch.dp.value_or(1), tp = ch.tp.value_or(1), pp = ch.pp.value_or(1);
-    if (w.devices % (tp * pp) != 0)
+    if (tp > w.devices || pp > w.devices || w.devices % (static_cast<int64_t>(tp) * pp) != 0)
       throw Error(fmt::format("no layout can run this: tp {} × pp {} does not divide the {} devices", tp, pp, w.devices));
-    const Layout example{.dp = ch.dp ? dp : std::max(1, w.devices / (tp * pp)), .tp = tp, .pp = pp,
+    const Layout example{.dp = ch.dp ? dp : static_cast<int>(w.devices / (static_cast<int64_t>(tp) * pp)), .tp = tp, .pp = pp,
                          .virtual_stages = ch.virtual_stages.value_or(1),
                          .schedule = ch.schedule.value_or(ch.virtual_stages.value_or(1) > 1 ? Schedule::interleaved
                                                                                             : Schedule::one_f_one_b),
@@ -180,21 +195,27 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
     const std::string why = example.impossible(w);
     throw Error(fmt::format("no layout can run this: {}", why.empty() ? "the fixed flags exclude every one" : why));
   }
-  if (!o.all) std::erase_if(layouts, [&](const PlannedLayout& p) { return !p.fits && &p != &layouts.front(); });
+  const Counts counts{.possible = layouts.size(),
+                      .fit = static_cast<std::size_t>(std::count_if(layouts.begin(), layouts.end(),
+                                                                    [](const PlannedLayout& p) { return p.fits; }))};
+  // Without --all: those that fit, or the one closest to fitting when none does.
+  if (!o.all) layouts.erase(layouts.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(counts.fit, 1)), layouts.end());
   if (o.json) {
     nlohmann::json out{{"model", w.model.to_json()},
                        {"precision", nn::kPrecisionNames[static_cast<std::size_t>(w.precision)]},
                        {"implementation", name_of(w.implementation)},
                        {"global_batch", w.global_batch},
                        {"devices", w.devices},
+                       {"layouts_possible", counts.possible},
+                       {"layouts_fit", counts.fit},
                        {"machine", machine.to_json()},
                        {"layouts", nlohmann::json::array()}};
     for (const auto& p : layouts) out["layouts"].push_back(to_json(w, p));
     fmt::print("{}\n", out.dump());
   } else {
-    print_table(w, machine, layouts, o.all ? static_cast<int>(layouts.size()) : o.top);
+    print_table(w, machine, layouts, counts, o.all ? static_cast<int>(layouts.size()) : o.top);
   }
-  return 0;
+  return counts.fit > 0 ? 0 : 1;  // none fits: a result, not an error (as grep finding nothing)
 }
 
 }  // namespace

@@ -24,10 +24,12 @@ PlannedLayout evaluate(const Workload& w, const Layout& layout, const Machine& m
   const double step = p.time.total();
   // A CPU's ranks share the node's memory; a GPU holds its rank alone.
   p.fits = machine.ranks_share_devices
-               ? p.memory.total() * layout.ranks() <= machine.device_memory_bytes * machine.devices_per_node
+               ? p.memory.total() * static_cast<double>(layout.ranks()) <=
+                     machine.device_memory_bytes * machine.devices_per_node
                : p.memory.total() <= machine.device_memory_bytes;
   p.tokens_per_s = static_cast<double>(w.global_batch) * w.model.block_size / step;
-  const double devices = machine.ranks_share_devices ? std::min(layout.ranks(), machine.devices_per_node) : layout.ranks();
+  const double devices = static_cast<double>(
+      machine.ranks_share_devices ? std::min<int64_t>(layout.ranks(), machine.devices_per_node) : layout.ranks());
   p.mfu = model_flops_per_step(w) / step / (devices * machine.peak_flops(w.precision));
   return p;
 }
@@ -35,10 +37,12 @@ PlannedLayout evaluate(const Workload& w, const Layout& layout, const Machine& m
 std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, const LayoutChoices& ch) {
   const auto& c = w.model;
   std::vector<PlannedLayout> all;
+  if (ch.tp && (*ch.tp < 1 || *ch.tp > w.devices)) return all;
+  if (ch.pp && (*ch.pp < 1 || *ch.pp > w.devices)) return all;
   for (int tp : either(ch.tp, divisors(w.devices, c.n_head)))
-    for (int pp : either(ch.pp, divisors(w.devices / std::max(tp, 1), c.n_layer))) {
-      if (w.devices % (tp * pp) != 0) continue;
-      const int dp = w.devices / (tp * pp);
+    for (int pp : either(ch.pp, divisors(w.devices / tp, c.n_layer))) {
+      if (w.devices % (static_cast<int64_t>(tp) * pp) != 0) continue;
+      const int dp = static_cast<int>(w.devices / (static_cast<int64_t>(tp) * pp));
       if (ch.dp && *ch.dp != dp) continue;
       std::vector<int> chunks{1};
       if (pp > 1)
@@ -59,9 +63,10 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
                   if (l.impossible(w).empty()) all.push_back(evaluate(w, l, machine));
                 }
     }
+  // Those that fit, fastest first; then those that do not, closest to fitting first.
   std::stable_sort(all.begin(), all.end(), [](const PlannedLayout& a, const PlannedLayout& b) {
     if (a.fits != b.fits) return a.fits;
-    return a.time.total() < b.time.total();
+    return a.fits ? a.time.total() < b.time.total() : a.memory.total() < b.memory.total();
   });
   return all;
 }

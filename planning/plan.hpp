@@ -31,7 +31,8 @@ struct PlannedLayout {
 };
 
 PlannedLayout evaluate(const Workload& w, const Layout& layout, const Machine& machine);
-// Every layout `choices` allows that can run `w`, those that fit first, each part by step time.
+// Every layout `choices` allows that can run `w`: those that fit, fastest first; then those
+// that do not, smallest first.
 std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, const LayoutChoices& choices);
 
 }  // namespace planning

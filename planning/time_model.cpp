@@ -23,17 +23,19 @@ double replay_flops(const nn::GPTConfig& c, nn::Recompute recompute) {
   return 0;
 }
 
-// How the ranks of each group sit on the nodes (the grid: tp fastest, then pp, then dp).
+// How the ranks of each group sit on the nodes (the grid: tp fastest, then pp, then dp): a
+// group of `size` ranks `stride` apart has devices_per_node / stride of them on a node (at
+// least 1), so it spans more than one node as soon as size × stride exceeds a node.
 struct Groups {
   GroupShape tp, pp, dp;
   bool pp_inside_a_node = true;
 };
 Groups groups_of(const Layout& l, const Machine& m) {
-  auto shape = [&](int size, int stride) {
+  auto shape = [&](int size, int64_t stride) {
     if (m.ranks_share_devices) return GroupShape{size, size};  // a CPU: one node
-    return GroupShape{size, std::clamp(m.devices_per_node / stride, 1, size)};
+    return GroupShape{size, static_cast<int>(std::clamp<int64_t>(m.devices_per_node / stride, 1, size))};
   };
-  Groups g{shape(l.tp, 1), shape(l.pp, l.tp), shape(l.dp, l.tp * l.pp)};
+  Groups g{shape(l.tp, 1), shape(l.pp, l.tp), shape(l.dp, static_cast<int64_t>(l.tp) * l.pp)};
   g.pp_inside_a_node = g.pp.nodes() == 1;
   return g;
 }
@@ -123,24 +125,33 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
       t.dp_overlapped = overlaps ? std::clamp(all.seconds - last_bucket, 0.0, backward_of_last) : 0;
       t.dp_exposed = all.seconds - t.dp_overlapped;
     } else {
-      // ZeRO: the gradients reduce-scattered (stage 2 and 3: every micro-step), the parameters
-      // all-gathered after the update (stage 3: before each use, forward and backward).
+      // ZeRO (parallel/dp/zero_optimizer): each group's gradients are reduce-scattered as
+      // backward makes them (stage 1: the last micro-step's; 2 and 3: every micro-step's), all
+      // but the last group hidden as the buckets are; the parameters are all-gathered after the
+      // update (stage 1 and 2: exposed) or before each use forward and backward (stage 3:
+      // prefetched behind the compute, but the first).
       const CollectiveCost scatter = reduce_scatter_cost(groups.dp, gradient_bytes, machine);
-      const CollectiveCost gather = reduce_scatter_cost(groups.dp, 4 * P, machine);
+      const CollectiveCost gather = allgather_cost(groups.dp, 4 * P, machine);
+      const double last_group = reduce_scatter_cost(groups.dp, std::min(gradient_bytes, 1e6), machine).seconds;
       t.dp_algorithm = name_of(scatter.algorithm);
       const double scatters = l.zero >= 2 ? m : 1, gathers = l.zero == 3 ? 2 * m : 1;
-      const double all = scatters * scatter.seconds + gathers * gather.seconds;
-      t.dp_overlapped = l.zero == 3 ? std::min(all - gather.seconds / 2, t.compute) : 0;
-      t.dp_exposed = all - t.dp_overlapped;
+      const double scatter_hidden = scatters * std::clamp(scatter.seconds - last_group, 0.0, backward_of_last);
+      const double first_group = gather.seconds / (c.n_layer + 1);  // a block's share (and the embedding's)
+      const double gather_hidden =
+          l.zero == 3 ? std::clamp(gathers * gather.seconds - first_group, 0.0, t.compute) : 0;
+      t.dp_overlapped = scatter_hidden + gather_hidden;
+      t.dp_exposed = scatters * scatter.seconds + gathers * gather.seconds - t.dp_overlapped;
     }
   }
   const double optimizer_parameters = l.zero >= 1 ? P / l.dp : P;
   t.optimizer = optimizer_parameters * machine.optimizer_seconds_per_parameter;
   // More ranks than cores take turns: the step lasts at least all ranks' work over the cores.
-  // A rank idle in the bubble lends its core to another, so the turns absorb the bubble first.
+  // A rank idle in the bubble lends its core to another, so the turns absorb the bubble first;
+  // communication hidden behind compute still copies on a core of the CPU, so it counts.
   if (machine.ranks_share_devices && l.ranks() > machine.devices_per_node) {
-    const double busy = t.total() - t.bubble;
-    t.time_sharing = std::max(0.0, busy * l.ranks() / machine.devices_per_node - t.total());
+    const double busy = t.total() - t.bubble + t.dp_overlapped;
+    t.time_sharing =
+        std::max(0.0, busy * static_cast<double>(l.ranks()) / machine.devices_per_node - t.total());
   }
   return t;
 }

@@ -1,5 +1,7 @@
 #include "planning/workload.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "planning/error.hpp"
@@ -66,8 +68,9 @@ double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage) {
   // biases) whole; c_attn's and c_fc's biases (3C, 4C) split, the two projections' (C each) whole.
   const double block = 12 * C * C / t + 2 * C * (1 + bias) + bias * (7 * C / t + 2 * C);
   double count = block * c.n_layer / pp;
-  if (stage == 0) count += V * C / t + T * C;                 // wte (vocab-parallel), wpe
-  if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? V * C / t : 0);  // ln_f; the tied lm_head's copy
+  const double vocabulary_rows = std::ceil(V / t);  // the first tp rank's share when t does not divide V
+  if (stage == 0) count += vocabulary_rows * C + T * C;                            // wte (vocab-parallel), wpe
+  if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? vocabulary_rows * C : 0);  // ln_f; the tied lm_head's copy
   return count;
 }
 

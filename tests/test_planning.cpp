@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "nn/memory_estimate.hpp"
 #include "parallel/dp/zero_optimizer.hpp"
 #include "planning/error.hpp"
@@ -35,9 +37,9 @@ Machine free_links() {
 TEST_CASE("planned parameters are the trainers' counts", "[planning]") {
   const nn::GPTConfig c = model_preset("main-job");
   CHECK(rank_parameter_count(c, 1, 1, 0) == nn::parameter_count(c));
-  // train_tp on 2 ranks logs "parameters 819 KiB": wte split by vocabulary, wpe and the
-  // layernorms whole.
-  CHECK(rank_parameter_count(c, 2, 1, 0) == 209600);
+  // train_tp on 2 ranks logs "parameters 819 KiB": wte split by vocabulary (the first rank
+  // holds 33 of the 65 rows), wpe and the layernorms whole.
+  CHECK(rank_parameter_count(c, 2, 1, 0) == 209664);
   // train_pp's 4-block model on 2 stages: 1.56 MiB and 1.53 MiB (the last holds ln_f and a
   // copy of the tied wte).
   nn::GPTConfig four = c;
@@ -93,6 +95,27 @@ TEST_CASE("micro-batches in flight follow the schedules", "[planning]") {
   CHECK(micro_batches_in_flight(w, interleaved, 3) == 4 + 1);
 }
 
+TEST_CASE("Megatron's stages: Eq. 5 where it holds, the schedule's micro-batches elsewhere", "[planning]") {
+  const Workload w{.model = model_preset("gpt-175b"), .precision = nn::Precision::bf16, .global_batch = 64,
+                   .devices = 64, .implementation = Implementation::megatron};
+  for (int v : {1, 3}) {
+    const Layout l{.tp = 8, .pp = 8, .virtual_stages = v,
+                   .schedule = v > 1 ? Schedule::interleaved : Schedule::one_f_one_b, .sequence_parallel = true,
+                   .recompute = Recompute::selective, .micro_batch = 1};  // M = 64 ≥ p
+    CHECK(stage_memory(w, l, 0).activations ==
+          Approx(megatron_first_stage_activation_bytes(w.model, 1, 8, 8, v, true, Recompute::selective)));
+  }
+  // GPipe keeps every micro-batch: 64 where 1F1B keeps 8, so about 8× the layers' share.
+  const Layout one_f{.tp = 8, .pp = 8, .sequence_parallel = true, .recompute = Recompute::selective, .micro_batch = 1};
+  Layout gpipe = one_f;
+  gpipe.schedule = Schedule::gpipe;
+  CHECK(stage_memory(w, gpipe, 0).activations > 7.5 * stage_memory(w, one_f, 0).activations);
+  // Fewer micro-batches than stages: 1F1B keeps only those.
+  Workload four = w;
+  four.global_batch = 4;
+  CHECK(stage_memory(four, one_f, 0).activations == Approx(stage_memory(w, one_f, 0).activations / 2));
+}
+
 TEST_CASE("the bubble is (p − 1)/(v·m) of the compute when the links are free", "[planning]") {
   Workload w = main_job(4, 32);
   w.model.n_layer = 8;
@@ -118,6 +141,10 @@ TEST_CASE("α–β: a tree wins small messages, a ring large ones; hierarchy acr
   CHECK(across.algorithm == Algorithm::hierarchical);
   CHECK(across.seconds < ring_allreduce_seconds(16, 1e9, m.inter_node));
   CHECK(allreduce_cost(GroupShape{1, 1}, 1e9, m).seconds == 0);
+  // A group that does not fill its nodes evenly still leaves the node: 12 ranks, 8 a node.
+  CHECK(GroupShape{12, 8}.nodes() == 2);
+  CHECK(allreduce_cost(GroupShape{12, 8}, 1e9, m).algorithm == Algorithm::hierarchical);
+  CHECK(allreduce_cost(GroupShape{12, 8}, 1e9, m).seconds > 1.3 * ring_allreduce_seconds(12, 1e9, m.intra_node));
 }
 
 TEST_CASE("Korthikanti et al. 2022: Table 2's per-layer forms and Eq. 5, for the paper's models", "[planning]") {
@@ -208,6 +235,16 @@ TEST_CASE("layouts that cannot run say why", "[planning]") {
   CHECK(Layout{.dp = 1, .pp = 4}.impossible(w) == "pp 4 × v 1 does not divide the 2 blocks");
   CHECK(Layout{.dp = 4, .micro_batch = 5}.impossible(w) == "dp 4 × micro-batch 5 does not divide the global batch 24");
   CHECK(Layout{.dp = 2, .tp = 2, .zero = 1}.impossible(w) == "nanodist's ZeRO runs with pure data parallelism (train_dp)");
+  Workload megatron = w;
+  megatron.implementation = Implementation::megatron;
+  CHECK(Layout{.dp = 4, .zero = 1}.impossible(megatron) ==
+        "the megatron implementation is planned without ZeRO (Megatron-LM 2021 had none)");
+  Workload odd = main_job(2, 24);
+  odd.model.block_size = 63;
+  CHECK(Layout{.tp = 2, .sequence_parallel = true}.impossible(odd) ==
+        "sequence parallelism: tp 2 does not divide the sequence of 63");
+  CHECK(Layout{.pp = 2, .virtual_stages = 1 << 30, .schedule = Schedule::interleaved}.impossible(main_job(2, 24)) ==
+        "pp 2 × v 1073741824 does not divide the 2 blocks");
 }
 
 TEST_CASE("machine files: round trip, and a missing or bad field named", "[planning]") {
@@ -219,7 +256,17 @@ TEST_CASE("machine files: round trip, and a missing or bad field named", "[plann
   CHECK_THROWS_WITH(Machine::from_json(j), "machine: the field \"peak_flops_bf16\" is missing");
   j = a100.to_json();
   j["matmul_efficiency"] = 1.5;
-  CHECK_THROWS_WITH(Machine::from_json(j), "machine: the matmul efficiencies must be in (0, 1]");
+  CHECK_THROWS_WITH(Machine::from_json(j), "machine: \"matmul_efficiency\" must be from 0.001 to 1 (got 1.5)");
+  for (const char* field : {"peak_flops_fp32", "block_overhead_s", "memory_bytes_per_s"}) {
+    j = a100.to_json();
+    j[field] = "fast";
+    CHECK_THROWS_WITH(Machine::from_json(j), fmt::format("machine: \"{}\" must be a number", field));
+    j[field] = 1e308;
+    CHECK_THROWS_WITH(Machine::from_json(j), Catch::Contains(fmt::format("machine: \"{}\" must be from", field)));
+  }
+  j = a100.to_json();
+  j["devices_per_node"] = 2.5;
+  CHECK_THROWS_WITH(Machine::from_json(j), "machine: \"devices_per_node\" must be a whole number");
   CHECK_THROWS_AS(machine_preset("tpu"), planning::Error);
   CHECK_THROWS_AS(model_preset("gpt-5"), planning::Error);
 }
