@@ -3,7 +3,7 @@
 a machine file (`nanodist plan --machine-file F`); the "this-cpu" preset is its output on these
 2-core machines (planning/machine.cpp says when).
 
-    python3 benchmarks/calibrate_machine.py [--out machine.json] [--backend mpi]
+    python3 benchmarks/calibrate_machine.py [--out machine.json] [--backends mpi,ring,naive,shm]
 
   compute   gpt_bench --preset a --threads 1 --peak on every core at once (as mpiexec runs the
             trainers: one rank a core, all busy), at batch 12 and at batch 1: the GEMM peak a
@@ -11,8 +11,9 @@ a machine file (`nanodist plan --machine-file F`); the "this-cpu" preset is its 
             micro-batch costs whatever its size (a block's fixed overhead, forward + backward);
             the sequence's FLOPs over its time is the fraction of the peak the model's products
             reach (fp32 and bf16); AdamW's time a parameter
-  network   comm_bench --op allreduce on 2 ranks: α from the smallest message (a ring's 2(n−1)
-            steps), the bus bandwidth from the largest
+  network   comm_bench --op allreduce on 2 ranks, for each backend: α from the smallest message
+            (a ring's 2(n−1) steps), the bus bandwidth from the largest; the first backend's
+            (mpi, the trainers' default) is the node's link, the others `nanodist plan --backend`
   memory    /proc/meminfo's MemTotal, shared by the cores"""
 import argparse
 import csv
@@ -54,7 +55,8 @@ def comm(build, backend):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--backend", default="mpi", help="the trainers' backend (default mpi)")
+    parser.add_argument("--backends", default="mpi,ring,naive,shm",
+                        help="backends to measure; the first is the trainers' (default mpi,ring,naive,shm)")
     parser.add_argument("--out", help="write the machine file here (default: print it)")
     args = parser.parse_args()
     cores = os.cpu_count()
@@ -73,13 +75,14 @@ def main():
         return peak, flops_per_sequence / sequence_s / peak, overhead_s, optimizer_s / big[0]["parameters"]
 
     fp32, bf16 = compute("fp32"), compute("bf16")
-    latency, bus = comm(args.build_dir, args.backend)
+    backends = {name: comm(args.build_dir, name) for name in args.backends.split(",")}
+    latency, bus = next(iter(backends.values()))
     with open("/proc/meminfo") as f:
         mem_total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal"))
     machine = {
         "name": "this-cpu",
         "source": f"{cores}-core CPU measured by benchmarks/calibrate_machine.py (gpt_bench on every core, "
-                  f"comm_bench's {args.backend} allreduce on 2 ranks)",
+                  f"comm_bench's allreduce on 2 ranks: {args.backends})",
         "devices_per_node": cores,
         "ranks_share_devices": True,
         "device_memory_bytes": mem_total / cores,
@@ -92,6 +95,7 @@ def main():
         "optimizer_seconds_per_parameter": fp32[3],
         "intra_node": {"latency_s": latency, "bytes_per_s": bus},
         "inter_node": {"latency_s": latency, "bytes_per_s": bus},
+        "backends": {name: {"latency_s": a, "bytes_per_s": b} for name, (a, b) in backends.items()},
     }
     text = json.dumps(machine, indent=2)
     if args.out:

@@ -20,7 +20,9 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 //     core), at batch 12 and 1: fp32 GEMM peak 213 GFLOP/s a core, the model's products reach
 //     76% of it (bf16: peak 425, 57%); a block costs 93 µs a micro-batch whatever its size;
 //     AdamW 0.73 ns a parameter;
-//   comm_bench --op allreduce --backend mpi on 2 ranks: α 0.7 µs a step, bus bandwidth 3.2 GB/s.
+//   comm_bench --op allreduce on 2 ranks, α a step and bus bandwidth: mpi 0.7 µs, 3.2 GB/s (the
+//     trainers' default: the node's link); ring 0.86 µs, 7.5 GB/s; naive 0.39 µs, 3.4 GB/s;
+//     shm 0.25 µs, 8.5 GB/s (the medians of three later runs; mpi's moved 3.2–4.1 GB/s).
 // The efficiency holds the elementwise work too (the model's activations live in the caches
 // here), so the memory-bandwidth term is off (0). One node: inter_node is never used.
 Machine this_cpu() {
@@ -39,7 +41,11 @@ Machine this_cpu() {
           .optimizer_seconds_per_parameter = 0.73e-9,
           .block_overhead_s = 93e-6,
           .intra_node = {.latency_s = 0.7e-6, .bytes_per_s = 3.2e9},
-          .inter_node = {.latency_s = 0.7e-6, .bytes_per_s = 3.2e9}};
+          .inter_node = {.latency_s = 0.7e-6, .bytes_per_s = 3.2e9},
+          .backends = {{"mpi", {.latency_s = 0.7e-6, .bytes_per_s = 3.2e9}},
+                       {"ring", {.latency_s = 0.86e-6, .bytes_per_s = 7.5e9}},
+                       {"naive", {.latency_s = 0.39e-6, .bytes_per_s = 3.4e9}},
+                       {"shm", {.latency_s = 0.25e-6, .bytes_per_s = 8.5e9}}}};
 }
 
 // DGX A100 80 GB (Selene, where Narayanan et al. 2021 and Korthikanti et al. 2022 ran):
@@ -118,6 +124,8 @@ Link link_from(const nlohmann::json& j, const std::string& name) {
 
 nlohmann::json Machine::to_json() const {
   auto link = [](const Link& l) { return nlohmann::json{{"latency_s", l.latency_s}, {"bytes_per_s", l.bytes_per_s}}; };
+  nlohmann::json by_backend = nlohmann::json::object();
+  for (const auto& [backend, l] : backends) by_backend[backend] = link(l);
   return {{"name", name},
           {"source", source},
           {"devices_per_node", devices_per_node},
@@ -131,7 +139,8 @@ nlohmann::json Machine::to_json() const {
           {"optimizer_seconds_per_parameter", optimizer_seconds_per_parameter},
           {"block_overhead_s", block_overhead_s},
           {"intra_node", link(intra_node)},
-          {"inter_node", link(inter_node)}};
+          {"inter_node", link(inter_node)},
+          {"backends", by_backend}};
 }
 
 Machine Machine::from_json(const nlohmann::json& j) {
@@ -146,6 +155,11 @@ Machine Machine::from_json(const nlohmann::json& j) {
   if (j.contains("ranks_share_devices") && !j.at("ranks_share_devices").is_boolean())
     throw Error("machine: \"ranks_share_devices\" must be true or false");
   const double efficiency = number(j, "matmul_efficiency", 1e-3, 1);
+  std::map<std::string, Link> backends;
+  if (j.contains("backends")) {
+    if (!j.at("backends").is_object()) throw Error("machine: \"backends\" must be an object of links by name");
+    for (const auto& [backend, l] : j.at("backends").items()) backends[backend] = link_from(j.at("backends"), backend);
+  }
   return {.name = text("name", "a machine file"),
           .source = text("source", "a machine file"),
           .devices_per_node = static_cast<int>(number(j, "devices_per_node", 1, 1 << 20)),
@@ -159,7 +173,21 @@ Machine Machine::from_json(const nlohmann::json& j) {
           .optimizer_seconds_per_parameter = number(j, "optimizer_seconds_per_parameter", 0, 1e-3, 0.0),
           .block_overhead_s = number(j, "block_overhead_s", 0, 1, 0.0),
           .intra_node = link_from(j, "intra_node"),
-          .inter_node = link_from(j, "inter_node")};
+          .inter_node = link_from(j, "inter_node"),
+          .backends = backends};
+}
+
+Machine Machine::with_backend(const std::string& backend) const {
+  const auto found = backends.find(backend);
+  if (found == backends.end()) {
+    std::vector<std::string> names;
+    for (const auto& [known, link] : backends) names.push_back(known);
+    throw Error(fmt::format("machine {} has no measured backend \"{}\" ({})", name, backend,
+                            names.empty() ? std::string("it has none") : fmt::format("{}", fmt::join(names, ", "))));
+  }
+  Machine m = *this;
+  m.intra_node = found->second;
+  return m;
 }
 
 std::vector<std::string> machine_preset_names() { return {"this-cpu", "a100-80gb", "h100-80gb"}; }

@@ -7,6 +7,7 @@
 // numbers' sources are beside them in machine.cpp). A JSON file gives any other machine
 // (`nanodist plan --machine-file m.json`; `--print-machine` writes one to start from).
 #pragma once
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,13 @@ struct Machine {
   double optimizer_seconds_per_parameter = 0;  // AdamW's update of one parameter
   double block_overhead_s = 0;        // a block's fixed cost per micro-batch, forward + backward (dispatch, launches)
   Link intra_node, inter_node;        // a rank's share: bus bandwidth, as nccl-tests reports it
+  // Inside a node, per communication backend where they were measured (this CPU: mpi, ring,
+  // naive, shm); intra_node is the trainers' default backend's.
+  std::map<std::string, Link> backends;
+
+  // This machine with `backend`'s link inside a node (--backend); throws planning::Error
+  // naming the backends it has when it has no such one.
+  Machine with_backend(const std::string& backend) const;
 
   // FLOP/s a device reaches on the model's products in `precision`.
   double achieved_flops(nn::Precision precision) const {

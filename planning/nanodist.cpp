@@ -30,7 +30,7 @@ using namespace planning;
 using comm::cli::whole;
 
 struct PlanOptions {
-  std::string model = "main-job", machine = "this-cpu", machine_file;
+  std::string model = "main-job", machine = "this-cpu", machine_file, backend;
   nn::GPTConfig config;  // the preset's, then each flag given
   int precision = 0;     // by nn::kPrecisionNames
   Implementation implementation = Implementation::nanodist;
@@ -135,6 +135,8 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--devices", o.devices, "ranks (GPUs, or processes on a CPU)")->check(whole(1, 1 << 20))->capture_default_str();
   app.add_option("--machine", o.machine, "this-cpu, a100-80gb or h100-80gb")->capture_default_str();
   app.add_option("--machine-file", o.machine_file, "a machine as JSON (--print-machine writes one to start from)");
+  app.add_option("--backend", o.backend, "the communication backend inside a node, where the machine has it measured "
+                                         "(this-cpu: mpi, ring, naive, shm; default: the trainers' mpi)");
   app.add_flag("--print-machine", o.print_machine, "print the machine as JSON and stop");
   app.add_option("--dp", o.dp, "fix the data-parallel degree")->check(whole(1));
   app.add_option("--tp", o.tp, "fix the tensor-parallel degree")->check(whole(1));
@@ -165,7 +167,8 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (w.model.n_embd % w.model.n_head != 0)
     throw Error(fmt::format("--n-embd {} is not a multiple of --n-head {}", w.model.n_embd, w.model.n_head));
   if (given("--machine") && given("--machine-file")) throw Error("give --machine or --machine-file, not both");
-  const Machine machine = o.machine_file.empty() ? machine_preset(o.machine) : machine_from_file(o.machine_file);
+  Machine machine = o.machine_file.empty() ? machine_preset(o.machine) : machine_from_file(o.machine_file);
+  if (given("--backend")) machine = machine.with_backend(o.backend);
   if (o.print_machine) {
     fmt::print("{}\n", machine.to_json().dump(2));
     return 0;

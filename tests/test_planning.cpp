@@ -267,6 +267,13 @@ TEST_CASE("machine files: round trip, and a missing or bad field named", "[plann
   j = a100.to_json();
   j["devices_per_node"] = 2.5;
   CHECK_THROWS_WITH(Machine::from_json(j), "machine: \"devices_per_node\" must be a whole number");
+  // The CPU's backends, each as comm_bench measured it: --backend takes one as the node's link.
+  const Machine cpu = machine_preset("this-cpu");
+  REQUIRE(cpu.backends.count("shm") == 1);
+  CHECK(cpu.with_backend("shm").intra_node.bytes_per_s == cpu.backends.at("shm").bytes_per_s);
+  CHECK(cpu.with_backend("mpi").intra_node.bytes_per_s == cpu.intra_node.bytes_per_s);
+  CHECK(Machine::from_json(cpu.to_json()).backends.size() == cpu.backends.size());
+  CHECK_THROWS_WITH(a100.with_backend("shm"), "machine a100-80gb has no measured backend \"shm\" (it has none)");
   CHECK_THROWS_AS(machine_preset("tpu"), planning::Error);
   CHECK_THROWS_AS(model_preset("gpt-5"), planning::Error);
 }
