@@ -3,6 +3,7 @@
 #include "comm/host_split.hpp"
 
 #include "comm/watchdog/abort_hooks.hpp"
+#include "comm/watchdog/exit_record.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -169,6 +170,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   // Several threads may call MPI: the program's and the communication thread (--progress thread).
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
   find_local_ranks();
+  open_exit_record(world_rank_);  // nanodist-run's record of this rank: started, then how it ended
 }
 
 Runtime::Runtime(MPI_Comm world) : world_comm_(world), owns_mpi_(false) {
@@ -250,6 +252,12 @@ Runtime::~Runtime() {
 }
 
 int Runtime::run(const std::function<void()>& body) {
+  const int status = run_body(body);
+  record_exit(status);
+  return status;
+}
+
+int Runtime::run_body(const std::function<void()>& body) {
   try {
     body();
     shut_down();
@@ -271,6 +279,7 @@ int Runtime::run(const std::function<void()>& body) {
       fmt::print(stderr, "error: {}\n", what);
     std::fflush(stderr);
     run_abort_hooks();
+    record_exit(1);
     if (world_size_ > 1) MPI_Abort(world_comm_, 1);
     return 1;
   }

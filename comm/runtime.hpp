@@ -102,6 +102,7 @@ class Runtime {
   bool prints() const { return world_rank_ == 0 || options_.all_ranks_print; }
 
  private:
+  int run_body(const std::function<void()>& body);  // run() without the exit record
   void find_local_ranks();
 
   Options options_;

@@ -64,44 +64,62 @@ void check_finite(const GPT& model, const std::string& where) {
 
 }  // namespace
 
-void save_checkpoint(const fs::path& dir, const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state) {
-  check_finite(model, "refusing to write a checkpoint to " + dir.string());
+CheckpointSnapshot snapshot_checkpoint(const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state) {
+  check_finite(model, "refusing to write a checkpoint");
+  CheckpointSnapshot snapshot;
+  for (const auto& [name, t] : model.state_dict())
+    snapshot.model.push_back({name, t.shape(), std::vector<float>(t.values().begin(), t.values().end())});
+  const auto& params = optimizer.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& m = optimizer.exp_avg()[i].values();
+    const auto& v = optimizer.exp_avg_sq()[i].values();
+    snapshot.moments.push_back({"exp_avg." + params[i].name, params[i].tensor.shape(), {m.begin(), m.end()}});
+    snapshot.moments.push_back({"exp_avg_sq." + params[i].name, params[i].tensor.shape(), {v.begin(), v.end()}});
+  }
+  const AdamWConfig& c = optimizer.config();
+  snapshot.state = {{"format", kFormat},
+                    {"config", model.config().to_json()},
+                    {"optimizer",
+                     {{"steps", optimizer.steps()},
+                      {"beta1", c.beta1},
+                      {"beta2", c.beta2},
+                      {"eps", c.eps},
+                      {"weight_decay", c.weight_decay}}},
+                    {"train_state", train_state}};
+  return snapshot;
+}
+
+namespace {
+
+std::vector<TensorRef> refs(const std::vector<CheckpointSnapshot::Named>& tensors) {
+  std::vector<TensorRef> out;
+  for (const auto& t : tensors) out.push_back({t.name, t.shape, t.values.data()});
+  return out;
+}
+
+}  // namespace
+
+void write_checkpoint(const fs::path& dir, const CheckpointSnapshot& snapshot, const std::function<void()>& before_swap) {
   const fs::path tmp = dir.string() + ".tmp", prev = dir.string() + ".prev";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-
-  std::vector<TensorRef> model_tensors;
-  for (const auto& [name, t] : model.state_dict()) model_tensors.push_back({name, t.shape(), t.data()});
-  write_safetensors(tmp / "model.safetensors", model_tensors, {{"format", "pt"}});
-
-  std::vector<TensorRef> moments;
-  const auto& params = optimizer.parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    moments.push_back({"exp_avg." + params[i].name, params[i].tensor.shape(), optimizer.exp_avg()[i].data()});
-    moments.push_back({"exp_avg_sq." + params[i].name, params[i].tensor.shape(), optimizer.exp_avg_sq()[i].data()});
-  }
-  write_safetensors(tmp / "optimizer.safetensors", moments);
-
-  const AdamWConfig& c = optimizer.config();
-  nlohmann::json state = {{"format", kFormat},
-                          {"config", model.config().to_json()},
-                          {"optimizer",
-                           {{"steps", optimizer.steps()},
-                            {"beta1", c.beta1},
-                            {"beta2", c.beta2},
-                            {"eps", c.eps},
-                            {"weight_decay", c.weight_decay}}},
-                          {"train_state", train_state},
-                          {"files",
-                           {{"model.safetensors", describe_file(tmp / "model.safetensors")},
-                            {"optimizer.safetensors", describe_file(tmp / "optimizer.safetensors")}}}};
+  write_safetensors(tmp / "model.safetensors", refs(snapshot.model), {{"format", "pt"}});
+  write_safetensors(tmp / "optimizer.safetensors", refs(snapshot.moments));
+  nlohmann::json state = snapshot.state;
+  state["files"] = {{"model.safetensors", describe_file(tmp / "model.safetensors")},
+                    {"optimizer.safetensors", describe_file(tmp / "optimizer.safetensors")}};
   write_file_atomically(tmp / "state.json", state.dump(2));
+  if (before_swap) before_swap();
 
   // Swap the complete new directory in; the old one exists until the new one is in place.
   fs::remove_all(prev);
   if (fs::exists(dir)) fs::rename(dir, prev);
   fs::rename(tmp, dir);
   fs::remove_all(prev);
+}
+
+void save_checkpoint(const fs::path& dir, const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state) {
+  write_checkpoint(dir, snapshot_checkpoint(model, optimizer, train_state));
 }
 
 CheckpointInfo read_checkpoint_info(const fs::path& requested) {

@@ -11,6 +11,9 @@
 // <dir>.prev removed. If a crash falls between the two renames, loading uses <dir>.prev.
 #pragma once
 #include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +24,25 @@ namespace nn {
 
 void save_checkpoint(const std::filesystem::path& dir, const GPT& model, const AdamW& optimizer,
                      const nlohmann::json& train_state);
+
+// save_checkpoint in two halves, so that the writing can happen later, on another thread
+// (nn/checkpoint_writer.hpp): a copy of everything a checkpoint holds, taken now (the model,
+// AdamW's two moments: 3 floats a parameter), then written as save_checkpoint writes.
+struct CheckpointSnapshot {
+  struct Named {
+    std::string name;
+    Shape shape;
+    std::vector<float> values;
+  };
+  std::vector<Named> model;    // state_dict order
+  std::vector<Named> moments;  // exp_avg.<name>, exp_avg_sq.<name>
+  nlohmann::json state;        // state.json but its "files" entry
+};
+// Refuses (nn::Error) a model with non-finite values: a diverged run never overwrites a good checkpoint.
+CheckpointSnapshot snapshot_checkpoint(const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state);
+// `before_swap` runs once every file is in <dir>.tmp, before the renames (a test's kill).
+void write_checkpoint(const std::filesystem::path& dir, const CheckpointSnapshot& snapshot,
+                      const std::function<void()>& before_swap = {});
 
 struct CheckpointInfo {
   std::filesystem::path dir;  // where it was found (<dir> or <dir>.prev)

@@ -47,8 +47,12 @@ class ReplicatedUpdate : public DataParallelUpdate {
     optimizer_.zero_grad();
   }
   void with_full_parameters(const std::function<void()>& work) override { work(); }
-  void save(const fs::path& dir, const nlohmann::json& state) override {
-    if (world_.rank() == 0) nn::save_checkpoint(dir, model_, optimizer_, state);
+  void save(const fs::path& dir, const nlohmann::json& state, nn::CheckpointWriter& writer) override {
+    if (world_.rank() == 0) writer.save(dir, model_, optimizer_, state);
+  }
+  bool save_alone(const fs::path& dir, const nlohmann::json& state) override {
+    nn::save_checkpoint(dir, model_, optimizer_, state);
+    return true;
   }
   parallel::HeldBytes held() const override {
     parallel::HeldBytes h = parallel::held_by_tensors(model_.parameters());
@@ -89,10 +93,10 @@ class ShardedUpdate : public DataParallelUpdate {
     zero_.zero_grad();
   }
   void with_full_parameters(const std::function<void()>& work) override { zero_.with_full_parameters(work); }
-  void save(const fs::path& dir, const nlohmann::json& state) override {
+  void save(const fs::path& dir, const nlohmann::json& state, nn::CheckpointWriter& writer) override {
     zero_.with_full_parameters([&] {
       std::unique_ptr<nn::AdamW> full = zero_.gather_optimizer();  // gathered on rank 0 for the write
-      if (full) nn::save_checkpoint(dir, model_, *full, state);
+      if (full) writer.save(dir, model_, *full, state);  // a snapshot: `full` may go
     });
   }
   parallel::HeldBytes held() const override { return zero_.held(); }

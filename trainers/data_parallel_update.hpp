@@ -20,6 +20,7 @@
 
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
+#include "nn/checkpoint_writer.hpp"
 #include "nn/gpt.hpp"
 #include "parallel/dp/zero_optimizer.hpp"
 #include "trainers/train_options.hpp"
@@ -39,8 +40,14 @@ class DataParallelUpdate {
   virtual void step(float lr) = 0;                   // AdamW, then the gradients zeroed
   // Every parameter on every rank while `work` runs (stage 3 holds only shards otherwise).
   virtual void with_full_parameters(const std::function<void()>& work) = 0;
-  // Collective: one checkpoint (the whole model and AdamW state) written by rank 0.
-  virtual void save(const std::filesystem::path& dir, const nlohmann::json& train_state) = 0;
+  // Collective: one checkpoint (the whole model and AdamW state) handed to rank 0's writer.
+  virtual void save(const std::filesystem::path& dir, const nlohmann::json& train_state,
+                    nn::CheckpointWriter& writer) = 0;
+  // Not collective: when every rank holds the whole state (replicated, no ZeRO), this rank
+  // writes it alone, now — the survivors' save when a peer is lost. Returns false otherwise.
+  virtual bool save_alone(const std::filesystem::path& /*dir*/, const nlohmann::json& /*train_state*/) {
+    return false;
+  }
   virtual parallel::HeldBytes held() const = 0;  // what this rank holds now
   virtual std::string describe() const = 0;
 };

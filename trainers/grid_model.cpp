@@ -90,12 +90,13 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
   broadcast_over_replicas(optimizer);
 }
 
-void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state) {
+void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
+                     nn::CheckpointWriter& writer) {
   if (grid.dp_rank != 0) return;
   if (whole_)
-    parallel::save_pipeline_checkpoint(dir, *whole_, optimizer, train_state, grid.pp_group);
+    parallel::save_pipeline_checkpoint(dir, *whole_, optimizer, train_state, grid.pp_group, writer);
   else
-    parallel::save_tensor_parallel_checkpoint(dir, *split_, optimizer, train_state, grid);
+    parallel::save_tensor_parallel_checkpoint(dir, *split_, optimizer, train_state, grid, writer);
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
@@ -230,8 +231,9 @@ void GridStrategy::print_sample(int64_t step) {
   say_sample(step, grid_model_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step)), world_);
 }
 
-void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& train_state) {
-  grid_model_.save(dir, optimizer_, train_state);
+void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& train_state,
+                        nn::CheckpointWriter& writer) {
+  grid_model_.save(dir, optimizer_, train_state, writer);
 }
 
 void GridStrategy::verify_tied_copies() {

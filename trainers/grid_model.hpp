@@ -72,7 +72,8 @@ class GridModel {
   // rank of every replica its piece; `optimizer` may be null (weights only).
   void load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world);
   // The first replica gathers and writes the whole model (atomic, as every trainer's).
-  void save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state);
+  void save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
+            nn::CheckpointWriter& writer);
   // Rank 0 of the dp group's parameters and moments on every replica.
   void broadcast_over_replicas(nn::AdamW* optimizer);
 
@@ -110,7 +111,7 @@ class GridStrategy : public Strategy {
   std::pair<float, float> evaluate(int64_t step) override;
   double full_val_loss() override;
   void print_sample(int64_t step) override;
-  void save(const std::filesystem::path& dir, const nlohmann::json& train_state) override;
+  void save(const std::filesystem::path& dir, const nlohmann::json& train_state, nn::CheckpointWriter& writer) override;
   void at_end() override;  // check mode: the tied embedding's two copies still equal
 
  protected:

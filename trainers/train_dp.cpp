@@ -110,7 +110,12 @@ class DataParallel final : public Strategy {
       if (world_.rank() == 0) say_sample(step, sample_text(model_, data_.vocabulary, o_, uint64_t(step)), world_);
     });
   }
-  void save(const std::filesystem::path& dir, const nlohmann::json& state) override { update_->save(dir, state); }
+  void save(const std::filesystem::path& dir, const nlohmann::json& state, nn::CheckpointWriter& writer) override {
+    update_->save(dir, state, writer);
+  }
+  bool save_alone(const std::filesystem::path& dir, const nlohmann::json& state) override {
+    return update_->save_alone(dir, state);
+  }
 
  private:
   int T() const { return model_.config().block_size; }

@@ -130,6 +130,10 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--ckpt-interval", o.ckpt_interval, "checkpoint every this many steps (0: only at the end)")
       ->check(whole(0))
       ->capture_default_str();
+  app.add_option("--ckpt-background", o.ckpt_background,
+                 "1: a checkpoint is a snapshot in memory, written to disk by a thread while training goes on; "
+                 "0: written before the next step (default 1)")
+      ->check(whole(0, 1));
   app.add_flag("--resume", o.resume,
                "continue the run in <out-dir>/checkpoint (its settings, unless flags override them)");
   app.add_option(
@@ -146,6 +150,9 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--crash-at-step", o.crash_at_step, "testing: rank --crash-rank kills itself at this step")
       ->check(whole(0));
   app.add_option("--crash-rank", o.crash_rank, "testing: which rank --crash-at-step kills")->check(whole(0));
+  app.add_option("--crash-in-checkpoint", o.crash_in_checkpoint,
+                 "testing: the rank writing the checkpoint of this step kills itself half-way through the write")
+      ->check(whole(1));
 }
 
 }  // namespace
@@ -300,9 +307,10 @@ std::vector<std::string> continue_saved_run(const nlohmann::json& saved, TrainOp
 std::vector<std::string> relaunch_flags(const TrainOptions& o) {
   // Given elsewhere: by the checkpoint (its settings and layout), by the command itself, or
   // only for the run that was stopped (faults, modes).
-  static const std::set<std::string> not_again = {"--resume",     "--out-dir",     "--data-dir",  "--text",
-                                                  "--init-from",  "--eval-only",   "--sample-only", "--crash-at-step",
-                                                  "--crash-rank", "--skip-send-at-step", "--trace"};
+  static const std::set<std::string> not_again = {
+      "--resume",        "--out-dir",    "--data-dir",           "--text",      "--init-from",
+      "--eval-only",     "--sample-only", "--crash-at-step",     "--crash-rank", "--crash-in-checkpoint",
+      "--skip-send-at-step", "--trace"};
   const std::vector<std::string> kept = kept_flags(o);
   std::vector<std::string> words;
   for (const std::string& flag : o.explicit_flags) {

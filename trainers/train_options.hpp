@@ -77,6 +77,7 @@ struct TrainOptions {
   // checkpoints and modes
   std::string out_dir = "out/train_dp";
   int ckpt_interval = 500;  // 0: only at the end
+  bool ckpt_background = true;  // a snapshot at the step, written by a thread while training goes on
   bool resume = false;      // continue from <out_dir>/checkpoint
   std::string init_from;    // a checkpoint directory to load
   bool eval_only = false;
@@ -87,6 +88,7 @@ struct TrainOptions {
   // fault injection, for the tests and the lecture: rank crash_rank kills itself (SIGKILL)
   int crash_at_step = -1;
   int crash_rank = 1;
+  int crash_in_checkpoint = -1;  // the rank writing the checkpoint of this step dies half-way through
 
   std::string program = "train_dp";               // argv[0], for the commands the program suggests
   std::string launcher;                           // "mpiexec --oversubscribe -n 4": how it was launched, or ""

@@ -1,12 +1,14 @@
 #include "trainers/training_loop.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "comm/runtime.hpp"
+#include "comm/watchdog/failure_save.hpp"
 #include "comm/watchdog/termination.hpp"
 #include "nn/autocast.hpp"
 #include "nn/gemm.hpp"
@@ -79,6 +81,10 @@ void StepClock::add(Phase phase, double start_s, double end_s, int micro, const 
 
 namespace {
 
+// How long a survivor may take to save the last completed step when a peer is lost: the
+// model here is MBs (a second); past it the rank exits and the restart uses the last checkpoint.
+constexpr double kFailureSaveDeadlineSeconds = 60;
+
 // The facts with the loop's defaults filled in: the world's traffic, "rank r" rows.
 StrategyFacts with_defaults(StrategyFacts facts, comm::Communicator& world) {
   if (facts.groups.empty()) facts.groups = {{"world", &world}};
@@ -104,7 +110,9 @@ class Loop {
         clock_(log_, trace_),
         traffic_(facts_.groups),
         schedule_(lr_schedule(o_)),
-        stop_vote_(world.with_backend(comm::BackendKind::mpi)) {}
+        stop_vote_(world.with_backend(comm::BackendKind::mpi)),
+        writer_(o_.ckpt_background) {}
+  ~Loop() { comm::set_failure_save(nullptr, 1); }  // it refers to this loop
 
   void say_start() const;
   void train();
@@ -114,6 +122,7 @@ class Loop {
   void after_step(int64_t done, float lr, float norm);  // log line, checkpoint, interrupt note, trace
   void evaluate(int64_t step);
   void save(int64_t steps_done);
+  void save_on_failure();  // a peer is lost: this rank's last completed step, if it holds all of it
   int stop_asked();  // the signal any rank was asked to stop by (Ctrl-C, SIGTERM, SIGUSR1), or 0
   [[noreturn]] void stop(int64_t steps_done, int signal);
   void end();
@@ -135,6 +144,9 @@ class Loop {
   // The ranks' vote on stopping, once per step: a communicator of its own, so that the step's
   // traffic stays the strategy's alone.
   comm::Communicator stop_vote_;
+  nn::CheckpointWriter writer_;  // --ckpt-background: snapshots written by a thread of its own
+  // Steps whose update is in the weights; the step in flight is not (what save_on_failure saves).
+  std::atomic<int64_t> completed_steps_{0};
 };
 
 void Loop::say_start() const {
@@ -153,6 +165,10 @@ void Loop::say_start() const {
 
 void Loop::train() {
   log_.update_interrupt_note(first_step_);
+  completed_steps_ = first_step_;
+  // The watchdog's ending path when a peer is lost: the survivor that reports first on its node
+  // saves the last completed step (a whole replica), within the deadline.
+  comm::set_failure_save([this] { save_on_failure(); }, kFailureSaveDeadlineSeconds);
   for (int64_t step = first_step_; step < o_.max_iters; ++step) {
     if (step == o_.crash_at_step && world_.rank() == o_.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
     trace_.on = !o_.trace.empty() && step < first_step_ + o_.trace_steps;
@@ -184,6 +200,7 @@ int Loop::stop_asked() {
 // signal for an interrupt, as a shell says it.
 void Loop::stop(int64_t steps_done, int signal) {
   if (log_.last_saved() != steps_done) save(steps_done);
+  writer_.wait();
   log_.stopped(steps_done);
   comm::end_program(signal == SIGUSR1 ? 0 : 128 + signal);
 }
@@ -214,6 +231,7 @@ float Loop::step(int64_t step, float lr) {
     Timed update(clock_, Phase::optimizer);
     strategy_.optimizer_step(lr);
   }
+  completed_steps_ = step + 1;
   log_.window().total += Trace::now_s() - start;
   ++log_.window().steps;
   traffic_.step_ended();
@@ -251,8 +269,33 @@ void Loop::evaluate(int64_t step) {
 }
 
 void Loop::save(int64_t steps_done) {
-  strategy_.save(run_.checkpoint_dir, train_state(run_, steps_done, world_.size(), batch_, last_val_));
+  const nlohmann::json state = train_state(run_, steps_done, world_.size(), batch_, last_val_);
+  if (steps_done == o_.crash_in_checkpoint) {  // testing: what a kill during the write leaves
+    nn::CheckpointWriter dying(false, [] { std::raise(SIGKILL); });  // after checkpoint.tmp, before the swap
+    strategy_.save(run_.checkpoint_dir, state, dying);
+  } else {
+    strategy_.save(run_.checkpoint_dir, state, writer_);
+  }
   log_.saved(steps_done);
+}
+
+// Runs on the thread whose wait failed, while the training thread is blocked in the same
+// step's collectives: the weights hold exactly completed_steps_ updates. A checkpoint still
+// being written goes to disk first (so the newest state is the rescue's, not a torn one).
+void Loop::save_on_failure() {
+  try {
+    writer_.wait();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "[rank {}] the checkpoint in progress failed: {}\n", world_.rank(), e.what());
+  }
+  const int64_t done = completed_steps_;
+  if (done == first_step_) return;  // nothing finished since the state this run started from
+  const std::filesystem::path dir =
+      run_.checkpoint_dir.parent_path() / "rescue" / fmt::format("rank{}", world_.rank());
+  const nlohmann::json state = train_state(run_, done, world_.size(), batch_, last_val_);
+  if (strategy_.save_alone(dir, state))
+    fmt::print(stderr, "[rank {}] a peer was lost: saved the last completed step ({}) in {}\n", world_.rank(), done,
+               dir.string());
 }
 
 // The end: evaluate, a checkpoint, the exact val loss, a sample.
@@ -260,6 +303,7 @@ void Loop::end() {
   const int64_t end = std::max<int64_t>(o_.max_iters, first_step_);
   evaluate(end);
   save(end);
+  writer_.wait();  // the final checkpoint on disk before the run says so
   if (o_.final_full_val) log_.final_loss(end, strategy_.full_val_loss());
   strategy_.at_end();
   comm::say("communication per training step, rank 0: {}", traffic_.per_step());

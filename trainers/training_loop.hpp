@@ -8,12 +8,15 @@
 //     strategy.forward_backward(step)       the step's micro-batches (data, forward, backward)
 //     strategy.finish_gradients(--grad-clip) averaged / summed over the groups, clipped: the norm
 //     strategy.optimizer_step(lr)           AdamW on what this rank holds
-//     the log line (strategy.step_loss), a checkpoint (strategy.save), the interrupt note
+//     the log line (strategy.step_loss), a checkpoint (strategy.save: a snapshot the writer's
+//     thread puts on disk while the next steps run), the interrupt note
 //   at the end: evaluate, save, the exact val loss, the traffic line, a sample
 //
 // The loop owns everything that is the same for every strategy: the learning rate, the
 // crash hook, the intervals, the log line and metrics, the phase times and the --trace
-// timeline, the first step's memory and traffic reports, the divergence check.
+// timeline, the first step's memory and traffic reports, the divergence check — and, when a
+// peer is lost, the last completed step saved by a survivor that holds all of it
+// (<out-dir>/rescue/rank<R>, which nanodist-run restarts from; docs/fault_tolerance.md).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -25,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.hpp"
+#include "nn/checkpoint_writer.hpp"
 #include "parallel/dp/zero_optimizer.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/trace.hpp"
@@ -116,7 +120,16 @@ class Strategy {
   virtual std::pair<float, float> evaluate(int64_t step) = 0;  // nanoGPT's estimate_loss: train, val
   virtual double full_val_loss() = 0;                          // the exact loss over the val split
   virtual void print_sample(int64_t step) = 0;                 // "---- sample at step S ----" (rank 0)
-  virtual void save(const std::filesystem::path& dir, const nlohmann::json& train_state) = 0;
+  // The whole model and AdamW state, gathered to the rank that hands it to `writer` (which
+  // writes it in the background unless --ckpt-background 0).
+  virtual void save(const std::filesystem::path& dir, const nlohmann::json& train_state,
+                    nn::CheckpointWriter& writer) = 0;
+  // Not collective: this rank writes the whole state alone, now, when it holds all of it (a
+  // replica of replicated data parallelism) — the survivors' save when a peer is lost.
+  // Returns false where the state is sharded (ZeRO, pipeline, tensor): the last checkpoint serves.
+  virtual bool save_alone(const std::filesystem::path& /*dir*/, const nlohmann::json& /*train_state*/) {
+    return false;
+  }
   virtual void at_end() {}  // after the last checkpoint (check mode's consistency checks)
 };
 

@@ -1,6 +1,7 @@
 #include "comm/watchdog/termination.hpp"
 
 #include "comm/watchdog/abort_hooks.hpp"
+#include "comm/watchdog/exit_record.hpp"
 
 #include <unistd.h>
 
@@ -132,6 +133,7 @@ void end_interrupted(StatusBoard* board, StatusExchange* exchange, int signal) {
   }
   if (exchange) exchange->announce_interrupt();
   run_abort_hooks();
+  record_exit(128 + signal);
   _exit(128 + signal);
 }
 

@@ -1,6 +1,8 @@
 #include "comm/watchdog/watchdog.hpp"
 
 #include "comm/watchdog/abort_hooks.hpp"
+#include "comm/watchdog/exit_record.hpp"
+#include "comm/watchdog/failure_save.hpp"
 
 #include <unistd.h>
 
@@ -265,6 +267,7 @@ void Watchdog::on_termination_signal(std::int64_t now) {
   if (!failed_here && !report_found_trouble_) end_interrupted(&board_, exchange_, signal);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
   linger(kInterruptedLingerSeconds);  // answer the other nodes' reporters until the launcher's SIGKILL
+  record_exit(kWatchdogExitCode);
   _exit(kWatchdogExitCode);
 }
 
@@ -586,6 +589,7 @@ void Watchdog::end_job(const std::string& report, bool first) {
   if (first) text += fmt::format("[watchdog] ending the job (exit status {})\n", kWatchdogExitCode);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
   board_.mine().state = static_cast<std::int64_t>(RankState::reported);
+  if (first) run_failure_save();  // e.g. a trainer's replica saves the last completed step
   if (first) {
     // Give the other ranks a moment to stop and say their line, then end this process
     // with the watchdog's status: the launcher ends the others when one exits non-zero.
@@ -593,12 +597,14 @@ void Watchdog::end_job(const std::string& report, bool first) {
     // makes OpenMPI print a stray "ORTE_ERROR_LOG: Data unpack would read past end of
     // buffer" after the report.)
     linger(kFirstRankLingerSeconds);
+    record_exit(kWatchdogExitCode);
     _exit(kWatchdogExitCode);
   }
   // Wait for the launcher to end this process once the first rank has exited; end it
   // ourselves if that never comes (the first rank died, or runs on a node that lost its
   // launcher, or the job was started apart and has none).
   linger(kLaterRankLingerSeconds);
+  record_exit(kWatchdogExitCode);
   _exit(kWatchdogExitCode);
 }
 

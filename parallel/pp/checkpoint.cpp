@@ -51,7 +51,8 @@ std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, c
 }
 
 void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW& optimizer,
-                              const nlohmann::json& train_state, comm::Communicator& pp) {
+                              const nlohmann::json& train_state, comm::Communicator& pp,
+                              nn::CheckpointWriter& writer) {
   if (pp.rank() != 0) {
     send_names(model, pp, 0);
     for (const auto& p : model.parameters())
@@ -69,7 +70,7 @@ void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& model, 
     for (const std::string& name : recv_names(pp, s))
       for (auto t : tensors_of(whole, &whole_optimizer, name))
         pp.recv(t, s);  // the last stage's wte: the same values again
-  nn::save_checkpoint(dir, whole, whole_optimizer, train_state);
+  writer.save(dir, whole, whole_optimizer, train_state);
 }
 
 void distribute_pipeline_checkpoint(nn::GPT& model, nn::AdamW* optimizer, comm::Communicator& pp, nn::GPT* whole,

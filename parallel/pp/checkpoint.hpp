@@ -18,6 +18,7 @@
 
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
+#include "nn/checkpoint_writer.hpp"
 #include "nn/gpt.hpp"
 
 namespace parallel {
@@ -26,8 +27,11 @@ namespace parallel {
 // its two moments.
 std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, const std::string& name);
 
+// Collective over `pp`: stage 0 gathers the whole model and hands it to `writer` (which writes
+// it now, or in the background).
 void save_pipeline_checkpoint(const std::filesystem::path& dir, nn::GPT& stage_model, nn::AdamW& optimizer,
-                              const nlohmann::json& train_state, comm::Communicator& pp);
+                              const nlohmann::json& train_state, comm::Communicator& pp,
+                              nn::CheckpointWriter& writer);
 
 // Hands each stage its tensors from the whole model (and optimizer) that stage 0 has already
 // read — read it first, inside trainers::on_rank0_then_agree, so a bad file ends every rank

@@ -33,7 +33,7 @@ struct WholeStage {
 }  // namespace
 
 void save_tensor_parallel_checkpoint(const std::filesystem::path& dir, TensorParallelGPT& model, nn::AdamW& optimizer,
-                                     const nlohmann::json& train_state, Grid& grid) {
+                                     const nlohmann::json& train_state, Grid& grid, nn::CheckpointWriter& writer) {
   const bool gatherer = grid.tp_rank == 0;
   WholeStage stage(model, optimizer.config(), gatherer);
   for (std::size_t i = 0; i < model.slices().size(); ++i) {
@@ -46,7 +46,7 @@ void save_tensor_parallel_checkpoint(const std::filesystem::path& dir, TensorPar
   }
   if (!gatherer) return;
   stage.optimizer->set_steps(optimizer.steps());
-  save_pipeline_checkpoint(dir, *stage.model, *stage.optimizer, train_state, grid.pp_group);
+  save_pipeline_checkpoint(dir, *stage.model, *stage.optimizer, train_state, grid.pp_group, writer);
 }
 
 void distribute_tensor_parallel_checkpoint(TensorParallelGPT& model, nn::AdamW* optimizer, Grid& grid, nn::GPT* whole,

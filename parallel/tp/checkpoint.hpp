@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/adamw.hpp"
+#include "nn/checkpoint_writer.hpp"
 #include "nn/gpt.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/tp/tensor_parallel_gpt.hpp"
@@ -22,7 +23,7 @@ namespace parallel {
 
 // `optimizer` steps the model's parameters(), in that order.
 void save_tensor_parallel_checkpoint(const std::filesystem::path& dir, TensorParallelGPT& model, nn::AdamW& optimizer,
-                                     const nlohmann::json& train_state, Grid& grid);
+                                     const nlohmann::json& train_state, Grid& grid, nn::CheckpointWriter& writer);
 
 // `whole` and `whole_optimizer`: the whole model read by world rank 0 (inside
 // trainers::on_rank0_then_agree), used there only; `optimizer` may be null (weights only).
