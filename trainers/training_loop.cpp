@@ -289,13 +289,15 @@ void Loop::save_on_failure() {
     fmt::print(stderr, "[rank {}] the checkpoint in progress failed: {}\n", world_.rank(), e.what());
   }
   const int64_t done = completed_steps_;
-  if (done == first_step_) return;  // nothing finished since the state this run started from
   const std::filesystem::path dir =
       run_.checkpoint_dir.parent_path() / "rescue" / fmt::format("rank{}", world_.rank());
   const nlohmann::json state = train_state(run_, done, world_.size(), batch_, last_val_);
-  if (strategy_.save_alone(dir, state))
-    fmt::print(stderr, "[rank {}] a peer was lost: saved the last completed step ({}) in {}\n", world_.rank(), done,
+  if (done > first_step_ && strategy_.save_alone(dir, state))
+    fmt::print(stderr, "[rank {}] a peer was lost after {} completed steps: saved them in {}\n", world_.rank(), done,
                dir.string());
+  else
+    fmt::print(stderr, "[rank {}] a peer was lost after {} completed steps; {}\n", world_.rank(), done,
+               done == first_step_ ? "none since this run started" : "the state is sharded: a restart uses the last checkpoint");
 }
 
 // The end: evaluate, a checkpoint, the exact val loss, a sample.

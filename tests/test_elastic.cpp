@@ -1,0 +1,142 @@
+// nanodist-run (launcher/nanodist-run) under mpiexec: a rank killed with SIGKILL at a seeded
+// random step, and the job restarted from the newest state — on the same layout it ends
+// byte-identical to a run never interrupted (model.safetensors); on fewer replicas, within the
+// tolerance of float sums taken in another order. Each case compares with a straight run.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <string>
+
+#include "nn/rng.hpp"
+#include "trainer_test_util.hpp"
+
+namespace {
+
+constexpr int kSteps = 10;
+
+// Every run here: the tiny model, a checkpoint every 3 steps (written in the background),
+// the watchdog's deadline short (a lost rank is seen in about a second anyway).
+std::string run_settings(const std::string& name) {
+  return tiny(shakespeareish()) +
+         fmt::format(" --batch-size 4 --max-iters {} --ckpt-interval 3 --timeout 10 --out-dir {}", kSteps, out(name));
+}
+
+CommandResult launcher(const std::string& options, const char* program, const std::string& args) {
+  CommandResult r = run_command(fmt::format("{} --oversubscribe {} {} {}", NANODIST_RUN, options, program, args));
+  UNSCOPED_INFO("$ nanodist-run --oversubscribe " << options << " " << program << " " << args << "\n" << r.output);
+  return r;
+}
+
+// A step in [2, kSteps − 2]: the same on every run of the suite (the seed), another per case.
+int seeded_step(uint64_t seed) {
+  nn::Rng rng(seed);
+  const int step = 2 + static_cast<int>(rng.next_u64() % (kSteps - 3));
+  UNSCOPED_INFO("the kill comes at step " << step);
+  return step;
+}
+
+std::string crash(int step, int rank) { return fmt::format(" --crash-at-step {} --crash-rank {}", step, rank); }
+
+// The interrupted run's end is the straight run's, byte for byte, after all kSteps steps.
+void same_end(const std::string& straight, const std::string& restarted) {
+  CHECK(same_bytes(checkpoint(straight) / "model.safetensors", checkpoint(restarted) / "model.safetensors"));
+  CHECK(same_bytes(checkpoint(straight) / "optimizer.safetensors", checkpoint(restarted) / "optimizer.safetensors"));
+  CHECK(nn::read_checkpoint_info(checkpoint(restarted)).train_state.at("step") == kSteps);
+  CHECK_FALSE(fs::exists(work_dir() / "runs" / restarted / "rescue"));  // used, then cleared
+}
+
+}  // namespace
+
+TEST_CASE("train_dp: a rank killed at a random step, restarted on 3 ranks again: byte-identical, no step lost") {
+  REQUIRE(run_trainer(TRAIN_DP, 3, run_settings("dp_straight")).status == 0);
+  const int step = seeded_step(11);
+  auto r = launcher("-n 3", TRAIN_DP, run_settings("dp_killed") + crash(step, 1));
+  REQUIRE(r.status == 0);
+  // A survivor saved the last completed step: the restart loses nothing finished.
+  CHECK_THAT(r.output, Catch::Contains(fmt::format("a peer was lost after {} completed steps: saved them", step)));
+  CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1 (on localhost); 0 finished step(s) lost") &&
+                           Catch::Contains(fmt::format("resuming at step {} from the save of rank", step)) &&
+                           Catch::Contains("now 3 ranks: 3 replicas") && Catch::Contains("s after the failure"));
+  same_end("dp_straight", "dp_killed");
+}
+
+TEST_CASE("train_dp: a device lost, the job shrinks 3 → 2 replicas with the global batch kept") {
+  const std::string accumulate = " --grad-accum 2";  // 3 × 2 micro-steps of 4 = 2 × 3 of 4
+  REQUIRE(run_trainer(TRAIN_DP, 3, run_settings("shrink_straight") + accumulate).status == 0);
+  const int step = seeded_step(12);
+  auto r = launcher("-n 3 --drop-lost-slots", TRAIN_DP, run_settings("shrink_killed") + accumulate + crash(step, 2));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("0 finished step(s) lost") &&
+                           Catch::Contains("now 2 ranks: 2 replicas × micro-batch 4 × 3 accumulation step(s)") &&
+                           Catch::Contains("2 ranks × micro-batch 4 × 3 accumulation step(s) × block 16 = 384 tokens"));
+  CHECK(nn::read_checkpoint_info(checkpoint("shrink_killed")).train_state.at("step") == kSteps);
+  // The same samples in the step; their gradients summed in another grouping: the last bits.
+  CHECK(max_difference(checkpoint("shrink_straight"), checkpoint("shrink_killed")) <= 2e-5f);
+}
+
+TEST_CASE("train_pp and train_tp: a stage or a slice killed, restarted from the background checkpoint: byte-identical") {
+  const std::string pipeline = " --micro-batches 2";
+  REQUIRE(run_trainer(TRAIN_PP, 2, run_settings("pp_straight") + pipeline).status == 0);
+  const int step = seeded_step(13);
+  auto pp = launcher("-n 2", TRAIN_PP, run_settings("pp_killed") + pipeline + crash(step, 1));
+  REQUIRE(pp.status == 0);
+  // Sharded state: no survivor holds it all, so the last checkpoint (every 3 steps) serves.
+  CHECK_THAT(pp.output, Catch::Contains("the state is sharded: a restart uses the last checkpoint"));
+  CHECK_THAT(pp.output, Catch::Contains(fmt::format("{} finished step(s) lost (resuming at step {} from the checkpoint",
+                                                    step % 3, step - step % 3)));
+  same_end("pp_straight", "pp_killed");
+
+  REQUIRE(run_trainer(TRAIN_TP, 2, run_settings("tp_straight")).status == 0);
+  auto tp = launcher("-n 2", TRAIN_TP, run_settings("tp_killed") + crash(seeded_step(14), 0));
+  REQUIRE(tp.status == 0);
+  CHECK_THAT(tp.output, Catch::Contains("restart 1/3: lost rank 0"));
+  same_end("tp_straight", "tp_killed");
+}
+
+TEST_CASE("ZeRO-3: the writer killed half-way through a checkpoint, the previous one serves: byte-identical") {
+  const std::string zero = " --zero 3";
+  REQUIRE(run_trainer(TRAIN_DP, 3, run_settings("zero_straight") + zero).status == 0);
+  auto r = launcher("-n 3", TRAIN_DP, run_settings("zero_killed") + zero + " --crash-in-checkpoint 6");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("lost rank 0") && Catch::Contains("resuming at step 3 from the checkpoint"));
+  same_end("zero_straight", "zero_killed");
+  CHECK_FALSE(fs::exists(work_dir() / "runs" / "zero_killed" / "checkpoint.tmp"));
+}
+
+TEST_CASE("two failures in one run, the second during the restart: byte-identical") {
+  REQUIRE(run_trainer(TRAIN_DP, 3, run_settings("twice_straight")).status == 0);
+  // Launch 1 loses rank 1 at a random step; launch 2 loses rank 0 (the checkpoint writer) at
+  // its first step, before it completes one; launch 3 finishes.
+  const int step = seeded_step(15);
+  auto r = launcher(fmt::format("-n 3 --inject-faults 1:{}:1,2:first:0", step), TRAIN_DP, run_settings("twice_killed"));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1") &&
+                           Catch::Contains("failed again before its first step") &&
+                           Catch::Contains("restart 2/3: lost rank 0") &&
+                           Catch::Contains(fmt::format("resuming at step {} from the checkpoint", step)));
+  same_end("twice_straight", "twice_killed");
+}
+
+TEST_CASE("nanodist-run: bad input is one line and exit 2, restarts used up or no layout left one line and exit 1") {
+  const std::string run = run_settings("bad");
+  usage_failure(launcher("-n 3 --max-restarts -1", TRAIN_DP, run), "--max-restarts -1: a count of restarts, 0 or more");
+  usage_failure(launcher("-n 2 --min-ranks 3", TRAIN_DP, run), "--min-ranks 3 must be from 1 to -n 2");
+  usage_failure(launcher("-n 2", "/bin/true", run), "/bin/true: not a nanodist trainer");
+  usage_failure(launcher("-n 2 --min-ranks 1", TRAIN_TP, run),
+                "--min-ranks 1: train_tp cannot run on fewer ranks than its tensor degree (2)");
+  const fs::path no_slots = work_dir() / "no-slots";
+  std::ofstream(no_slots) << "# every host is down\nnode-a slots=0\n";
+  usage_failure(launcher("-n 2 --hostfile " + no_slots.string(), TRAIN_DP, run), "names no host with a slot");
+  // The trainer's own bad flag is its answer (2), not a failure to restart from.
+  auto flag = launcher("-n 2", TRAIN_DP, run + " --max-iters -3");
+  usage_failure(flag, "--max-iters must be a whole number");
+  CHECK_THAT(flag.output, !Catch::Contains("restart"));
+
+  auto used_up = launcher("-n 2 --max-restarts 0", TRAIN_DP, run + crash(4, 1));
+  clean_failure(used_up, "--max-restarts 0 used up; the last failure: rank 1 (on localhost), after 4 completed steps");
+  CHECK(used_up.status == 1);
+  auto no_layout = launcher("-n 2 --drop-lost-slots", TRAIN_TP, run + crash(4, 1));
+  clean_failure(no_layout, "cannot restart after losing rank 1 (on localhost): 1 slot(s) left");
+  CHECK_THAT(no_layout.output, Catch::Contains("train_tp cannot shrink"));
+  CHECK(no_layout.status == 1);
+}
