@@ -12,6 +12,8 @@
 #
 # The command runs on host A, with these set for it:
 #   NANODIST_HOSTFILE  a hostfile of the two addresses, 2 slots each (--slots N to change)
+#   NANODIST_LOSE_HOST_B  a command that loses host B as a machine is lost: every process on it
+#                      killed (its ranks, its MPI daemon), and no new one can start there
 #   OMPI_MCA_*         remote ranks start through nsenter (the "ssh" of these hosts), TCP on the veth
 # Quote '$NANODIST_HOSTFILE' so that it is expanded on host A. Everything is torn down when the
 # command ends, fails or is interrupted; the exit status is the command's.
@@ -88,8 +90,16 @@ exec nsenter --target "\$(cat $work/pid-\$host)" --net --uts --mount --wd="\$PWD
 EOF
 chmod +x "$work/agent"
 printf '10.77.0.1 slots=%s\n10.77.0.2 slots=%s\n' "$slots" "$slots" > "$work/hostfile"
+cat > "$work/lose-host-b" <<EOF
+#!/bin/sh
+# Host B is gone: its processes killed (the holder too, so the agent cannot enter it again).
+rm -f $work/pid-10.77.0.2
+for pid in \$(ip netns pids ${tag}b); do kill -9 "\$pid" 2>/dev/null; done
+EOF
+chmod +x "$work/lose-host-b"
 
 export NANODIST_HOSTFILE="$work/hostfile"
+export NANODIST_LOSE_HOST_B="$work/lose-host-b"
 export OMPI_MCA_plm_rsh_agent="$work/agent"
 export OMPI_MCA_btl="self,vader,tcp"
 export OMPI_MCA_btl_tcp_if_include="10.77.0.0/24"

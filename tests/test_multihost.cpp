@@ -108,6 +108,31 @@ TEST_CASE("train_dp across two hosts ends where the same run on one host ends") 
   }
 }
 
+// nanodist-run across the two hosts; host B is lost at about step 20 (every process on it killed,
+// nothing can start there again): the launcher finds it does not answer, and the job goes on on
+// host A alone — 2 replicas with 2 accumulation steps, the same global batch — from the newest
+// state. It ends where the straight run on 4 ranks ends, within the tolerance of another
+// grouping of the same sums.
+TEST_CASE("nanodist-run: a host lost mid-run, the job goes on on the other with the global batch kept") {
+  const std::string common = tiny(shakespeareish()) + " --batch-size 4 --max-iters 60 --ckpt-interval 10 --timeout 10";
+  REQUIRE(run_trainer(TRAIN_DP, 4, common + " --out-dir " + out("straight")).status == 0);
+  const fs::path log = work_dir() / "launcher.log";
+  const std::string script = fmt::format(
+      "{} --hostfile \\$NANODIST_HOSTFILE -n 4 {} {} --out-dir {} > {} 2>&1 & pid=\\$!; "
+      "until grep -q '^step  *20/' {} || ! kill -0 \\$pid 2>/dev/null; do sleep 0.02; done; "
+      "\\$NANODIST_LOSE_HOST_B; wait \\$pid",
+      NANODIST_RUN, TRAIN_DP, common, out("lost_host"), log.string(), log.string());
+  CommandResult r = run_command(fmt::format("{} \"{}\"", TWO_HOSTS, script));
+  const std::vector<char> launched = nn::read_whole_file(log);
+  r.output += std::string(launched.begin(), launched.end());
+  UNSCOPED_INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("10.77.0.2 no longer answers") &&
+                           Catch::Contains("now 2 ranks: 2 replicas × micro-batch 4 × 2 accumulation step(s)"));
+  CHECK(nn::read_checkpoint_info(checkpoint("lost_host")).train_state.at("step") == 60);
+  CHECK(max_difference(checkpoint("straight"), checkpoint("lost_host")) <= 10 * kTolerance);
+}
+
 // shm across hosts: each host's ranks share a segment in their own /dev/shm; the gradient
 // allreduce is hierarchical (reduce-scatter in each host, a ring between the hosts per shard,
 // allgather in each host), and so are ZeRO's reduce-scatters and allgathers. It adds in another

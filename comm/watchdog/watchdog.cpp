@@ -266,6 +266,7 @@ void Watchdog::on_termination_signal(std::int64_t now) {
   run_abort_hooks();
   if (!failed_here && !report_found_trouble_) end_interrupted(&board_, exchange_, signal);
   [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+  run_failure_save();  // before the launcher's SIGKILL (a second away) if it can: an atomic write or none
   linger(kInterruptedLingerSeconds);  // answer the other nodes' reporters until the launcher's SIGKILL
   record_exit(kWatchdogExitCode);
   _exit(kWatchdogExitCode);
