@@ -17,10 +17,15 @@ cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
 test -f "$work/prefix/include/nanodist/comm/communicator.hpp"  # headers under nanodist/
 test -f "$work/prefix/lib/cmake/nanodist/nanodistConfig.cmake"
 programs=$(dirname "$(find "$work/prefix" -path '*/nanodist/bin/train_dp' -print -quit)")
-for program in train_dp train_pp train_tp train_3d prepare_data allreduce timeout comm_bench gpt_bench; do
+for program in train_dp train_pp train_tp train_3d prepare_data nanodist nanodist-run allreduce timeout comm_bench gpt_bench; do
   test -x "$programs/$program" || { echo "$program is not installed in $programs" >&2; exit 1; }
 done
 "$programs/train_dp" --help | grep -q -- "--zero"  # an installed program runs
+# The installed launcher finds the trainer beside it by its short name, and passes its answer on.
+status=0
+"$programs/nanodist-run" -n 1 --oversubscribe train_dp --max-iters -3 > "$work/launcher.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q -- "--max-iters must be" "$work/launcher.log" ||
+  { echo "the installed nanodist-run did not run the installed train_dp (status $status):" >&2; cat "$work/launcher.log" >&2; exit 1; }
 test -f "$(find "$work/prefix/share/doc" -name trainers.md -print -quit)"
 
 cmake -S "$source/examples/standalone" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
