@@ -7,6 +7,9 @@
 
 #include <unistd.h>
 
+#define XXH_INLINE_ALL  // header-only: nothing to link
+#include <xxhash.h>
+
 #include "nn/error.hpp"
 
 namespace nn {
@@ -36,6 +39,13 @@ uint64_t fnv1a64(std::span<const char> bytes) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
   return h;
+}
+
+uint64_t xxh3_64(const std::vector<std::span<const char>>& pieces) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (auto piece : pieces) XXH3_64bits_update(&state, piece.data(), piece.size());
+  return XXH3_64bits_digest(&state);
 }
 
 std::vector<char> read_whole_file(const std::filesystem::path& path) {

@@ -14,9 +14,8 @@ namespace {
 
 constexpr const char* kFormat = "nanodist-checkpoint-1";
 
-nlohmann::json describe_file(const fs::path& path) {
-  std::vector<char> bytes = read_whole_file(path);
-  return {{"bytes", bytes.size()}, {"fnv1a64", fmt::format("{:016x}", fnv1a64(bytes))}};
+nlohmann::json describe(const FileDigest& digest) {
+  return {{"bytes", digest.bytes}, {"xxh3_64", fmt::format("{:016x}", digest.xxh3)}};
 }
 
 // Reads a file listed in state.json and checks its size and checksum.
@@ -28,7 +27,11 @@ std::vector<char> read_checked(const CheckpointInfo& info, const nlohmann::json&
   if (bytes.size() != expected.at("bytes").get<std::size_t>())
     fail("{}: truncated or overwritten: {} bytes, state.json says {}", path.string(), bytes.size(),
          expected.at("bytes").get<std::size_t>());
-  if (fmt::format("{:016x}", fnv1a64(bytes)) != expected.at("fnv1a64").get<std::string>())
+  // XXH3 since 0.4; FNV-1a in checkpoints written before.
+  const bool xxh3 = expected.contains("xxh3_64");
+  if (!xxh3 && !expected.contains("fnv1a64")) fail("{}: corrupt: state.json has no checksum for it", path.string());
+  const std::string sum = xxh3 ? fmt::format("{:016x}", xxh3_64({bytes})) : fmt::format("{:016x}", fnv1a64(bytes));
+  if (sum != expected.at(xxh3 ? "xxh3_64" : "fnv1a64").get<std::string>())
     fail("{}: corrupt: checksum does not match state.json", path.string());
   return bytes;
 }
@@ -103,11 +106,10 @@ void write_checkpoint(const fs::path& dir, const CheckpointSnapshot& snapshot, c
   const fs::path tmp = dir.string() + ".tmp", prev = dir.string() + ".prev";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  write_safetensors(tmp / "model.safetensors", refs(snapshot.model), {{"format", "pt"}});
-  write_safetensors(tmp / "optimizer.safetensors", refs(snapshot.moments));
+  const FileDigest model = write_safetensors(tmp / "model.safetensors", refs(snapshot.model), {{"format", "pt"}});
+  const FileDigest moments = write_safetensors(tmp / "optimizer.safetensors", refs(snapshot.moments));
   nlohmann::json state = snapshot.state;
-  state["files"] = {{"model.safetensors", describe_file(tmp / "model.safetensors")},
-                    {"optimizer.safetensors", describe_file(tmp / "optimizer.safetensors")}};
+  state["files"] = {{"model.safetensors", describe(model)}, {"optimizer.safetensors", describe(moments)}};
   write_file_atomically(tmp / "state.json", state.dump(2));
   if (before_swap) before_swap();
 

@@ -1,10 +1,16 @@
 #include "nn/checkpoint_writer.hpp"
 
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <unistd.h>
+
 namespace nn {
 
 CheckpointWriter::CheckpointWriter(bool background, std::function<void()> before_swap)
     : background_(background), before_swap_(std::move(before_swap)) {
-  if (background_) thread_ = std::thread([this] { run(); });
+  if (!background_) return;
+  thread_ = std::thread([this] { run(); });
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -16,6 +22,13 @@ CheckpointWriter::~CheckpointWriter() {
   }
   changed_.notify_all();
   thread_.join();
+  if (failure_) {  // nobody asked since (an error elsewhere is ending the program): said, not lost
+    try {
+      std::rethrow_exception(failure_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: a checkpoint written in the background failed: %s\n", e.what());
+    }
+  }
 }
 
 void CheckpointWriter::save(const std::filesystem::path& dir, const GPT& model, const AdamW& optimizer,
@@ -47,6 +60,11 @@ void CheckpointWriter::rethrow_failure() {
 }
 
 void CheckpointWriter::run() {
+  // The lowest priority (nice 19): where training keeps every core busy (this 2-core machine),
+  // the write takes a small share of one, spread over the next steps, instead of half a core
+  // from the step after the snapshot; where a core is idle (a GPU's host), it runs at once.
+  // (SCHED_IDLE would starve here: ranks that wait for a collective spin.)
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
   std::unique_lock lock(mutex_);
   while (true) {
     changed_.wait(lock, [&] { return pending_ || closing_; });

@@ -6,7 +6,7 @@
 //   step 100 ─ snapshot ─ step 101 ─ step 102 ─ …         the training thread
 //                 └──── write checkpoint.tmp, rename ──┘   the writer's thread
 //
-// One write at a time: a snapshot taken while the previous one is still being written waits
+// The writer's thread runs at the lowest priority (nice 19). One write at a time: a snapshot taken while the previous one is still being written waits
 // for it (so at most one snapshot is held in memory besides the model).
 #pragma once
 #include <condition_variable>

@@ -25,7 +25,7 @@ T load(const char* p) {
 
 }  // namespace
 
-void write_safetensors(const std::filesystem::path& path, const std::vector<TensorRef>& tensors,
+FileDigest write_safetensors(const std::filesystem::path& path, const std::vector<TensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -43,6 +43,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   for (const auto& t : tensors)
     pieces.emplace_back(reinterpret_cast<const char*>(t.data), numel_of(t.shape) * sizeof(float));
   write_file_atomically(path, pieces);
+  FileDigest digest{.bytes = 0, .xxh3 = xxh3_64(pieces)};
+  for (auto piece : pieces) digest.bytes += piece.size();
+  return digest;
 }
 
 SafetensorsReader::SafetensorsReader(const std::filesystem::path& path)

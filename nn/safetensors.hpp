@@ -23,8 +23,12 @@ struct TensorRef {
   const float* data;
 };
 
-// Written atomically (a temporary file, then rename).
-void write_safetensors(const std::filesystem::path& path, const std::vector<TensorRef>& tensors,
+// Written atomically (a temporary file, then rename). Returns the file's size and XXH3 checksum.
+struct FileDigest {
+  std::size_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+FileDigest write_safetensors(const std::filesystem::path& path, const std::vector<TensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 class SafetensorsReader {

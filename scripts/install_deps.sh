@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libeigen3-dev libopenblas-openmp-dev
-          catch2 libfmt-dev libcli11-dev nlohmann-json3-dev libdnnl-dev iproute2 util-linux)
+          catch2 libfmt-dev libcli11-dev nlohmann-json3-dev libdnnl-dev libxxhash-dev iproute2 util-linux)
 
 # --plots: also what the plotting scripts need; --pytorch: Debian's PyTorch and its C++
 # headers, for the torch.distributed backend (torch_backend/, docs/pytorch.md), the

@@ -140,3 +140,23 @@ TEST_CASE("nanodist-run: bad input is one line and exit 2, restarts used up or n
   CHECK_THAT(no_layout.output, Catch::Contains("train_tp cannot shrink"));
   CHECK(no_layout.status == 1);
 }
+
+TEST_CASE("Ctrl-C to nanodist-run: the job stops after the step with a checkpoint, no restart, the note says nanodist-run") {
+  const std::string run = run_settings("ctrl_c") + " --max-iters 1000000 --log-interval 1000";
+  fs::create_directories(work_dir() / "runs");  // the log goes beside the run
+  auto r = interrupt_until_noted(fmt::format("{} --oversubscribe -n 2 {} {}", NANODIST_RUN, TRAIN_DP, run),
+                                 checkpoint("ctrl_c"));
+  CHECK_THAT(r.output, Catch::Contains("interrupted at step") && !Catch::Contains("restart 1/"));
+  CHECK_THAT(r.output, Catch::Contains(fmt::format("exit={}", 128 + 15)) || Catch::Contains("exit=130"));
+  // The step it stopped at is saved, and the command to type again is the launcher's own.
+  CHECK(nn::read_checkpoint_info(checkpoint("ctrl_c")).train_state.at("step") == interrupted_step(r.output));
+  CHECK_THAT(printed_resume_command(r.output),
+             Catch::StartsWith(fmt::format("{} --oversubscribe -n 2 {} --resume", NANODIST_RUN, TRAIN_DP)));
+}
+
+TEST_CASE("nanodist-run: the program's own error is the job's answer, not a failure to restart from") {
+  // Diverged at the first step (every rank says so, exit 2): restarting would diverge again.
+  auto r = launcher("-n 2", TRAIN_DP, run_settings("diverged") + " --learning-rate 1e30 --grad-clip 0");
+  usage_failure(r, "training diverged at step");
+  CHECK_THAT(r.output, !Catch::Contains("restart 1/"));
+}

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,8 @@ std::string shell_quoted(const std::string& arg) {
 }  // namespace
 
 std::string launcher_prefix(const std::string& program) {
+  // Under nanodist-run the command to type again is the launcher's (mpiexec's here is its own).
+  if (const char* run = std::getenv("NANODIST_RUN_LAUNCHER"); run != nullptr && *run != '\0') return run;
   std::ifstream in(fmt::format("/proc/{}/cmdline", static_cast<long>(getppid())), std::ios::binary);
   std::vector<std::string> args;
   for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);

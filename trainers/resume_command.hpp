@@ -9,7 +9,8 @@ namespace trainers {
 // The command that continues this run, for the interrupt note.
 std::string resume_command(const TrainOptions& o, int ranks);
 // The launcher's part of the command that started this process ("mpiexec --oversubscribe -n 4",
-// shell-quoted), read from the parent process; "" when the parent is not mpiexec/mpirun.
+// shell-quoted), read from the parent process; "" when the parent is not mpiexec/mpirun. Under
+// nanodist-run, its own part ("nanodist-run -n 4"), which it passes in NANODIST_RUN_LAUNCHER.
 std::string launcher_prefix(const std::string& program);
 
 }  // namespace trainers

@@ -271,6 +271,7 @@ void Loop::evaluate(int64_t step) {
 void Loop::save(int64_t steps_done) {
   const nlohmann::json state = train_state(run_, steps_done, world_.size(), batch_, last_val_);
   if (steps_done == o_.crash_in_checkpoint) {  // testing: what a kill during the write leaves
+    writer_.wait();  // the previous checkpoint complete, so that the kill meets this one alone
     nn::CheckpointWriter dying(false, [] { std::raise(SIGKILL); });  // after checkpoint.tmp, before the swap
     strategy_.save(run_.checkpoint_dir, state, dying);
   } else {

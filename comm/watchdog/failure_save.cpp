@@ -18,6 +18,8 @@
 namespace comm {
 namespace {
 
+// Held while the save runs too: replacing it (the program's loop ending) waits for a save in
+// progress, which may use what the loop owns.
 std::mutex g_mutex;
 std::function<void()> g_save;
 double g_deadline_s = 0;
@@ -31,13 +33,9 @@ void set_failure_save(std::function<void()> save, double deadline_s) {
 }
 
 void run_failure_save() {
-  std::function<void()> save;
-  double deadline_s = 0;
-  {
-    const std::lock_guard lock(g_mutex);
-    save = std::exchange(g_save, nullptr);
-    deadline_s = g_deadline_s;
-  }
+  const std::lock_guard lock(g_mutex);
+  const std::function<void()> save = std::exchange(g_save, nullptr);
+  const double deadline_s = g_deadline_s;
   if (!save) return;
   // Past the deadline this process ends from a thread of its own, whatever the save is doing.
   std::thread([deadline_s] {
