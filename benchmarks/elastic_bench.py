@@ -31,7 +31,7 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--build", default=os.path.join(ROOT, "build"))
 parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
 parser.add_argument("--repeats", type=int, default=3)
-parser.add_argument("--steps", type=int, default=200, help="steps of each checkpoint-cost run")
+parser.add_argument("--steps", type=int, default=400, help="steps of each checkpoint-cost run")
 parser.add_argument("--markdown", action="store_true")
 args = parser.parse_args()
 
@@ -88,14 +88,15 @@ with tempfile.TemporaryDirectory() as tmp:
     costs = []
     for interval in (1, 10, 100):
         for background in (True, False):
+            # The steps of every repeat pooled: every 100 steps gives only a few "after" steps a run.
             after, plain, whole = [], [], []
             for _ in range(args.repeats):
                 walls = step_walls(tmp, interval, background)
                 steps = [s for s in walls if s > warm]
-                after.append(median([walls[s] for s in steps if (s - 1) % interval == 0]))
-                plain.append(median([walls[s] for s in steps if (s - 1) % interval != 0]) if interval > 1 else base)
+                after += [walls[s] for s in steps if (s - 1) % interval == 0]
+                plain += [walls[s] for s in steps if (s - 1) % interval != 0]
                 whole.append(median([walls[s] for s in steps]))
-            costs.append((interval, background, median(after), median(plain), median(whole)))
+            costs.append((interval, background, median(after), median(plain) if plain else base, median(whole)))
 
 rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 print(f"elastic_bench: train_dp's main-job model on 2 ranks, median of {args.repeats} runs (commit {rev})")
