@@ -16,6 +16,7 @@ reported, and the full recipe then runs under the fastest."""
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
 parser.add_argument("--train-dp", default=os.path.join(ROOT, "build", "trainers", "train_dp"))
 parser.add_argument("--nanogpt-iters", type=int, default=2000)
 parser.add_argument("--probe-iters", type=int, default=200, help="steps per thread setting when choosing nanoGPT's")
+parser.add_argument("--train-dp-args", default="", help="more flags for train_dp (the test's short run: '--max-iters 20')")
 args = parser.parse_args()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fair_settings import clean_env, torch_thread_settings  # noqa: E402
@@ -45,7 +47,8 @@ def timed(command, env=clean_env()):
 
 
 with tempfile.TemporaryDirectory() as out:
-    ours = timed(["mpiexec", "-n", "2", args.train_dp, "--data-dir", args.data_dir, "--out-dir", out])
+    ours = timed(["mpiexec", "-n", "2", args.train_dp, "--data-dir", args.data_dir, "--out-dir", out]
+                 + shlex.split(args.train_dp_args))
 print(f"nanodist main job done: {ours[0]:.1f} s, val_loss_full={ours[1]:.4f}", flush=True)
 recipe = [line for line in ours[2].splitlines() if line.startswith(("model:", "global batch:"))]
 nanogpt = os.path.join(ROOT, "benchmarks", "nanogpt_train.py")

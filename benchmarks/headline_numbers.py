@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""The headline numbers, one source: run the benchmarks, keep their own output, and render
+the one dated table every page cites (docs/numbers.md).
+
+    python3 benchmarks/headline_numbers.py run              # every benchmark, full size (about 20 min)
+    python3 benchmarks/headline_numbers.py render           # docs/numbers/*.txt → docs/numbers.md
+    python3 benchmarks/headline_numbers.py run --small --raw-dir /tmp/n && \\
+      python3 benchmarks/headline_numbers.py render --raw-dir /tmp/n --out /tmp/n/numbers.md
+
+`run` writes each benchmark's standard output, as printed, to <raw-dir>/<name>.txt, and the
+machine, the CPU, the commit, the date and every command to <raw-dir>/machine.json. `render`
+reads only those files, so the table cannot say what the benchmarks did not print; a row
+whose output does not parse is an error naming the file (the test command runs both at small
+sizes, so a benchmark whose output changed breaks the test, not the table). `--check` renders
+to memory and fails when docs/numbers.md differs: the committed table is the committed output's.
+
+The CI row comes from ci.txt: the last lines of a clean-clone `.ci/run` (`ci: …` and each
+stage's `run_…: build … s, tests … s` and ctest's `out of N`), copied from its output."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(here)
+# Debian's python3-torch is /usr/bin/python3's (docs/troubleshooting.md: "the wrong python3").
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def benchmarks(args):
+    """name → command. --small: seconds-long runs with the same output (the test command's)."""
+    small, build = args.small, args.build_dir
+    data = ["--data-dir", args.data_dir]
+    return {
+        "main_job": [PY, f"{here}/main_job_vs_nanogpt.py", "--train-dp", f"{build}/trainers/train_dp"] + data + (
+            ["--nanogpt-iters", "20", "--probe-iters", "3", "--train-dp-args=--max-iters 20 --eval-iters 2"]
+            if small else []),
+        "train_dp_vs_ddp": [PY, f"{here}/train_dp_vs_pytorch_ddp.py", "--train-dp", f"{build}/trainers/train_dp"]
+        + data + (["--steps", "6", "--rounds", "1", "--ranks", "2"] if small else []),
+        "gpt_bench_vs_pytorch": [PY, f"{here}/gpt_bench_vs_pytorch.py", "--binary", f"{build}/benchmarks/gpt_bench",
+                                 "--presets", "a", "--precisions", "fp32" if small else "fp32,bf16",
+                                 "--rounds", "1" if small else "3"],
+        "comm_bench_allreduce": [
+            "mpiexec", "--oversubscribe", "-n", "2", f"{build}/benchmarks/comm_bench", "--op", "allreduce",
+            "--compare", "shm,ring,mpi", "--memcpy", "-b", "256K", "-e", "1M" if small else "64M", "-f", "4",
+            "-n", "2" if small else "20"],
+        "torch_allreduce_vs_gloo": [PY, f"{here}/torch_allreduce_bench.py", "--backends", "default"] + (
+            ["--max-mb", "1", "--repeats", "2"] if small else ["--max-mb", "64", "--repeats", "30"]),
+    }
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def cpu_features():
+    """The units the headline numbers depend on: AVX-512 (oneDNN's fp32 kernels), its bf16 units."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    wanted = ["avx2", "avx512f", "avx512_bf16", "amx_bf16"]
+    return ", ".join(flag for flag in wanted if flag in flags) or "none of " + ", ".join(wanted)
+
+
+def shown(command):
+    """The command as a reader types it: paths from the repository root, the default folders left out."""
+    words, skip = [], False
+    for word in command:
+        if skip or word in ("--data-dir", "--train-dp", "--binary"):
+            skip = not skip
+            continue
+        words.append(os.path.relpath(word, root) if word.startswith(root) else word)
+    return " ".join(words)
+
+
+def run(args):
+    os.makedirs(args.raw_dir, exist_ok=True)
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit,
+        "cpu": cpu_model(),
+        "cpu_features": cpu_features(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
+        "os": platform.platform(),
+        "commands": {},
+    }
+    chosen = args.only.split(",") if args.only else None
+    env = dict(os.environ)  # the nanodist_torch module of this build, for the PyTorch backend's row
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(args.build_dir, "python"), env.get("PYTHONPATH")]))
+    for name, command in benchmarks(args).items():
+        if chosen and name not in chosen:
+            continue
+        print(f"headline_numbers: {name}: {' '.join(command)}", flush=True)
+        out = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"error: {name} exited {out.returncode}: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+        with open(os.path.join(args.raw_dir, f"{name}.txt"), "w") as f:
+            f.write(out.stdout)
+        meta["commands"][name] = shown(command)
+    old = os.path.join(args.raw_dir, "machine.json")
+    if chosen and os.path.exists(old):  # a partial run keeps the other rows' commands
+        with open(old) as f:
+            meta["commands"] = {**json.load(f).get("commands", {}), **meta["commands"]}
+    with open(old, "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+
+
+class Unreadable(Exception):
+    pass
+
+
+def read(raw_dir, name):
+    path = os.path.join(raw_dir, f"{name}.txt")
+    if not os.path.exists(path):
+        raise Unreadable(f"{path}: missing (run `python3 benchmarks/headline_numbers.py run`)")
+    with open(path) as f:
+        return path, f.read()
+
+
+def find(pattern, text, path, what):
+    found = re.search(pattern, text, re.MULTILINE)
+    if not found:
+        raise Unreadable(f"{path}: no {what} in it (the benchmark's output changed?)")
+    return found
+
+
+def main_job_row(raw_dir):
+    path, text = read(raw_dir, "main_job")
+    ours = find(r"^nanodist \(mpiexec -n (\d+)\)\s+([\d.]+)\s+([\d.]+)", text, path, "nanodist row")
+    theirs = find(r"^nanoGPT \(PyTorch, 1 proc\)\s+([\d.]+)\s+([\d.]+)\s+\[([^\]]+)\]", text, path, "nanoGPT row")
+    ours_s, theirs_s = float(ours.group(2)), float(theirs.group(1))
+    return ("the main job, launch to exit (train_dp on 2 ranks against nanoGPT's CPU recipe, 1 process)",
+            f"{ours_s:.1f} s, val_loss_full {float(ours.group(3)):.3f}",
+            f"{theirs_s:.1f} s, val_loss_full {float(theirs.group(2)):.3f} ({theirs.group(3)})",
+            f"{theirs_s / ours_s:.1f}× faster", "main_job")
+
+
+def train_dp_rows(raw_dir):
+    path, text = read(raw_dir, "train_dp_vs_ddp")
+    precision = find(r"^(\w+): global tokens/s", text, path, "summary").group(1)
+    rows = []
+    for found in re.finditer(r"^\s*(\d+)  nanodist / best PyTorch \(([^)]+)\): ([\d.]+)x", text, re.MULTILINE):
+        ranks, best, ratio = found.group(1), found.group(2), float(found.group(3))
+        ours = find(rf"^\s*{ranks}  nanodist train_dp\s+(\d+)", text, path, f"{ranks}-rank nanodist row")
+        theirs = find(rf"^\s*{ranks}  {re.escape(best)}\s+(\d+)", text, path, f"{ranks}-rank {best} row")
+        rows.append((f"train_dp against PyTorch DDP (gloo), {ranks} rank{'s' if ranks != '1' else ''}, {precision}, "
+                     "global tokens/s",
+                     f"{int(ours.group(1)):,}", f"{int(theirs.group(1)):,} ({best.replace('pytorch DDP, ', '')})",
+                     f"{ratio:.2f}×", "train_dp_vs_ddp"))
+    if not rows:
+        raise Unreadable(f"{path}: no 'nanodist / best PyTorch' line in it")
+    return rows
+
+
+def gpt_bench_rows(raw_dir):
+    path, text = read(raw_dir, "gpt_bench_vs_pytorch")
+    rows = []
+    for block in re.finditer(r"^(\w+), preset (\w+) \((\d+) tokens/step\), median[^\n]*\n(.*?)speed-up over the best "
+                             r"PyTorch setting \(([^)]+)\): ([\d.]+)x", text, re.MULTILINE | re.DOTALL):
+        precision, preset, body, best, ratio = block.group(1), block.group(2), block.group(4), block.group(5), block.group(6)
+        ours = find(r"^\s*nanodist\s+([\d.]+)", body, path, f"{precision} nanodist row")
+        theirs = find(rf"^\s*{re.escape(best)}\s+([\d.]+)", body, path, f"{precision} {best} row")
+        rows.append((f"gpt_bench against PyTorch (eager), preset {preset}, {precision}, ms per training step",
+                     f"{float(ours.group(1)):.2f} ms", f"{float(theirs.group(1)):.2f} ms ({best.replace('pytorch, ', '')})",
+                     f"{float(ratio):.2f}×", "gpt_bench_vs_pytorch"))
+    if not rows:
+        raise Unreadable(f"{path}: no 'speed-up over the best PyTorch setting' block in it")
+    return rows
+
+
+def size_label(nbytes):
+    return f"{nbytes // 2**20} MB" if nbytes >= 2**20 else f"{nbytes // 2**10} KB"
+
+
+def comm_bench_rows(raw_dir):
+    """comm_bench's nccl-tests table: per backend, out-of-place and in-place (time, algbw, busbw, #wrong)."""
+    path, text = read(raw_dir, "comm_bench_allreduce")
+    ranks = find(r"^# comm_bench: allreduce on (\d+) ranks", text, path, "header").group(1)
+    header = find(r"^#\s+\|(.*)$", text, path, "backend header").group(1)
+    backends = [b.strip() for b in header.split("|") if b.strip() in ("shm", "ring", "mpi", "naive", "nccl")]
+    if "mpi" not in backends or "shm" not in backends:
+        raise Unreadable(f"{path}: needs shm and mpi side by side (--compare shm,...,mpi), found {backends}")
+    sizes = []
+    for line in text.splitlines():
+        if line.startswith("#") or "|" not in line:
+            continue
+        cells = [c for c in line.replace("|", " ").replace(":", " ").split()]
+        nbytes = int(cells[0])
+        numbers = cells[5:]
+        busbw = {}
+        for i, backend in enumerate(backends):  # 8 numbers per backend: 2 forms × (time, algbw, busbw, #wrong)
+            block = numbers[8 * i:8 * i + 8]
+            if len(block) < 8 or block[3] != "0" or block[7] != "0":
+                raise Unreadable(f"{path}: a row of {nbytes} bytes is short or has wrong elements")
+            busbw[backend] = max(float(block[2]), float(block[6]))
+        tail = numbers[8 * len(backends):]
+        together = float(tail[-2])  # memcpy, all ranks: GB/s then best/
+        sizes.append((nbytes, busbw, together))
+    if not sizes:
+        raise Unreadable(f"{path}: no size rows in it")
+    rows = []
+    for nbytes, busbw, together in (sizes[i] for i in sorted({len(sizes) // 2, len(sizes) - 1})):
+        rows.append((f"allreduce on {ranks} ranks, {size_label(nbytes)}, busbw (best of out-of-place and in place)",
+                     f"shm {busbw['shm']:.1f} GB/s" + (f", ring {busbw['ring']:.1f}" if "ring" in busbw else ""),
+                     f"OpenMPI {busbw['mpi']:.1f} GB/s; memcpy, every rank at once, {together:.1f} GB/s",
+                     f"{busbw['shm'] / busbw['mpi']:.1f}× OpenMPI, {busbw['shm'] / together:.2f} of memcpy",
+                     "comm_bench_allreduce"))
+    return rows
+
+
+def torch_backend_rows(raw_dir):
+    path, text = read(raw_dir, "torch_allreduce_vs_gloo")
+    rows = {}
+    for found in re.finditer(r"^\s*(\d+) (KB|MB)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", text, re.MULTILINE):
+        rows[f"{found.group(1)} {found.group(2)}"] = (float(found.group(4)), float(found.group(5)))
+    if not rows:
+        raise Unreadable(f"{path}: no size rows in it")
+    chosen = [label for label in ("1 MB", "64 MB") if label in rows] or [list(rows)[-1]]
+    return [(f"torch.distributed all_reduce on 2 ranks, {label}, busbw: the nanodist backend (its default) "
+             "against gloo", f"{rows[label][1]:.2f} GB/s", f"gloo {rows[label][0]:.2f} GB/s",
+             f"{rows[label][1] / rows[label][0]:.1f}×", "torch_allreduce_vs_gloo") for label in chosen]
+
+
+def ci_row(raw_dir):
+    path, text = read(raw_dir, "ci")
+    commit = find(r"of commit (\w+) on (\d{4}-\d\d-\d\d)", text, path, "'of commit … on DATE' line")
+    counts = re.findall(r"tests passed, 0 tests failed out of (\d+)", text)
+    stages = find(r"^ci: release stage (\d+) min (\d+) s, sanitizer stage (\d+) min (\d+) s, in all (\d+) min (\d+) s"
+                  r" \(budget (\d+) min\)", text, path, "'ci:' line")
+    if len(counts) != 2:
+        raise Unreadable(f"{path}: needs both stages' 'out of N' lines, found {len(counts)}")
+    s = [int(x) for x in stages.groups()]
+    return (f"CI: a clean clone's `.ci/run` of commit {commit.group(1)} ({commit.group(2)}): the test command, then "
+            "every test again under ASan + UBSan", f"{s[4]} min {s[5]} s in all",
+            f"release {s[0]} min {s[1]} s ({counts[0]} tests), sanitizers {s[2]} min {s[3]} s ({counts[1]} tests)",
+            f"{'inside' if s[4] < s[6] else 'over'} the {s[6]}-minute budget", "ci")
+
+
+def render(args):
+    try:
+        with open(os.path.join(args.raw_dir, "machine.json")) as f:
+            meta = json.load(f)
+        rows = ([main_job_row(args.raw_dir)] + train_dp_rows(args.raw_dir) + gpt_bench_rows(args.raw_dir)
+                + comm_bench_rows(args.raw_dir) + torch_backend_rows(args.raw_dir) + [ci_row(args.raw_dir)])
+    except (Unreadable, OSError, ValueError, KeyError) as problem:
+        sys.exit(f"error: {problem}")
+    out = [
+        "# The numbers",
+        "",
+        "<!-- Generated by `python3 benchmarks/headline_numbers.py render` from the benchmarks' own output in",
+        "     docs/numbers/: edit nothing here; run the benchmarks again instead. -->",
+        "",
+        "Every headline figure on every page comes from this one table, and every row from a command",
+        "you can run on your own machine. The figures are from one machine on one day; yours will differ,",
+        "the ratios less than the times.",
+        "",
+        f"- **Measured** {meta['date']} at commit {meta['commit']}",
+        f"- **Machine**: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB, {meta['os']}"
+        + (f"; CPU features: {meta['cpu_features']}" if meta.get("cpu_features") else ""),
+        "- **Again, every row**: `python3 benchmarks/headline_numbers.py run && "
+        "python3 benchmarks/headline_numbers.py render` (about 5 minutes; needs the build and "
+        "`scripts/install_deps.sh --pytorch`)",
+        "- **Fair to PyTorch**: both sides without `OPENBLAS_CORETYPE`, PyTorch under every thread setting "
+        "(OpenMP × OpenBLAS threads), its fastest counted and named in brackets (`benchmarks/fair_settings.py`)",
+        "",
+        "| what | nanodist | the other side | nanodist's edge | output |",
+        "|---|---|---|---|---|",
+    ]
+    for what, ours, theirs, ratio, name in rows:
+        out.append(f"| {what} | {ours} | {theirs} | {ratio} | [{name}.txt](numbers/{name}.txt) |")
+    out += ["", "The commands, as run:", ""]
+    for name, command in meta.get("commands", {}).items():
+        out.append(f"- {name}: `{command}`")
+    if os.path.exists(os.path.join(args.raw_dir, "ci.txt")):
+        out.append("- ci: `git clone -q . ../ci-clone && cd ../ci-clone && CI=true bash .ci/run`")
+    out += ["", "How to read each benchmark's output: [benchmarks.md](benchmarks.md); what the numbers were before: "
+            "[history.md](history.md).", ""]
+    text = "\n".join(out)
+    results = [(args.out, None, text)]
+    if args.readme:  # the README's short table, between its markers, from the same rows
+        with open(args.readme) as f:
+            readme = f.read()
+        begin, end = "<!-- numbers:begin -->\n", "<!-- numbers:end -->"
+        if begin not in readme or end not in readme:
+            sys.exit(f"error: {args.readme} has no '{begin.strip()}' … '{end}' block for the table")
+        short = ["| | nanodist | the other side | |", "|---|---|---|---|"]
+        for what, ours, theirs, ratio, name in rows:
+            if ", 1 rank," in what or ", 4 MB," in what or ", 1 MB," in what:
+                continue  # the README keeps one row per comparison; docs/numbers.md has them all
+            short.append(f"| {what} | {ours} | {theirs} | {ratio} |")
+        short.append(f"\n{meta['date']}, commit {meta['commit']}, {meta['cpu']} ({meta['cores']} cores): "
+                     "[docs/numbers.md](docs/numbers.md) has every row, the machine and the commands.\n")
+        head, rest = readme.split(begin, 1)
+        readme_text = head + begin + "\n".join(short) + rest[rest.index(end):]
+        results.append((args.readme, readme, readme_text))
+    if args.check:
+        for path, old, new in results:
+            if old is None:
+                with open(path) as f:
+                    old = f.read()
+            if old != new:
+                sys.exit(f"error: {path} is not what docs/numbers/ renders to: run "
+                         "`python3 benchmarks/headline_numbers.py render`")
+        print(f"headline_numbers: {', '.join(os.path.relpath(p, root) for p, _, _ in results)} match the "
+              f"{len(rows)} rows")
+        return
+    for path, _, new in results:
+        with open(path, "w") as f:
+            f.write(new)
+    print(f"headline_numbers: wrote {args.out}: {len(rows)} rows" + (f"; and {args.readme}'s table" if args.readme else ""))
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mode", choices=["run", "render"])
+    parser.add_argument("--raw-dir", default=os.path.join(root, "docs", "numbers"))
+    parser.add_argument("--out", default=os.path.join(root, "docs", "numbers.md"))
+    parser.add_argument("--build-dir", default=os.path.join(root, "build"))
+    parser.add_argument("--data-dir", default=os.path.join(root, "data"), help="the Shakespeare token files' folder")
+    parser.add_argument("--small", action="store_true", help="seconds-long runs, the same output (the test)")
+    parser.add_argument("--only", help="comma-separated benchmark names to run")
+    parser.add_argument("--check", action="store_true", help="render: fail if --out differs")
+    parser.add_argument("--readme", help="also the table in this README (default: the repository's, when --out is "
+                        "docs/numbers.md)")
+    args = parser.parse_args()
+    if args.readme is None and os.path.abspath(args.out) == os.path.join(root, "docs", "numbers.md"):
+        args.readme = os.path.join(root, "README.md")
+    if args.mode == "run":
+        run(args)
+    else:
+        render(args)
+
+
+if __name__ == "__main__":
+    main()
