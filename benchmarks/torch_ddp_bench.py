@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch DDP training steps on 2 ranks, gloo beside nanodist, in one run: the main job's
-model (4 layers, 128 wide, block 64, batch 12 per rank), the same model at batch 2 per rank
+model with twice its layers (4 layers, 128 wide, block 64, batch 12 per rank), the same model at batch 2 per rank
 ("main-b2": less compute for the same gradients, so communication is a visible part of the
 step) and preset b (6 layers, 384 wide, block 256, batch 32 per rank), each side at 1 thread
 per rank (2 ranks on 2 cores).

@@ -12,7 +12,7 @@ bool Staging::needs_copy(const void* p, const char* what) const {
   if (device_backend_ && !on_device)
     refuse_(
         fmt::format("the nccl backend takes device memory, but {} is host memory (allocate it with "
-                    "cudaMalloc, or use the mpi, ring or naive backend)",
+                    "cudaMalloc, or use the mpi, ring, naive or shm backend)",
                     what));
   return on_device && !device_backend_;
 }

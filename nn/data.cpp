@@ -104,9 +104,12 @@ TextSource find_shakespeare_text(const fs::path& data_dir, const std::optional<f
     if (is_nonempty_file(copy)) return {copy, "mirror"};
   }
   fail(
-      "no Shakespeare text: not in {}, the download of {} failed, and {} {} — put input.txt there, pass --text FILE, "
+      "no Shakespeare text: not in {}, {}, and {} {} — put input.txt there, pass --text FILE, "
       "or set {} to a folder holding {}",
-      local.string(), kShakespeareUrl, kMirrorVariable,
+      local.string(),
+      sources.download ? fmt::format("the download of {} failed", kShakespeareUrl)
+                       : std::string("no download tried (NANODIST_NO_DOWNLOAD)"),
+      kMirrorVariable,
       sources.mirror ? fmt::format("({}) has no {}", sources.mirror->string(), kShakespeareRelative)
                      : std::string("is not set"),
       kMirrorVariable, kShakespeareRelative);

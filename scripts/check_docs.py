@@ -8,7 +8,8 @@ one line per problem (file:line: what) when
   - a relative link or image does not resolve to a file (or, with #anchor, to a heading of it),
     or leaves the repository;
   - a path in `backticks` that starts at one of the tree's top folders (comm/…, docs/…) names
-    nothing in the tree (`*` globs and `name.*` for "the .hpp and the .cpp" are allowed);
+    nothing in the tree (`*` globs and `name.*` for "the .hpp and the .cpp" are allowed; not in
+    CHANGELOG.md, whose moves name the old paths);
   - a page names an issue number or a path outside the repository (a reader's clone has
     neither)."""
 import glob
@@ -94,7 +95,7 @@ def check(page):
                 problems.append(f"{where}: link '{target}': no such file")
             elif anchor and resolved.endswith(".md") and anchor not in anchors(resolved):
                 problems.append(f"{where}: link '{target}': no heading '#{anchor}' in {os.path.relpath(resolved, root)}")
-        for code in CODE.findall(own):
+        for code in CODE.findall(own) if not page.endswith("CHANGELOG.md") else []:
             for token in code.split():
                 token = token.strip("'\"(),;")
                 first = token.split("/", 1)[0]

@@ -72,7 +72,7 @@ TEST_CASE("virtual stages: the log's bubble formula and chunks in flight, the tr
                            " --trace-steps 2 --out-dir " + out("interleaved_log"));
   REQUIRE(r.status == 0);
   // (P − 1)/(V·M + P − 1) = 1/9; stage r holds at most min(2(P − r − 1) + (V − 1)·P + 1, V·M).
-  CHECK_THAT(r.output, Catch::Contains("11% by the formula (p−1)/(v·m+p−1)"));
+  CHECK_THAT(r.output, Catch::Contains("11% by the formula (p−1)/(v·M+p−1)"));
   CHECK_THAT(r.output, Catch::Contains("chunk micro-batches in flight ≤ 5 3"));
   const auto trace = nlohmann::json::parse(nn::read_whole_file(file));
   std::map<std::pair<int, std::string>, int> count;  // (rank, category) → spans
@@ -124,7 +124,7 @@ TEST_CASE("virtual stages: layouts the schedule cannot run are refused in one li
   const std::string run = common(4) + " --batch-size 6 --out-dir " + out("bad");
   usage_failure(train_pp(2, run + " --micro-batches 3 --virtual-stages 2"),
                 "--virtual-stages 2: --micro-batches 3 is not a multiple of the 2 pipeline stages (interleaved 1F1B "
-                "runs micro-batches in groups of P)");
+                "runs micro-batches in groups of p)");
   usage_failure(train_pp(1, run + " --micro-batches 2 --virtual-stages 2"), "--virtual-stages 2 needs 2 or more pipeline stages");
   usage_failure(train_pp(2, run + " --micro-batches 2 --virtual-stages 3"),
                 "--virtual-stages 3 × 2 stages = 6 chunks for 4 blocks: every chunk needs at least one block");

@@ -36,7 +36,7 @@ void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::
   if (s.virtual_stages > 1 && s.micro_batches % stages != 0)
     throw comm::UsageError(
         fmt::format("--virtual-stages {}: --micro-batches {} is not a multiple of the {} pipeline stages (interleaved "
-                    "1F1B runs micro-batches in groups of P)",
+                    "1F1B runs micro-batches in groups of p)",
                     s.virtual_stages, s.micro_batches, stages));
 }
 
@@ -120,7 +120,7 @@ LogFacts PipelineStrategy::log_facts() {
   facts.note = fmt::format(
       "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula {} | peak activations {} | {} in flight ≤ {}",
       100 * mean, fmt::join(bubble, " "), 100.0 * (p - 1) / (v * m + p - 1),
-      v == 1 ? "(p−1)/(m+p−1)" : "(p−1)/(v·m+p−1)", fmt::join(memory, " "),
+      v == 1 ? "(p−1)/(M+p−1)" : "(p−1)/(v·M+p−1)", fmt::join(memory, " "),
       v == 1 ? "micro-batches" : "chunk micro-batches", fmt::join(flight, " "));
   window_times_ = {};
   window_peak_bytes_ = 0;

@@ -2,7 +2,7 @@
 // batch into M micro-batches and runs their forwards and backwards through the stages under
 // a schedule (parallel/pp/schedule_gpipe.cpp, parallel/pp/schedule_1f1b.cpp), activations passed along by the
 // pipeline stage (parallel/pp/stage.hpp). After each log line, the bubble: each stage's share
-// of waiting beside the formula (p−1)/(m+p−1), its peak activations, micro-batches in flight.
+// of waiting beside the formula (p−1)/(M+p−1), its peak activations, micro-batches in flight.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -25,7 +25,7 @@ struct ScheduleOptions {
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
 // One line for --micro-batches that do not divide --batch-size, for --grad-accum (the
 // micro-batches are the accumulation), and for --virtual-stages with micro-batches that are not
-// a multiple of the `stages` (interleaved 1F1B runs them in groups of P; the chunks' own rules
+// a multiple of the `stages` (interleaved 1F1B runs them in groups of p; the chunks' own rules
 // are trainers::chunk_layers').
 void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program, int stages);
 

@@ -1,12 +1,12 @@
 // Binomial-tree broadcast: the number of ranks holding the data doubles every round.
 //
-// Ranks are renumbered so the root is 0 (v = (rank - root) mod n). In round k, every v < 2^k
-// that has the data sends it to v + 2^k:
+// Ranks are renumbered so the root is 0 (v = (rank - root) mod n). A rank receives once, from
+// v minus its lowest set bit, then sends to v + 2^j for each smaller power of two, the largest
+// first; so the root's first message covers the farthest half:
 //
-//   8 ranks:  round 0: 0→1     round 1: 0→2, 1→3     round 2: 0→4, 1→5, 2→6, 3→7
+//   8 ranks:  round 0: 0→4     round 1: 0→2, 4→6     round 2: 0→1, 2→3, 4→5, 6→7
 //
-// A rank receives once, from v minus its lowest set bit, then sends to v + 2^j for each
-// smaller power of two.   rounds: ⌈log2 n⌉   messages: n-1 in all, each of the whole buffer.
+// rounds: ⌈log2 n⌉   messages: n-1 in all, each of the whole buffer.
 #include "comm/algorithms/algorithms.hpp"
 
 #include <vector>

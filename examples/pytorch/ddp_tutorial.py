@@ -5,7 +5,7 @@ process group, wrap the model in DistributedDataParallel, feed it through a
 DistributedSampler(shuffle=False), checkpoint on rank 0, destroy the group), on CPU tensors
 with a small model. Only the backend's name changes between gloo and nanodist:
 
-    mpiexec -n 2 python3 examples/pytorch/ddp_tutorial.py --backend nanodist
+    mpiexec -n 2 /usr/bin/python3 examples/pytorch/ddp_tutorial.py --backend nanodist   (Debian's python3-torch)
     torchrun --standalone --nproc_per_node 2 examples/pytorch/ddp_tutorial.py --backend gloo
 
 (PYTHONPATH must hold build/python, where nanodist_torch is built; docs/pytorch.md.)
