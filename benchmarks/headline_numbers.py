@@ -2,7 +2,7 @@
 """The headline numbers, one source: run the benchmarks, keep their own output, and render
 the one dated table every page cites (docs/numbers.md).
 
-    python3 benchmarks/headline_numbers.py run              # every benchmark, full size (about 20 min)
+    python3 benchmarks/headline_numbers.py run              # every benchmark, full size (about 8 min)
     python3 benchmarks/headline_numbers.py render           # docs/numbers/*.txt → docs/numbers.md
     python3 benchmarks/headline_numbers.py run --small --raw-dir /tmp/n && \\
       python3 benchmarks/headline_numbers.py render --raw-dir /tmp/n --out /tmp/n/numbers.md
@@ -38,7 +38,7 @@ def benchmarks(args):
     data = ["--data-dir", args.data_dir]
     return {
         "main_job": [PY, f"{here}/main_job_vs_nanogpt.py", "--train-dp", f"{build}/trainers/train_dp"] + data + (
-            ["--nanogpt-iters", "20", "--probe-iters", "3", "--train-dp-args=--max-iters 20 --eval-iters 2"]
+            ["--nanogpt-iters", "20", "--probe-iters", "3", "--repeats", "1", "--train-dp-args=--max-iters 20 --eval-iters 2"]
             if small else []),
         "train_dp_vs_ddp": [PY, f"{here}/train_dp_vs_pytorch_ddp.py", "--train-dp", f"{build}/trainers/train_dp"]
         + data + (["--steps", "6", "--rounds", "1", "--ranks", "2"] if small else []),
@@ -141,7 +141,9 @@ def main_job_row(raw_dir):
     ours = find(r"^nanodist \(mpiexec -n (\d+)\)\s+([\d.]+)\s+([\d.]+)", text, path, "nanodist row")
     theirs = find(r"^nanoGPT \(PyTorch, 1 proc\)\s+([\d.]+)\s+([\d.]+)\s+\[([^\]]+)\]", text, path, "nanoGPT row")
     ours_s, theirs_s = float(ours.group(2)), float(theirs.group(1))
-    return ("the main job, launch to exit (train_dp on 2 ranks against nanoGPT's CPU recipe, 1 process)",
+    rounds = find(r"\(wall: median of (\d+) round", text, path, "'median of N rounds' header").group(1)
+    return (f"the main job's recipe in fp32 on both sides, launch to exit (train_dp on 2 ranks against nanoGPT's "
+            f"CPU recipe, 1 process), median of {rounds} runs each",
             f"{ours_s:.1f} s, val_loss_full {float(ours.group(3)):.3f}",
             f"{theirs_s:.1f} s, val_loss_full {float(theirs.group(2)):.3f} ({theirs.group(3)})",
             f"{theirs_s / ours_s:.1f}× faster", "main_job")
@@ -270,7 +272,7 @@ def render(args):
         f"- **Machine**: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB, {meta['os']}"
         + (f"; CPU features: {meta['cpu_features']}" if meta.get("cpu_features") else ""),
         "- **Again, every row**: `python3 benchmarks/headline_numbers.py run && "
-        "python3 benchmarks/headline_numbers.py render` (about 5 minutes; needs the build and "
+        "python3 benchmarks/headline_numbers.py render` (about 8 minutes; needs the build and "
         "`scripts/install_deps.sh --pytorch`)",
         "- **Fair to PyTorch**: both sides without `OPENBLAS_CORETYPE`, PyTorch under every thread setting "
         "(OpenMP × OpenBLAS threads), its fastest counted and named in brackets (`benchmarks/fair_settings.py`)",

@@ -12,11 +12,13 @@ evaluations, the final exact val loss). Needs python3-torch (scripts/install_dep
 
 Fair to both (benchmarks/fair_settings.py): OPENBLAS_CORETYPE unset on both sides; nanoGPT
 first runs --probe-iters steps under each thread setting (OpenMP × OpenBLAS threads), all
-reported, and the full recipe then runs under the fastest."""
+reported, and the full recipe then runs under the fastest. Both whole runs are repeated
+--repeats times, alternating, and the median wall time of each counts."""
 import argparse
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,7 @@ parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
 parser.add_argument("--train-dp", default=os.path.join(ROOT, "build", "trainers", "train_dp"))
 parser.add_argument("--nanogpt-iters", type=int, default=2000)
 parser.add_argument("--probe-iters", type=int, default=200, help="steps per thread setting when choosing nanoGPT's")
+parser.add_argument("--repeats", type=int, default=3, help="whole runs of each, alternating; the median counts")
 parser.add_argument("--train-dp-args", default="", help="more flags for train_dp (the test's short run: '--max-iters 20')")
 args = parser.parse_args()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -46,11 +49,12 @@ def timed(command, env=clean_env()):
     return seconds, float(found.group(1)), done.stdout
 
 
-with tempfile.TemporaryDirectory() as out:
-    ours = timed(["mpiexec", "-n", "2", args.train_dp, "--data-dir", args.data_dir, "--out-dir", out]
-                 + shlex.split(args.train_dp_args))
-print(f"nanodist main job done: {ours[0]:.1f} s, val_loss_full={ours[1]:.4f}", flush=True)
-recipe = [line for line in ours[2].splitlines() if line.startswith(("model:", "global batch:"))]
+def main_job():
+    with tempfile.TemporaryDirectory() as out:
+        return timed(["mpiexec", "-n", "2", args.train_dp, "--data-dir", args.data_dir, "--out-dir", out]
+                     + shlex.split(args.train_dp_args))
+
+
 nanogpt = os.path.join(ROOT, "benchmarks", "nanogpt_train.py")
 probes = []
 for label, threads, env in torch_thread_settings():
@@ -60,15 +64,26 @@ for label, threads, env in torch_thread_settings():
     probes.append((loop, label, threads, env))
     print(f"nanoGPT, {label}: {args.probe_iters} steps in {loop:.1f} s", flush=True)
 _, best_label, best_threads, best_env = min(probes, key=lambda p: p[0])
-theirs = timed([sys.executable, nanogpt, "--data-dir", args.data_dir, "--max-iters", str(args.nanogpt_iters),
-                "--threads", str(best_threads)], best_env)
+
+# Both whole runs, alternating round by round so both see the same machine; medians of the times.
+rounds_ours, rounds_theirs = [], []
+for round_ in range(args.repeats):
+    rounds_ours.append(main_job())
+    print(f"round {round_ + 1}: nanodist main job done: {rounds_ours[-1][0]:.1f} s, "
+          f"val_loss_full={rounds_ours[-1][1]:.4f}", flush=True)
+    rounds_theirs.append(timed([sys.executable, nanogpt, "--data-dir", args.data_dir, "--max-iters",
+                                str(args.nanogpt_iters), "--threads", str(best_threads)], best_env))
+    print(f"round {round_ + 1}: nanoGPT CPU recipe done ({best_label}, its fastest): {rounds_theirs[-1][0]:.1f} s, "
+          f"val_loss_full={rounds_theirs[-1][1]:.4f}", flush=True)
+ours = (statistics.median(r[0] for r in rounds_ours), rounds_ours[0][1], rounds_ours[0][2])
+theirs = (statistics.median(r[0] for r in rounds_theirs), rounds_theirs[0][1], rounds_theirs[0][2])
+recipe = [line for line in ours[2].splitlines() if line.startswith(("model:", "global batch:"))]
 trained = re.search(r"trained \d+ steps in ([0-9.]+) s", theirs[2])
-print(f"nanoGPT CPU recipe done ({best_label}, its fastest): {theirs[0]:.1f} s, val_loss_full={theirs[1]:.4f}")
 print()
-print(f"{'':28} {'wall s':>8} {'val_loss_full':>14}")
+print(f"{'':28} {'wall s':>8} {'val_loss_full':>14}   (wall: median of {args.repeats} round(s))")
 print(f"{'nanodist (mpiexec -n 2)':28} {ours[0]:>8.1f} {ours[1]:>14.4f}")
 print(f"{'nanoGPT (PyTorch, 1 proc)':28} {theirs[0]:>8.1f} {theirs[1]:>14.4f}   [{best_label}]"
-      + (f"   (its training loop alone: {trained.group(1)} s)" if trained else ""))
+      + (f"   (its training loop alone, round 1: {trained.group(1)} s)" if trained else ""))
 print(f"time ratio nanodist / nanoGPT: {ours[0] / theirs[0]:.2f}  (target ≤ 0.50 with val_loss_full ≤ 1.88)")
 for line in recipe:
     print("nanodist", line)
