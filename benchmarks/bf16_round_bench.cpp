@@ -1,7 +1,7 @@
 // bf16_round_bench: the fp32 → bf16 round two ways, side by side in one run — the exact
 // round-to-nearest-even that numeric/bf16.hpp writes in integer arithmetic (GCC vectorises
 // it), and round_to_bf16's route on the CPU's own vcvtne2ps2bf16 (AVX-512 BF16), whose
-// subnormal-holding blocks are redone exactly (docs/nn.md, "the SIMD route").
+// subnormal-holding blocks are redone exactly (docs/nn.md, "What made it fast").
 // One thread each, a cache-sized and a DRAM-sized array; GB/s counts 4 bytes read + 2
 // written per element, the median of 21 repeats; "differ" counts outputs that are not the
 // exact round (0: the instruction route is exact).

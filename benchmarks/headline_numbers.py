@@ -3,7 +3,8 @@
 the one dated table every page cites (docs/numbers.md).
 
     python3 benchmarks/headline_numbers.py run              # every benchmark, full size (about 8 min)
-    python3 benchmarks/headline_numbers.py render           # docs/numbers/*.txt → docs/numbers.md
+    python3 benchmarks/headline_numbers.py render           # docs/numbers/*.txt → docs/numbers.md and README's table
+    python3 benchmarks/headline_numbers.py ci               # a clean clone's .ci/run → docs/numbers/ci.txt (40 min)
     python3 benchmarks/headline_numbers.py run --small --raw-dir /tmp/n && \\
       python3 benchmarks/headline_numbers.py render --raw-dir /tmp/n --out /tmp/n/numbers.md
 
@@ -14,8 +15,9 @@ whose output does not parse is an error naming the file (the test command runs b
 sizes, so a benchmark whose output changed breaks the test, not the table). `--check` renders
 to memory and fails when docs/numbers.md differs: the committed table is the committed output's.
 
-The CI row comes from ci.txt: the last lines of a clean-clone `.ci/run` (`ci: …` and each
-stage's `run_…: build … s, tests … s` and ctest's `out of N`), copied from its output."""
+`ci` runs `.ci/run` on a clean clone of HEAD (beside the checkout, as CI does) and keeps its
+summary lines (`ci: …`, each stage's `run_…: build … s, tests … s`, ctest's `out of N`) in
+ci.txt: the CI row. A full `run` or `ci` refuses a tree with uncommitted changes."""
 import argparse
 import datetime
 import json
@@ -41,7 +43,7 @@ def benchmarks(args):
             ["--nanogpt-iters", "20", "--probe-iters", "3", "--repeats", "1", "--train-dp-args=--max-iters 20 --eval-iters 2"]
             if small else []),
         "train_dp_vs_ddp": [PY, f"{here}/train_dp_vs_pytorch_ddp.py", "--train-dp", f"{build}/trainers/train_dp"]
-        + data + (["--steps", "6", "--rounds", "1", "--ranks", "2"] if small else []),
+        + data + (["--steps", "6", "--rounds", "1", "--ranks", "2"] if small else ["--rounds", "3"]),
         "gpt_bench_vs_pytorch": [PY, f"{here}/gpt_bench_vs_pytorch.py", "--binary", f"{build}/benchmarks/gpt_bench",
                                  "--presets", "a", "--precisions", "fp32" if small else "fp32,bf16",
                                  "--rounds", "1" if small else "3"],
@@ -81,10 +83,18 @@ def shown(command):
     return " ".join(words)
 
 
+def commit_measured(small):
+    """The commit the rows measure; a full run refuses a tree with changes (the table would name wrong code)."""
+    described = subprocess.run(["git", "-C", root, "describe", "--always", "--dirty", "--abbrev=7"],
+                               capture_output=True, text=True).stdout.strip() or "unknown"
+    if described.endswith("-dirty") and not small:
+        sys.exit("error: the tree has uncommitted changes: commit them first, so the table names the code it measured")
+    return described
+
+
 def run(args):
     os.makedirs(args.raw_dir, exist_ok=True)
-    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    commit = commit_measured(args.small)
     meta = {
         "date": datetime.date.today().isoformat(),
         "commit": commit,
@@ -94,6 +104,7 @@ def run(args):
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
         "os": platform.platform(),
         "commands": {},
+        "measured": {},
     }
     chosen = args.only.split(",") if args.only else None
     env = dict(os.environ)  # the nanodist_torch module of this build, for the PyTorch backend's row
@@ -108,10 +119,13 @@ def run(args):
         with open(os.path.join(args.raw_dir, f"{name}.txt"), "w") as f:
             f.write(out.stdout)
         meta["commands"][name] = shown(command)
+        meta["measured"][name] = f"{meta['date']}, commit {commit}"
     old = os.path.join(args.raw_dir, "machine.json")
-    if chosen and os.path.exists(old):  # a partial run keeps the other rows' commands
+    if chosen and os.path.exists(old):  # a partial run keeps the other rows', each with its own date and commit
         with open(old) as f:
-            meta["commands"] = {**json.load(f).get("commands", {}), **meta["commands"]}
+            before = json.load(f)
+        meta["commands"] = {**before.get("commands", {}), **meta["commands"]}
+        meta["measured"] = {**before.get("measured", {}), **meta["measured"]}
     with open(old, "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
@@ -137,32 +151,50 @@ def find(pattern, text, path, what):
 
 
 def main_job_row(raw_dir):
+    """Each side's own recipe to the end of training: not the same model or steps (the label says both)."""
     path, text = read(raw_dir, "main_job")
     ours = find(r"^nanodist \(mpiexec -n (\d+)\)\s+([\d.]+)\s+([\d.]+)", text, path, "nanodist row")
     theirs = find(r"^nanoGPT \(PyTorch, 1 proc\)\s+([\d.]+)\s+([\d.]+)\s+\[([^\]]+)\]", text, path, "nanoGPT row")
+    spread = find(r"\(wall: median of (\d+) round\(s\); nanodist ([\d.]+–[\d.]+) s, nanoGPT ([\d.]+–[\d.]+) s\)", text,
+                  path, "'median of N round(s)' header")
+    model = find(r"^nanodist model: (\d+) layers, \d+ heads, (\d+) wide", text, path, "'nanodist model:' line")
+    batch = find(r"= (\d+) tokens per step", text, path, "'nanodist global batch:' line")
+    steps = find(r"^nanodist steps: (\d+)", text, path, "'nanodist steps:' line")
+    compute = find(r"^nanodist compute: .*?\b(fp32|bf16)\b", text, path, "'nanodist compute:' line")
+    theirs_recipe = find(r"^nanoGPT recipe: (\d+) layers, \d+ heads, (\d+) wide, .*?= (\d+) tokens per step, (\d+) steps",
+                         text, path, "'nanoGPT recipe:' line")
     ours_s, theirs_s = float(ours.group(2)), float(theirs.group(1))
-    rounds = find(r"\(wall: median of (\d+) round", text, path, "'median of N rounds' header").group(1)
-    return (f"the main job's recipe in fp32 on both sides, launch to exit (train_dp on 2 ranks against nanoGPT's "
-            f"CPU recipe, 1 process), median of {rounds} runs each",
-            f"{ours_s:.1f} s, val_loss_full {float(ours.group(3)):.3f}",
-            f"{theirs_s:.1f} s, val_loss_full {float(theirs.group(2)):.3f} ({theirs.group(3)})",
-            f"{theirs_s / ours_s:.1f}× faster", "main_job")
+    return (f"time to the end of training, each its own recipe: nanodist {model.group(1)} layers × {model.group(2)} wide, "
+            f"{steps.group(1)} steps × {batch.group(1)} tokens on {ours.group(1)} ranks, {compute.group(1)}; nanoGPT's CPU "
+            f"recipe {theirs_recipe.group(1)} layers × {theirs_recipe.group(2)} wide, {theirs_recipe.group(4)} steps × "
+            f"{theirs_recipe.group(3)} tokens, 1 process, fp32 (median of {spread.group(1)} runs each)",
+            f"{ours_s:.1f} s ({spread.group(2)}), val_loss_full {float(ours.group(3)):.3f}",
+            f"{theirs_s:.1f} s ({spread.group(3)}), val_loss_full {float(theirs.group(2)):.3f} ({theirs.group(3)})",
+            f"{theirs_s / ours_s:.1f}× sooner", "main_job")
 
 
 def train_dp_rows(raw_dir):
     path, text = read(raw_dir, "train_dp_vs_ddp")
-    precision = find(r"^(\w+): global tokens/s", text, path, "summary").group(1)
+    summary = find(r"^(\w+): global tokens/s, median over (\d+) round", text, path, "summary")
+    precision, rounds = summary.group(1), summary.group(2)
+    found = re.findall(r"^\s*(\d+)  nanodist / best PyTorch \(([^)]+)\): ([\d.]+)x", text, re.MULTILINE)
+    if not found:
+        raise Unreadable(f"{path}: no 'nanodist / best PyTorch' line in it")
+    best_pytorch = {}
     rows = []
-    for found in re.finditer(r"^\s*(\d+)  nanodist / best PyTorch \(([^)]+)\): ([\d.]+)x", text, re.MULTILINE):
-        ranks, best, ratio = found.group(1), found.group(2), float(found.group(3))
+    for ranks, best, ratio in found:
         ours = find(rf"^\s*{ranks}  nanodist train_dp\s+(\d+)", text, path, f"{ranks}-rank nanodist row")
         theirs = find(rf"^\s*{ranks}  {re.escape(best)}\s+(\d+)", text, path, f"{ranks}-rank {best} row")
+        settings = len(re.findall(rf"^\s*{ranks}  pytorch DDP, ", text, re.MULTILINE))
+        best_pytorch[int(ranks)] = int(theirs.group(1))
+        note = ""
+        if int(ranks) > 1 and best_pytorch.get(1, 0) > int(theirs.group(1)):
+            note = f"; DDP on {ranks} ranks is below its own 1-rank run here ({best_pytorch[1]:,})"
         rows.append((f"train_dp against PyTorch DDP (gloo), {ranks} rank{'s' if ranks != '1' else ''}, {precision}, "
-                     "global tokens/s",
-                     f"{int(ours.group(1)):,}", f"{int(theirs.group(1)):,} ({best.replace('pytorch DDP, ', '')})",
-                     f"{ratio:.2f}×", "train_dp_vs_ddp"))
-    if not rows:
-        raise Unreadable(f"{path}: no 'nanodist / best PyTorch' line in it")
+                     f"global tokens/s, median of {rounds} rounds; PyTorch's best of its {settings} thread "
+                     f"setting{'s' if settings != 1 else ''} for {ranks} rank{'s' if ranks != '1' else ''}",
+                     f"{int(ours.group(1)):,}", f"{int(theirs.group(1)):,} ({best.replace('pytorch DDP, ', '')}{note})",
+                     f"{float(ratio):.2f}×", "train_dp_vs_ddp"))
     return rows
 
 
@@ -212,32 +244,42 @@ def comm_bench_rows(raw_dir):
         sizes.append((nbytes, busbw, together))
     if not sizes:
         raise Unreadable(f"{path}: no size rows in it")
+    iterations = find(r", (\d+) iterations after", text, path, "iterations in the header").group(1)
+    # From 16 MiB up: below it the buffers stay in cache and memcpy's figure is no ceiling (benchmarks.md).
+    large = [row for row in sizes if row[0] >= 16 * 2**20] or sizes[-1:]
     rows = []
-    for nbytes, busbw, together in (sizes[i] for i in sorted({len(sizes) // 2, len(sizes) - 1})):
-        rows.append((f"allreduce on {ranks} ranks, {size_label(nbytes)}, busbw (best of out-of-place and in place)",
+    for nbytes, busbw, together in large:
+        ceiling = nbytes >= 16 * 2**20
+        rows.append((f"allreduce on {ranks} ranks, {size_label(nbytes)}, busbw from the mean time of {iterations} "
+                     "iterations (the better of out-of-place and in place)",
                      f"shm {busbw['shm']:.1f} GB/s" + (f", ring {busbw['ring']:.1f}" if "ring" in busbw else ""),
-                     f"OpenMPI {busbw['mpi']:.1f} GB/s; memcpy, every rank at once, {together:.1f} GB/s",
-                     f"{busbw['shm'] / busbw['mpi']:.1f}× OpenMPI, {busbw['shm'] / together:.2f} of memcpy",
+                     f"OpenMPI {busbw['mpi']:.1f} GB/s" + (f"; memcpy, every rank at once, {together:.1f} GB/s"
+                                                           if ceiling else ""),
+                     f"{busbw['shm'] / busbw['mpi']:.1f}× OpenMPI" + (f", {busbw['shm'] / together:.2f} of memcpy"
+                                                                      if ceiling else ""),
                      "comm_bench_allreduce"))
     return rows
 
 
 def torch_backend_rows(raw_dir):
     path, text = read(raw_dir, "torch_allreduce_vs_gloo")
+    find(r"^\s*size\s+memcpy GB/s\s+gloo GB/s\s+nanodist/default GB/s\s+default/gloo\s*$", text, path,
+         "header 'size memcpy gloo nanodist/default default/gloo' (its columns changed?)")
     rows = {}
     for found in re.finditer(r"^\s*(\d+) (KB|MB)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", text, re.MULTILINE):
-        rows[f"{found.group(1)} {found.group(2)}"] = (float(found.group(4)), float(found.group(5)))
+        rows[f"{found.group(1)} {found.group(2)}"] = (float(found.group(4)), float(found.group(5)), float(found.group(6)))
     if not rows:
         raise Unreadable(f"{path}: no size rows in it")
     chosen = [label for label in ("1 MB", "64 MB") if label in rows] or [list(rows)[-1]]
-    return [(f"torch.distributed all_reduce on 2 ranks, {label}, busbw: the nanodist backend (its default) "
-             "against gloo", f"{rows[label][1]:.2f} GB/s", f"gloo {rows[label][0]:.2f} GB/s",
-             f"{rows[label][1] / rows[label][0]:.1f}×", "torch_allreduce_vs_gloo") for label in chosen]
+    return [(f"torch.distributed all_reduce on 2 ranks, {label}, busbw from the median of each side's calls "
+             "(slowest rank): the nanodist backend (its default) against gloo", f"{rows[label][1]:.2f} GB/s",
+             f"gloo {rows[label][0]:.2f} GB/s", f"{rows[label][2]:.1f}×", "torch_allreduce_vs_gloo")
+            for label in chosen]
 
 
 def ci_row(raw_dir):
     path, text = read(raw_dir, "ci")
-    commit = find(r"of commit (\w+) on (\d{4}-\d\d-\d\d)", text, path, "'of commit … on DATE' line")
+    commit = find(r"of commit ([\w.-]+) on (\d{4}-\d\d-\d\d)", text, path, "'of commit … on DATE' line")
     counts = re.findall(r"tests passed, 0 tests failed out of (\d+)", text)
     stages = find(r"^ci: release stage (\d+) min (\d+) s, sanitizer stage (\d+) min (\d+) s, in all (\d+) min (\d+) s"
                   r" \(budget (\d+) min\)", text, path, "'ci:' line")
@@ -268,7 +310,8 @@ def render(args):
         "you can run on your own machine. The figures are from one machine on one day; yours will differ,",
         "the ratios less than the times.",
         "",
-        f"- **Measured** {meta['date']} at commit {meta['commit']}",
+        (f"- **Measured** {meta['date']} at commit {meta['commit']}" if len(set(meta.get("measured", {}).values())) <= 1
+         else "- **Measured** row by row: each command below says its date and commit"),
         f"- **Machine**: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB, {meta['os']}"
         + (f"; CPU features: {meta['cpu_features']}" if meta.get("cpu_features") else ""),
         "- **Again, every row**: `python3 benchmarks/headline_numbers.py run && "
@@ -284,9 +327,10 @@ def render(args):
         out.append(f"| {what} | {ours} | {theirs} | {ratio} | [{name}.txt](numbers/{name}.txt) |")
     out += ["", "The commands, as run:", ""]
     for name, command in meta.get("commands", {}).items():
-        out.append(f"- {name}: `{command}`")
-    if os.path.exists(os.path.join(args.raw_dir, "ci.txt")):
-        out.append("- ci: `git clone -q . ../ci-clone && cd ../ci-clone && CI=true bash .ci/run`")
+        out.append(f"- {name}: `{command}`" + (f" ({meta['measured'][name]})"
+                                               if len(set(meta.get("measured", {}).values())) > 1 else ""))
+    out.append("- ci: `python3 benchmarks/headline_numbers.py ci` (a clean clone's `.ci/run`, its own commit and date "
+               "in its row)")
     out += ["", "How to read each benchmark's output: [benchmarks.md](benchmarks.md); what the numbers were before: "
             "[history.md](history.md).", ""]
     text = "\n".join(out)
@@ -299,7 +343,7 @@ def render(args):
             sys.exit(f"error: {args.readme} has no '{begin.strip()}' … '{end}' block for the table")
         short = ["| | nanodist | the other side | |", "|---|---|---|---|"]
         for what, ours, theirs, ratio, name in rows:
-            if ", 1 rank," in what or ", 4 MB," in what or ", 1 MB," in what:
+            if "all_reduce on 2 ranks, 1 MB" in what or ", 16 MB," in what:
                 continue  # the README keeps one row per comparison; docs/numbers.md has them all
             short.append(f"| {what} | {ours} | {theirs} | {ratio} |")
         short.append(f"\n{meta['date']}, commit {meta['commit']}, {meta['cpu']} ({meta['cores']} cores): "
@@ -323,9 +367,34 @@ def render(args):
             f.write(new)
     print(f"headline_numbers: wrote {args.out}: {len(rows)} rows" + (f"; and {args.readme}'s table" if args.readme else ""))
 
+def ci(args):
+    """A clean clone of HEAD runs .ci/run; its summary lines become ci.txt (the CI row)."""
+    commit = commit_measured(False)
+    clone = os.path.abspath(args.clone_dir)
+    subprocess.run(["rm", "-rf", clone], check=True)
+    subprocess.run(["git", "clone", "-q", root, clone], check=True)
+    log = os.path.join(clone, "ci-run.log")
+    print(f"headline_numbers: .ci/run of {commit} in {clone} (about 40 minutes; its output in {log})", flush=True)
+    with open(log, "w") as f:
+        done = subprocess.run(["bash", ".ci/run"], cwd=clone, env=dict(os.environ, CI="true"), stdout=f,
+                              stderr=subprocess.STDOUT)
+    with open(log) as f:
+        lines = [line.rstrip("\n") for line in f if re.match(
+            r"^(\d+% tests passed|Total Test time|run_tests: build|run_sanitizer_tests: build|ci: release stage)", line)]
+    if done.returncode != 0:
+        sys.exit(f"error: .ci/run failed (exit {done.returncode}): see {log}")
+    with open(os.path.join(args.raw_dir, "ci.txt"), "w") as f:
+        f.write(f"# A clean-clone run of .ci/run (python3 benchmarks/headline_numbers.py ci)\n"
+                f"# of commit {commit} on {datetime.date.today().isoformat()}, on the machine in machine.json; "
+                "the lines it printed:\n" + "\n".join(lines) + "\n")
+    print(f"headline_numbers: wrote {os.path.join(args.raw_dir, 'ci.txt')}: {len(lines)} lines")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=["run", "render"])
+    parser.add_argument("mode", choices=["run", "render", "ci"])
+    parser.add_argument("--clone-dir", default=os.path.join(os.path.dirname(root), "ci-clone"),
+                        help="ci: where the clean clone goes (replaced)")
     parser.add_argument("--raw-dir", default=os.path.join(root, "docs", "numbers"))
     parser.add_argument("--out", default=os.path.join(root, "docs", "numbers.md"))
     parser.add_argument("--build-dir", default=os.path.join(root, "build"))
@@ -340,6 +409,8 @@ def main():
         args.readme = os.path.join(root, "README.md")
     if args.mode == "run":
         run(args)
+    elif args.mode == "ci":
+        ci(args)
     else:
         render(args)
 

@@ -77,13 +77,20 @@ for round_ in range(args.repeats):
           f"val_loss_full={rounds_theirs[-1][1]:.4f}", flush=True)
 ours = (statistics.median(r[0] for r in rounds_ours), rounds_ours[0][1], rounds_ours[0][2])
 theirs = (statistics.median(r[0] for r in rounds_theirs), rounds_theirs[0][1], rounds_theirs[0][2])
-recipe = [line for line in ours[2].splitlines() if line.startswith(("model:", "global batch:"))]
+recipe = [line for line in ours[2].splitlines() if line.startswith(("model:", "global batch:", "compute:"))]
+steps = re.findall(r"^step (\d+)/(\d+) \|", ours[2], re.MULTILINE)
 trained = re.search(r"trained \d+ steps in ([0-9.]+) s", theirs[2])
 print()
-print(f"{'':28} {'wall s':>8} {'val_loss_full':>14}   (wall: median of {args.repeats} round(s))")
+print(f"{'':28} {'wall s':>8} {'val_loss_full':>14}   (wall: median of {args.repeats} round(s); nanodist "
+      f"{min(r[0] for r in rounds_ours):.1f}–{max(r[0] for r in rounds_ours):.1f} s, nanoGPT "
+      f"{min(r[0] for r in rounds_theirs):.1f}–{max(r[0] for r in rounds_theirs):.1f} s)")
 print(f"{'nanodist (mpiexec -n 2)':28} {ours[0]:>8.1f} {ours[1]:>14.4f}")
 print(f"{'nanoGPT (PyTorch, 1 proc)':28} {theirs[0]:>8.1f} {theirs[1]:>14.4f}   [{best_label}]"
       + (f"   (its training loop alone, round 1: {trained.group(1)} s)" if trained else ""))
 print(f"time ratio nanodist / nanoGPT: {ours[0] / theirs[0]:.2f}  (target ≤ 0.50 with val_loss_full ≤ 1.88)")
 for line in recipe:
     print("nanodist", line)
+if steps:
+    print(f"nanodist steps: {steps[-1][1]}")
+print(f"nanoGPT recipe: 4 layers, 4 heads, 128 wide, block 64, batch 12 = 768 tokens per step, "
+      f"{args.nanogpt_iters} steps, fp32 (benchmarks/nanogpt_train.py)")

@@ -9,7 +9,7 @@
 //   bfloat16  s eeeeeeee mmmmmmm                   (the low half rounded away)
 //
 // Rounding is to nearest, ties to even, as PyTorch does (and the CPU's vcvtneps2bf16, but for
-// flushing subnormal inputs to zero: docs/nn.md, "the SIMD route"); NaN stays NaN. Widening
+// flushing subnormal inputs to zero: docs/nn.md, "What made it fast"); NaN stays NaN. Widening
 // back to float is exact: append 16 zero bits. The layout (one uint16_t) is the
 // one oneDNN and the CPU's vdpbf16ps read, so a bfloat16 array is handed to them as it is.
 #pragma once

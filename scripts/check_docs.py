@@ -23,7 +23,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CODE = re.compile(r"`([^`\n]+)`")
 EXTERNAL_LINK = re.compile(r"\[[^\]]*\]\(https?://[^)]*\)")
 ISSUE = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
-OUTSIDE = re.compile(r"(?:\.\./)+shared\b|(?<![\w.])/work/|/home/\w+/")
+OUTSIDE = re.compile(r"(?:\.\./)+shared\b|(?<![\w.])/(?:work|root|home/\w+|tmp/\w+)/|(?<![\w.])~/\w")
 # Folders a path in backticks may start at: the tree's own, never build/ or out/ (made by a run).
 TOP = {"comm", "nn", "numeric", "parallel", "planning", "trainers", "benchmarks", "examples", "scripts", "docs",
        "tests", "hostfiles", "launcher", "cmake", "torch_backend", ".ci"}
@@ -38,7 +38,7 @@ def pages():
 
 def slug(heading):
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"`|\*\*?|_(?=\w)|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading.strip().lower())
+    text = re.sub(r"`|\*\*?|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading.strip().lower())
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -46,7 +46,7 @@ def anchors(path):
     found, fenced = set(), False
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.startswith("```"):
+            if line.lstrip().startswith("```"):
                 fenced = not fenced
             elif not fenced and line.startswith("#"):
                 base = slug(line.lstrip("#"))
@@ -74,7 +74,7 @@ def check(page):
         lines = f.read().splitlines()
     for number, line in enumerate(lines, 1):
         where = f"{os.path.relpath(page, root)}:{number}"
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):  # fences inside list items are indented
             fenced = not fenced
         # Another project's issue or file, linked to where it lives, is a source, not a path here.
         own = EXTERNAL_LINK.sub("", line)

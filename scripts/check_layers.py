@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that every #include points down: each file includes only what stands below it.
 
-The layers, bottom first (docs/README "Layout" draws the same picture). A file may include a
+The layers, bottom first (docs/layout.md draws the same picture). A file may include a
 file of its own layer or of a lower one, never of a higher one:
 
   numeric/                      the bf16 type and its codec, shared by comm/ and nn/

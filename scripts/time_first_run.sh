@@ -4,8 +4,8 @@
 # the command started, then when the first training step ended (the memory line comes right
 # after it) and when the main job ended. Extra arguments go to train_dp.
 #   bash scripts/time_first_run.sh
-# With the Debian packages missing (a new machine), run it there: README "How long the first
-# run takes" says how it was measured in a fresh Debian 12 root.
+# With the Debian packages missing (a new machine), run it there: docs/history.md, "The first
+# run from a fresh clone", says how it was measured in a fresh Debian 12 root.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 source "$repo/scripts/env.sh"   # keeps the data mirror this checkout sees
