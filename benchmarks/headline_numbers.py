@@ -300,6 +300,7 @@ def render(args):
                 + comm_bench_rows(args.raw_dir) + torch_backend_rows(args.raw_dir) + [ci_row(args.raw_dir)])
     except (Unreadable, OSError, ValueError, KeyError) as problem:
         sys.exit(f"error: {problem}")
+    row_by_row = len(set(meta.get("measured", {}).values())) > 1  # a partial run: rows of several commits
     out = [
         "# The numbers",
         "",
@@ -310,8 +311,8 @@ def render(args):
         "you can run on your own machine. The figures are from one machine on one day; yours will differ,",
         "the ratios less than the times.",
         "",
-        (f"- **Measured** {meta['date']} at commit {meta['commit']}" if len(set(meta.get("measured", {}).values())) <= 1
-         else "- **Measured** row by row: each command below says its date and commit"),
+        ("- **Measured** row by row: each command below says its date and commit" if row_by_row
+         else f"- **Measured** {meta['date']} at commit {meta['commit']}"),
         f"- **Machine**: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB, {meta['os']}"
         + (f"; CPU features: {meta['cpu_features']}" if meta.get("cpu_features") else ""),
         "- **Again, every row**: `python3 benchmarks/headline_numbers.py run && "
@@ -327,8 +328,7 @@ def render(args):
         out.append(f"| {what} | {ours} | {theirs} | {ratio} | [{name}.txt](numbers/{name}.txt) |")
     out += ["", "The commands, as run:", ""]
     for name, command in meta.get("commands", {}).items():
-        out.append(f"- {name}: `{command}`" + (f" ({meta['measured'][name]})"
-                                               if len(set(meta.get("measured", {}).values())) > 1 else ""))
+        out.append(f"- {name}: `{command}`" + (f" ({meta['measured'][name]})" if row_by_row else ""))
     out.append("- ci: `python3 benchmarks/headline_numbers.py ci` (a clean clone's `.ci/run`, its own commit and date "
                "in its row)")
     out += ["", "How to read each benchmark's output: [benchmarks.md](benchmarks.md); what the numbers were before: "
@@ -366,6 +366,7 @@ def render(args):
         with open(path, "w") as f:
             f.write(new)
     print(f"headline_numbers: wrote {args.out}: {len(rows)} rows" + (f"; and {args.readme}'s table" if args.readme else ""))
+
 
 def ci(args):
     """A clean clone of HEAD runs .ci/run; its summary lines become ci.txt (the CI row)."""

@@ -12,6 +12,7 @@ one line per problem (file:line: what) when
     CHANGELOG.md, whose moves name the old paths);
   - a page names an issue number or a path outside the repository (a reader's clone has
     neither)."""
+import functools
 import glob
 import os
 import re
@@ -42,6 +43,7 @@ def slug(heading):
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
+@functools.lru_cache(maxsize=None)  # each page's headings, read once however many links point at it
 def anchors(path):
     found, fenced = set(), False
     with open(path, encoding="utf-8") as f:
@@ -109,10 +111,11 @@ def check(page):
 def main():
     if not os.path.isfile(os.path.join(root, "README.md")):
         sys.exit(f"error: {root} has no README.md (give the repository's root)")
-    problems = [problem for page in pages() for problem in check(page)]
+    read = pages()
+    problems = [problem for page in read for problem in check(page)]
     for problem in problems:
         print(problem)
-    print(f"check_docs: {len(pages())} pages, {len(problems)} problem(s)")
+    print(f"check_docs: {len(read)} pages, {len(problems)} problem(s)")
     sys.exit(1 if problems else 0)
 
 
