@@ -60,7 +60,7 @@ namespace {
 
 // A diverged model (nan/inf weights) is never written over a good checkpoint, nor loaded.
 void check_finite(const GPT& model, const std::string& where) {
-  for (const auto& [name, t] : model.parameters())
+  for (const auto& [name, t, role] : model.parameters())
     for (float v : t.values())
       if (!std::isfinite(v)) fail("{}: {} holds non-finite values ({}): the run diverged", where, name, v);
 }
@@ -70,7 +70,7 @@ void check_finite(const GPT& model, const std::string& where) {
 CheckpointSnapshot snapshot_checkpoint(const GPT& model, const AdamW& optimizer, const nlohmann::json& train_state) {
   check_finite(model, "refusing to write a checkpoint");
   CheckpointSnapshot snapshot;
-  for (const auto& [name, t] : model.state_dict())
+  for (const auto& [name, t, role] : model.state_dict())
     snapshot.model.push_back({name, t.shape(), std::vector<float>(t.values().begin(), t.values().end())});
   const auto& params = optimizer.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -162,7 +162,7 @@ CheckpointInfo load_checkpoint(const fs::path& dir, GPT& model, AdamW* optimizer
            key, theirs[key].dump(), value.dump());
 
   SafetensorsReader weights(info.dir / "model.safetensors", read_checked(info, state, "model.safetensors"));
-  for (auto& [name, t] : model.parameters()) weights.read_into(name, t);
+  for (auto& [name, t, role] : model.parameters()) weights.read_into(name, t);
   check_finite(model, (info.dir / "model.safetensors").string());
   if (optimizer) {
     SafetensorsReader moments(info.dir / "optimizer.safetensors", read_checked(info, state, "optimizer.safetensors"));

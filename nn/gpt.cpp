@@ -10,7 +10,7 @@
 #include "nn/autograd.hpp"
 #include "nn/recompute.hpp"
 #include "nn/error.hpp"
-#include "nn/gemm.hpp"
+#include "nn/grad_clip.hpp"
 #include "nn/ops.hpp"
 
 namespace nn {
@@ -65,9 +65,9 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
 
 // The layers keep this process's part of the whole initial value (all of it, but under
 // tensor parallelism).
-Tensor GPT::add_parameter(const std::string& name, const Tensor& whole) {
-  Tensor mine = layers_->keep(name, whole);
-  parameters_.push_back({name, mine});
+Tensor GPT::add_parameter(const std::string& name, const Tensor& whole, ParameterRole role) {
+  Tensor mine = layers_->keep(whole, role);
+  parameters_.push_back({name, mine, role});
   return mine;
 }
 
@@ -93,7 +93,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const ComputeModes& modes)
 
 // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), biases 0, LayerNorm
 // weights 1; the projections that write into the residual stream ~ N(0, 0.02/√(2·n_layer)).
-Tensor GPT::init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned) {
+Tensor GPT::init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned, ParameterRole role) {
   const bool is_bias = name.ends_with(".bias"), is_layernorm = name.find(".ln_") != std::string::npos;
   const bool random = !is_bias && !is_layernorm;
   int64_t n = 1;
@@ -111,11 +111,11 @@ Tensor GPT::init_parameter(Rng& rng, const std::string& name, Shape shape, bool 
     const float stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02f;
     for (float& v : t.values()) v = rng.normal(0.0f, stddev);
   }
-  return add_parameter(name, t);
+  return add_parameter(name, t, role);
 }
 
-Tensor GPT::init_bias(Rng& rng, const std::string& name, int64_t n, bool owned) {
-  return config_.bias ? init_parameter(rng, name, {n}, owned) : Tensor{};
+Tensor GPT::init_bias(Rng& rng, const std::string& name, int64_t n, bool owned, ParameterRole role) {
+  return config_.bias ? init_parameter(rng, name, {n}, owned, role) : Tensor{};
 }
 
 std::vector<int> GPT::indices_from(std::size_t first) const {
@@ -133,8 +133,8 @@ void GPT::init_blocks(Rng& rng) {
     BlockWeights b;
     for (const BlockTensor& t : block_tensors()) {
       const Shape shape = t.columns ? Shape{t.rows * C, t.columns * C} : Shape{t.rows * C};
-      b.*t.field =
-          t.bias ? init_bias(rng, p + t.name, t.rows * C, owned) : init_parameter(rng, p + t.name, shape, owned);
+      b.*t.field = t.bias ? init_bias(rng, p + t.name, t.rows * C, owned, t.role)
+                          : init_parameter(rng, p + t.name, shape, owned, t.role);
     }
     if (!owned) continue;
     blocks_.push_back(b);
@@ -164,13 +164,14 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const Comp
   Rng rng(seed);
   // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
   // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.
-  wte_ = init_parameter(rng, "transformer.wte.weight", {V, C}, part_.embedding || part_.head);
-  wpe_ = init_parameter(rng, "transformer.wpe.weight", {config_.block_size, C}, part_.embedding);
+  using enum ParameterRole;
+  wte_ = init_parameter(rng, "transformer.wte.weight", {V, C}, part_.embedding || part_.head, vocabulary);
+  wpe_ = init_parameter(rng, "transformer.wpe.weight", {config_.block_size, C}, part_.embedding, replicated);
   if (part_.embedding) embedding_group_ = indices_from(0);
   init_blocks(rng);
   const std::size_t ln_f_first = parameters_.size();
-  ln_f_weight_ = init_parameter(rng, "transformer.ln_f.weight", {C}, part_.head);
-  ln_f_bias_ = init_bias(rng, "transformer.ln_f.bias", C, part_.head);
+  ln_f_weight_ = init_parameter(rng, "transformer.ln_f.weight", {C}, part_.head, replicated);
+  ln_f_bias_ = init_bias(rng, "transformer.ln_f.bias", C, part_.head, replicated);
   if (part_.head) {
     ln_f_group_ = indices_from(ln_f_first);
     if (!part_.embedding) ln_f_group_.push_back(0);  // this stage's wte serves only lm_head, in the same group
@@ -181,7 +182,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const Comp
 
 std::vector<NamedTensor> GPT::state_dict() const {
   std::vector<NamedTensor> all = parameters_;
-  if (part_.head) all.push_back({"lm_head.weight", wte_});
+  if (part_.head) all.push_back({"lm_head.weight", wte_, ParameterRole::vocabulary});
   return all;
 }
 
@@ -206,6 +207,24 @@ double GPT::flops_per_token(int64_t T) const {
 
 void GPT::zero_grad() {
   for (auto& p : parameters_) p.tensor.zero_grad();
+}
+
+void GPT::sum_replicated_grads() {
+  std::vector<Tensor> replicated;
+  for (const NamedTensor& p : parameters_)
+    if (p.role == ParameterRole::replicated) replicated.push_back(p.tensor);
+  layers_->sum_replicated_grads(replicated);
+}
+
+// In parameters' order, each tensor's Σ g² in double; the cut ones apart, summed over the group.
+double GPT::squared_grad_norm() const {
+  double cut = 0.0, whole = 0.0;
+  for (const NamedTensor& p : parameters_) {
+    if (!part_.embedding && wte_.defined() && p.tensor.same_storage(wte_)) continue;  // the head's copy: counted on stage 0
+    std::vector<NamedTensor> one{p};
+    (layers_->is_cut(p.role) ? cut : whole) += nn::squared_grad_norm(one);
+  }
+  return layers_->sum_over_group(cut) + whole;
 }
 
 int64_t dropout_site(DropoutSite which, int layer) {
@@ -403,12 +422,13 @@ Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets,
 }
 
 void GPT::next_token_logits(const Tensor& x, int64_t T, float temperature, std::span<float> logits) {
-  const int64_t V = wte_.size(0), C = config_.n_embd;  // V: the vocabulary rows held here
+  const int64_t C = config_.n_embd;
   Tensor h = final_norm(x);  // [1,T,C]
-  // Logits of the last position only, divided by the temperature: h[T-1] · wteᵀ / temperature.
-  std::vector<float> mine(static_cast<std::size_t>(V));
-  gemm(false, true, 1, V, C, 1.0f / temperature, h.data() + (T - 1) * C, C, wte_.data(), C, 0.0f, mine.data(), V);
-  layers_->gather_vocabulary(mine, logits);
+  // Logits of the last position only, through the one lm_head: h[T-1] · wteᵀ / temperature.
+  Tensor last = Tensor::from(std::span<const float>(h.data() + (T - 1) * C, static_cast<std::size_t>(C)), {1, 1, C});
+  Tensor mine = lm_head(last);  // [1,1,V], or this rank's vocabulary columns [1,1,V/W]
+  for (float& z : mine.values()) z /= temperature;
+  layers_->gather_vocabulary(mine.values(), logits);
 }
 
 int32_t sample_token(std::span<float> logits, int top_k, Rng& rng) {
@@ -458,19 +478,21 @@ std::vector<int32_t> GPT::generate(std::vector<int32_t> tokens, int max_new_toke
 
 const std::array<BlockTensor, 12>& block_tensors() {
   using B = BlockWeights;
+  using enum ParameterRole;
   static const std::array<BlockTensor, 12> tensors{{
-      {"ln_1.weight", &B::ln_1_weight, 1, 0, false},
-      {"ln_1.bias", &B::ln_1_bias, 1, 0, true},
-      {"attn.c_attn.weight", &B::c_attn_weight, 3, 1, false},
-      {"attn.c_attn.bias", &B::c_attn_bias, 3, 0, true},
-      {"attn.c_proj.weight", &B::attn_proj_weight, 1, 1, false},
-      {"attn.c_proj.bias", &B::attn_proj_bias, 1, 0, true},
-      {"ln_2.weight", &B::ln_2_weight, 1, 0, false},
-      {"ln_2.bias", &B::ln_2_bias, 1, 0, true},
-      {"mlp.c_fc.weight", &B::c_fc_weight, 4, 1, false},
-      {"mlp.c_fc.bias", &B::c_fc_bias, 4, 0, true},
-      {"mlp.c_proj.weight", &B::mlp_proj_weight, 1, 4, false},
-      {"mlp.c_proj.bias", &B::mlp_proj_bias, 1, 0, true},
+      // name                 field                 rows cols bias   role
+      {"ln_1.weight", &B::ln_1_weight, 1, 0, false, replicated},
+      {"ln_1.bias", &B::ln_1_bias, 1, 0, true, replicated},
+      {"attn.c_attn.weight", &B::c_attn_weight, 3, 1, false, fused_qkv_column},
+      {"attn.c_attn.bias", &B::c_attn_bias, 3, 0, true, fused_qkv_column},
+      {"attn.c_proj.weight", &B::attn_proj_weight, 1, 1, false, row},
+      {"attn.c_proj.bias", &B::attn_proj_bias, 1, 0, true, replicated},  // added once, after g
+      {"ln_2.weight", &B::ln_2_weight, 1, 0, false, replicated},
+      {"ln_2.bias", &B::ln_2_bias, 1, 0, true, replicated},
+      {"mlp.c_fc.weight", &B::c_fc_weight, 4, 1, false, column},
+      {"mlp.c_fc.bias", &B::c_fc_bias, 4, 0, true, column},
+      {"mlp.c_proj.weight", &B::mlp_proj_weight, 1, 4, false, row},
+      {"mlp.c_proj.bias", &B::mlp_proj_bias, 1, 0, true, replicated},  // added once, after g
   }};
   return tensors;
 }

@@ -84,9 +84,12 @@ int64_t dropout_site(DropoutSite which, int layer);
 DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, DropoutSite which, int layer,
                          int64_t first_element = 0);
 
+// A parameter: its nanoGPT name, this process's tensor, and how tensor parallelism cuts it
+// (declared where the model makes it; replicated for anything that is not a model's parameter).
 struct NamedTensor {
   std::string name;
   Tensor tensor;
+  ParameterRole role = ParameterRole::replicated;
 };
 
 // A transformer block's tensors: whole, or this rank's slices under tensor parallelism
@@ -96,18 +99,21 @@ struct BlockWeights {
   Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
 };
 // Each of them in nanoGPT's state_dict order: its name after "transformer.h.<l>.", its field,
-// and its shape in units of n_embd C — [rows·C, columns·C], or [rows·C] when columns is 0.
+// its shape in units of n_embd C — [rows·C, columns·C], or [rows·C] when columns is 0 — and
+// its role under tensor parallelism (the one place a block's split is declared).
 struct BlockTensor {
   const char* name;
   Tensor BlockWeights::*field;
   int rows, columns;
   bool bias;
+  ParameterRole role;
 };
 const std::array<BlockTensor, 12>& block_tensors();
 
-// The model, written once: on one process, as a pipeline stage's part, and — with `layers`
-// swapped for tensor-parallel ones (nn/gpt_layers.hpp, parallel::TensorParallelGPT) — as one
-// rank's slice of every big matmul.
+// The model, written once, and the one model type of every layout: on one process, as a
+// pipeline stage's part, and — with `layers` swapped for tensor-parallel ones
+// (nn/gpt_layers.hpp, parallel/tp/tensor_parallel_layers.hpp) — as one rank's slice of every
+// big matmul.
 class GPT {
  public:
   // nanoGPT's initialisation, from `seed`; `modes`: how it computes (precision, attention
@@ -122,6 +128,11 @@ class GPT {
   const GPTConfig& config() const { return config_; }
   const ComputeModes& modes() const { return modes_; }
   const GPTPart& part() const { return part_; }
+  // What computes its linears, embedding and loss, and on which slice (whole, or tensor-parallel).
+  const GPTLayers& layers() const { return *layers_; }
+  // wte, the tied embedding (this process's rows of it): the embedding's, or the head's copy on
+  // a last pipeline stage; undefined when this part has neither.
+  Tensor tied_embedding() const { return wte_; }
 
   // The pieces, for a pipeline stage (forward and backward of each are on the tape). The
   // stream x is [B,S,C]: S = T, or this rank's T/W positions under sequence parallelism.
@@ -169,6 +180,14 @@ class GPT {
   void set_dropout_batch(const DropoutBatch& batch) { dropout_batch_ = batch; }
   void zero_grad();
 
+  // Gradients after backward, for any layout of this part. sum_replicated_grads: the
+  // replicated parameters' gradients made whole over the tensor-parallel group (sequence
+  // parallelism; nothing otherwise). squared_grad_norm: Σ g² of this part, the same on every
+  // rank of the group — the cut parameters' squares summed over the group, each element
+  // counted once; a head-only stage's copy of wte left out (the first stage counts it).
+  void sum_replicated_grads();
+  double squared_grad_norm() const;
+
   // For data-parallel overlap (parallel/dp/gradient_averaging.hpp): during backward, called each
   // time a group of parameters — one block, ln_f, or the embeddings (wte last: lm_head shares
   // it) — has received its last gradient contribution, with their indices in parameters().
@@ -190,11 +209,11 @@ class GPT {
   std::vector<std::vector<int>> parameter_groups() const;
 
  private:
-  Tensor add_parameter(const std::string& name, const Tensor& whole);  // keeps this process's part
+  Tensor add_parameter(const std::string& name, const Tensor& whole, ParameterRole role);  // keeps this process's part
   // nanoGPT's initialisation of one parameter, drawn from `rng` in state_dict order; one this
   // part does not own still draws its numbers (keeping the stream in step) and is not made.
-  Tensor init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned);
-  Tensor init_bias(Rng& rng, const std::string& name, int64_t n, bool owned);  // none without --bias
+  Tensor init_parameter(Rng& rng, const std::string& name, Shape shape, bool owned, ParameterRole role);
+  Tensor init_bias(Rng& rng, const std::string& name, int64_t n, bool owned, ParameterRole role);  // none without --bias
   std::vector<int> indices_from(std::size_t first) const;  // parameters first … last
   void init_blocks(Rng& rng);  // the part's blocks and their groups
   Tensor final_norm(const Tensor& x, const Tensor& mlp_out = {});  // ln_f

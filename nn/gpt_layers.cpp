@@ -6,6 +6,17 @@
 
 namespace nn {
 
+const char* name_of(ParameterRole role) {
+  switch (role) {
+    case ParameterRole::replicated: return "replicated";
+    case ParameterRole::column: return "column";
+    case ParameterRole::fused_qkv_column: return "fused-qkv column";
+    case ParameterRole::row: return "row";
+    case ParameterRole::vocabulary: return "vocabulary";
+  }
+  return "?";
+}
+
 Tensor WholeLayers::token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T, bool) {
   return embedding(wte, ids, {B, T});  // [B,T,C]
 }

@@ -5,7 +5,7 @@
 // written once, against these; only what a layer computes, and on which slice, changes:
 //
 //                       WholeLayers (here)              parallel::TensorParallelLayers
-//   parameter at init   the whole tensor                this rank's slice of it
+//   parameter at init   the whole tensor                this rank's slice of it, by its role
 //   attention heads     all n_head                      n_head/W, from head rank·n_head/W
 //   residual stream     [B,T,C]                         [B,T/W,C] while training with SP
 //   column_linear       x·Wᵀ + b          [B,T,out]     f(x)·W_rᵀ + b_r        [B,T,out/W]
@@ -15,24 +15,54 @@
 //
 // A column layer's output feeds a row layer's input (c_attn → attention → c_proj, c_fc →
 // GELU → mlp.c_proj); lm_head is a column layer over wte's rows.
+//
+// How each parameter is cut is declared once, where the model makes it (nn/gpt.cpp): its
+// ParameterRole travels with it (nn::NamedTensor::role), and the layers cut, gather and sum
+// by the role alone — no layer guesses from a name.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "nn/gemm.hpp"  // Precision
 #include "nn/tensor.hpp"
 
 namespace nn {
 
+// What a parameter is to tensor parallelism (Megatron's split), for a weight [out, in]:
+//   column            cut by output rows: mlp.c_fc's weight and bias (each rank out/W rows)
+//   fused_qkv_column  a column layer whose rows are q | k | v stacked, each cut by whole
+//                     heads: attn.c_attn's weight and bias
+//   row               cut by input columns: attn.c_proj's and mlp.c_proj's weights
+//   vocabulary        cut by vocabulary rows, padded to a multiple of W: wte (= lm_head)
+//   replicated        whole on every rank: wpe, the layernorms, the row layers' biases
+enum class ParameterRole { replicated, column, fused_qkv_column, row, vocabulary };
+const char* name_of(ParameterRole role);
+
 class GPTLayers {
  public:
   virtual ~GPTLayers() = default;
 
-  // This process's part of parameter `name` (nanoGPT's state_dict name), cut from `whole`, its
-  // initial value; a parameter that needs gradients. Called once per parameter, in state_dict
-  // order, while the model is built.
-  virtual Tensor keep(const std::string& name, const Tensor& whole) = 0;
+  // This process's part of a parameter with this role, cut from `whole`, its initial value; a
+  // tensor that needs gradients. Called once per parameter, in state_dict order, while the
+  // model is built.
+  virtual Tensor keep(const Tensor& whole, ParameterRole role) = 0;
+  // Whether this process holds a cut of parameters with this role (false: it holds them whole).
+  virtual bool is_cut(ParameterRole role) const = 0;
+  // This process's part of a whole tensor laid out like a parameter with this role (values, a
+  // gradient or a moment), and the way back: the whole tensor from every process's part (a
+  // collective over the group). `mine`'s shape is this process's part's.
+  virtual std::vector<float> shard(ParameterRole role, const Shape& whole_shape,
+                                   std::span<const float> whole) const = 0;
+  virtual std::vector<float> gather(ParameterRole role, const Shape& mine_shape, std::span<const float> mine) const = 0;
+  virtual Shape whole_shape(ParameterRole role, const Shape& mine_shape) const = 0;
+  // Σ over the group of a number each process holds part of (Σ g² of its cut parameters).
+  virtual double sum_over_group(double mine) const = 0;
+  // After backward: the replicated parameters' gradients made whole. Under sequence
+  // parallelism each process saw only its own positions, so they are summed over the group;
+  // otherwise nothing to do.
+  virtual void sum_replicated_grads(std::span<const Tensor> replicated) = 0;
 
   // The attention heads computed here, out of n_head, and the first of them.
   virtual int local_heads(int n_head) const = 0;
@@ -63,7 +93,17 @@ class GPTLayers {
 // Every layer whole, on one process: nn::GPT's default.
 class WholeLayers final : public GPTLayers {
  public:
-  Tensor keep(const std::string&, const Tensor& whole) override { return whole; }
+  Tensor keep(const Tensor& whole, ParameterRole) override { return whole; }
+  bool is_cut(ParameterRole) const override { return false; }
+  std::vector<float> shard(ParameterRole, const Shape&, std::span<const float> whole) const override {
+    return {whole.begin(), whole.end()};
+  }
+  std::vector<float> gather(ParameterRole, const Shape&, std::span<const float> mine) const override {
+    return {mine.begin(), mine.end()};
+  }
+  Shape whole_shape(ParameterRole, const Shape& mine_shape) const override { return mine_shape; }
+  double sum_over_group(double mine) const override { return mine; }
+  void sum_replicated_grads(std::span<const Tensor>) override {}
   int local_heads(int n_head) const override { return n_head; }
   int first_head(int) const override { return 0; }
   int64_t stream_length(int64_t T, bool) const override { return T; }

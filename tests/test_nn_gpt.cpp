@@ -48,7 +48,7 @@ struct Fixture {
     return {v.begin(), v.end()};
   }
   void load_weights(nn::GPT& model) const {
-    for (auto& [name, t] : model.parameters()) {
+    for (auto& [name, t, role] : model.parameters()) {
       std::vector<float> w = file.floats("param." + name);
       std::copy(w.begin(), w.end(), t.data());
     }
@@ -115,7 +115,7 @@ TEST_CASE("GPT matches PyTorch's nanoGPT: names, count, loss, every gradient") {
     const double reference_loss = fx.file.doubles("loss")[0];
     CHECK(std::abs(loss.item() - reference_loss) <= 1e-5 * std::abs(reference_loss));
     nn::autograd::backward(loss);
-    for (const auto& [pname, t] : model.state_dict())
+    for (const auto& [pname, t, role] : model.state_dict())
       check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));
   }
 }
@@ -143,7 +143,7 @@ TEST_CASE("GPT in bf16 matches PyTorch's bf16 autocast: loss and every gradient 
     INFO("loss: ours in bf16 " << loss.item() << ", PyTorch autocast " << torch_bf16);
     CHECK(std::abs(loss.item() - torch_bf16) <= 1e-3 * std::abs(torch_bf16));
     int over_fp32_bound = 0;
-    for (const auto& [pname, t] : model.state_dict()) {
+    for (const auto& [pname, t, role] : model.state_dict()) {
       const std::vector<double> torch16 = fx.file.doubles("bf16.grad." + pname);
       double difference = 0, size = 0;
       for (std::size_t i = 0; i < torch16.size(); ++i) {
@@ -172,7 +172,7 @@ TEST_CASE("AdamW and clipping match PyTorch's over two steps") {
     auto rates = nlohmann::json::parse(m.at("learning_rates")).get<std::vector<float>>();
     std::vector<double> norms = fx.file.doubles("clip_norms");
     for (std::size_t s = 0; s < rates.size(); ++s) {
-      for (auto& [pname, t] : model.parameters()) {
+      for (auto& [pname, t, role] : model.parameters()) {
         std::vector<float> g = fx.file.floats("grad." + pname);
         std::copy(g.begin(), g.end(), t.grad());
       }
@@ -182,7 +182,7 @@ TEST_CASE("AdamW and clipping match PyTorch's over two steps") {
       CHECK(nn::grad_norm(model.parameters()) == Approx(0.5f * norm).epsilon(1e-4));
       opt.step(rates[s]);
     }
-    for (const auto& [pname, t] : model.state_dict())
+    for (const auto& [pname, t, role] : model.state_dict())
       check_close("after AdamW " + pname, t.data(), fx.file.doubles("adamw." + pname));
   }
 }
@@ -474,7 +474,7 @@ TEST_CASE("GPT in parts: three stages start from the whole model's numbers and g
   };
   std::size_t held = 0;
   for (nn::GPT* part : {&first, &middle, &last})
-    for (auto& [name, t] : part->parameters()) {
+    for (auto& [name, t, role] : part->parameters()) {
       INFO(name);
       CHECK(value_of(*part, name) == value_of(whole, name));  // bit-identical initialisation
       ++held;
@@ -532,7 +532,7 @@ TEST_CASE("GPT in parts: three stages start from the whole model's numbers and g
     return std::vector<float>(g.begin(), g.end());
   };
   for (nn::GPT* part : {&first, &middle, &last})
-    for (auto& [name, t] : part->parameters()) {
+    for (auto& [name, t, role] : part->parameters()) {
       if (name == "transformer.wte.weight") continue;
       INFO(name);
       const auto ours = grad_of(*part, name), theirs = grad_of(whole, name);

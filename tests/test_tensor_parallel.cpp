@@ -18,7 +18,7 @@
 #include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "parallel/tp/conjugate_ops.hpp"
-#include "parallel/tp/tensor_parallel_gpt.hpp"
+#include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/tp/vocab_parallel_cross_entropy.hpp"
 
 namespace {
@@ -109,21 +109,23 @@ TEST_CASE("tensor-parallel GPT ≡ the one-process GPT: the loss and every gradi
     nn::Tensor reference = whole.loss(ids, targets, B, S);
     nn::autograd::backward(reference);
 
-    parallel::TensorParallelGPT model(config, 1234, world);
+    nn::GPT model = parallel::tensor_parallel_gpt(config, 1234, world);
     nn::Tensor loss = model.loss(ids, targets, B, S);
     nn::autograd::backward(loss);
     CHECK(loss.item() == Approx(reference.item()).epsilon(1e-5));
     CHECK(model.parameters().size() == whole.parameters().size());
-    for (const parallel::TpParameter& p : model.slices()) {
-      INFO(p.name << " on " << T << " ranks, bias " << bias);
+    for (const nn::NamedTensor& p : model.parameters()) {
+      INFO(p.name << " (" << nn::name_of(p.role) << ") on " << T << " ranks, bias " << bias);
       const nn::Tensor& full = whole.parameter(p.name);
-      const std::vector<float> expected_grad = model.shard_of(p, full.grad_values());
+      const std::vector<float> expected_grad = model.layers().shard(p.role, full.shape(), full.grad_values());
       REQUIRE(expected_grad.size() == static_cast<std::size_t>(p.tensor.numel()));
       float worst = 0.0f;
       for (std::size_t i = 0; i < expected_grad.size(); ++i)
         worst = std::max(worst, std::abs(p.tensor.grad()[i] - expected_grad[i]));
       CHECK(worst < 2e-6f);
-      CHECK(model.gather(p, p.tensor.values()) == std::vector<float>(full.values().begin(), full.values().end()));
+      CHECK(model.layers().gather(p.role, p.tensor.shape(), p.tensor.values()) ==
+            std::vector<float>(full.values().begin(), full.values().end()));
+      CHECK(model.layers().whole_shape(p.role, p.tensor.shape()) == full.shape());
     }
   }
 }
@@ -140,7 +142,7 @@ TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-n
   const int64_t B = 2, S = 8;
   const float max_norm = 0.5f;  // below the gradients' norm here: clipping acts
   nn::GPT whole(config, 99);
-  parallel::TensorParallelGPT model(config, 99, world);
+  nn::GPT model = parallel::tensor_parallel_gpt(config, 99, world);
   nn::AdamW whole_optimizer(whole.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
   nn::AdamW optimizer(model.parameters(), {0.9f, 0.95f, 1e-8f, 0.1f});
   for (int step = 0; step < 5; ++step) {
@@ -158,15 +160,16 @@ TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-n
     model.zero_grad();
     nn::Tensor loss = model.loss(ids, targets, B, S);
     nn::autograd::backward(loss);
-    const float norm = model.clip_grad_norm(max_norm);
+    const auto norm = static_cast<float>(std::sqrt(model.squared_grad_norm()));
+    nn::clip_to_norm(model.parameters(), max_norm, norm);
     optimizer.step(1e-3f);
     CHECK(loss.item() == Approx(reference.item()).epsilon(1e-5));
     CHECK(norm == Approx(whole_norm).epsilon(1e-4));
     CHECK(whole_norm > 2 * max_norm);
   }
   float worst = 0.0f;
-  for (const parallel::TpParameter& p : model.slices()) {
-    const std::vector<float> gathered = model.gather(p, p.tensor.values());
+  for (const nn::NamedTensor& p : model.parameters()) {
+    const std::vector<float> gathered = model.layers().gather(p.role, p.tensor.shape(), p.tensor.values());
     const nn::Tensor& full = whole.parameter(p.name);
     for (std::size_t i = 0; i < gathered.size(); ++i) worst = std::max(worst, std::abs(gathered[i] - full.data()[i]));
   }
@@ -189,7 +192,7 @@ nn::GPTConfig small_config() {
 TEST_CASE("tensor-parallel sampling draws the one-process GPT's tokens") {
   comm::Communicator& world = comm::runtime().world();
   nn::GPT whole(small_config(), 5);
-  parallel::TensorParallelGPT model(small_config(), 5, world);
+  nn::GPT model = parallel::tensor_parallel_gpt(small_config(), 5, world);
   for (int top_k : {0, 4}) {
     nn::Rng a(77), b(77);
     const std::vector<int32_t> expected = whole.generate({1, 2, 3}, 20, 1.0f, top_k, a);
@@ -200,7 +203,7 @@ TEST_CASE("tensor-parallel sampling draws the one-process GPT's tokens") {
 TEST_CASE("tensor-parallel communication per step: 2 all-reduces of [B,T,C] per block forward and 2 backward") {
   comm::Communicator& world = comm::runtime().world();
   const nn::GPTConfig config = small_config();
-  parallel::TensorParallelGPT model(config, 5, world);
+  nn::GPT model = parallel::tensor_parallel_gpt(config, 5, world);
   const int64_t B = 2, S = 8, L = config.n_layer, C = config.n_embd;
   std::vector<int32_t> ids(static_cast<std::size_t>(B * S), 3), targets(ids.size(), 4);
   const comm::TrafficByKind before = world.traffic();
@@ -233,20 +236,20 @@ TEST_CASE(
     ids[i] = static_cast<int32_t>((i * 7 + 3) % 13);
     targets[i] = static_cast<int32_t>((i * 5 + 1) % 13);
   }
-  parallel::TensorParallelGPT plain(config, 77, world);
+  nn::GPT plain = parallel::tensor_parallel_gpt(config, 77, world);
   nn::Tensor expected = plain.loss(ids, targets, B, S);
   nn::autograd::backward(expected);
 
-  parallel::TensorParallelGPT sp(config, 77, world, /*sequence_parallel=*/true);
+  nn::GPT sp = parallel::tensor_parallel_gpt(config, 77, world, /*sequence_parallel=*/true);
   const comm::TrafficByKind before = world.traffic();
   nn::Tensor loss = sp.loss(ids, targets, B, S);
   nn::autograd::backward(loss);
   const comm::TrafficByKind moved = world.traffic() - before;
   sp.sum_replicated_grads();
   CHECK(loss.item() == Approx(expected.item()).epsilon(1e-5));
-  REQUIRE(sp.slices().size() == plain.slices().size());
-  for (std::size_t i = 0; i < sp.slices().size(); ++i) {
-    const parallel::TpParameter &a = sp.slices()[i], &b = plain.slices()[i];
+  REQUIRE(sp.parameters().size() == plain.parameters().size());
+  for (std::size_t i = 0; i < sp.parameters().size(); ++i) {
+    const nn::NamedTensor &a = sp.parameters()[i], &b = plain.parameters()[i];
     INFO(a.name << " on " << world.size() << " ranks");
     float worst = 0.0f;
     for (int64_t j = 0; j < a.tensor.numel(); ++j)
@@ -287,7 +290,7 @@ TEST_CASE("activations a tensor-parallel block keeps: the formula's, for every -
           double kept[2];
           for (int layers : {1, 2}) {
             config.n_layer = layers;
-            parallel::TensorParallelGPT model(config, 9, world, sp, std::nullopt, modes);
+            nn::GPT model = parallel::tensor_parallel_gpt(config, 9, world, sp, modes);
             nn::WeightCastCache casts_once;  // as the training loop: the step's bf16 weights stay
             const std::size_t before = nn::BufferPool::bytes_in_use();
             nn::Tensor loss = model.loss(ids, targets, B, S);

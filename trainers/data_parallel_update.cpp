@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "parallel/dp/replicas.hpp"
-#include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/memory_estimate.hpp"
@@ -21,15 +20,12 @@ void load_on_rank0(const fs::path& checkpoint, nn::GPT& model, nn::AdamW* optimi
   if (!checkpoint.empty()) on_rank0_then_agree(world, [&] { nn::load_checkpoint(checkpoint, model, optimizer); });
 }
 
-void check_replicas(const nn::GPT& model, comm::Communicator& world) {
-  if (comm::runtime().options().check) parallel::verify_identical(model, world);
-}
-
 class ReplicatedUpdate : public DataParallelUpdate {
  public:
   ReplicatedUpdate(const TrainOptions& o, nn::GPT& model, comm::Communicator& world)
       : model_(model),
         world_(world),
+        check_(o.check),
         optimizer_(model.parameters(), o.adamw),
         averager_(parallel::make_gradient_averager(o.ddp, parallel::GradientSource::of(model), world, static_cast<std::size_t>(o.bucket_mb * 1e6),
                                          o.grad_comm)) {}
@@ -37,7 +33,7 @@ class ReplicatedUpdate : public DataParallelUpdate {
   void start(const fs::path& checkpoint, bool with_optimizer) override {
     load_on_rank0(checkpoint, model_, with_optimizer ? &optimizer_ : nullptr, world_);
     parallel::broadcast_state(model_, &optimizer_, world_);
-    check_replicas(model_, world_);
+    if (check_) parallel::verify_identical(model_, world_);
   }
   void before_backward(bool last) override { averager_->before_backward(last); }
   void finish_gradients() override { averager_->finish(); }
@@ -64,6 +60,7 @@ class ReplicatedUpdate : public DataParallelUpdate {
  private:
   nn::GPT& model_;
   comm::Communicator& world_;
+  bool check_;  // check mode: the replicas verified identical after the start
   nn::AdamW optimizer_;
   std::unique_ptr<parallel::GradientAverager> averager_;
 };
@@ -73,6 +70,7 @@ class ShardedUpdate : public DataParallelUpdate {
   ShardedUpdate(const TrainOptions& o, nn::GPT& model, comm::Communicator& world)
       : model_(model),
         world_(world),
+        check_(o.check),
         adamw_(o.adamw),
         zero_(o.zero, model, o.adamw, world, o.grad_comm) {}
 
@@ -82,7 +80,7 @@ class ShardedUpdate : public DataParallelUpdate {
     if (world_.rank() == 0 && with_optimizer) full = std::make_unique<nn::AdamW>(model_.parameters(), adamw_);
     load_on_rank0(checkpoint, model_, full.get(), world_);
     parallel::broadcast_state(model_, nullptr, world_);
-    check_replicas(model_, world_);
+    if (check_) parallel::verify_identical(model_, world_);
     zero_.start(full.get());
   }
   void before_backward(bool last) override { zero_.before_backward(last); }
@@ -105,6 +103,7 @@ class ShardedUpdate : public DataParallelUpdate {
  private:
   nn::GPT& model_;
   comm::Communicator& world_;
+  bool check_;  // check mode: the replicas verified identical after the start
   nn::AdamWConfig adamw_;
   parallel::ZeroOptimizer zero_;
 };

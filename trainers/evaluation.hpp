@@ -17,15 +17,13 @@
 namespace trainers {
 
 // Evaluation mode for one scope: no tape, no dropout; training mode restored afterwards.
-// For any model with set_training/training (nn::GPT, parallel::TensorParallelGPT).
-template <class Model>
 class EvalMode {
  public:
-  explicit EvalMode(Model& model) : model_(model), was_training_(model.training()) { model.set_training(false); }
+  explicit EvalMode(nn::GPT& model) : model_(model), was_training_(model.training()) { model.set_training(false); }
   ~EvalMode() { model_.set_training(was_training_); }
 
  private:
-  Model& model_;
+  nn::GPT& model_;
   bool was_training_;
   nn::autograd::NoGrad no_grad_;
 };

@@ -7,14 +7,13 @@
 #include <fmt/format.h>
 
 #include "parallel/dp/replicas.hpp"
-#include "comm/runtime.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
-#include "parallel/pp/checkpoint.hpp"
+#include "parallel/checkpoint.hpp"
 #include "parallel/pp/inference.hpp"
 #include "parallel/pp/stage.hpp"
 #include "parallel/pp/tied_embedding.hpp"
-#include "parallel/tp/checkpoint.hpp"
+#include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
 
 namespace trainers {
@@ -57,46 +56,27 @@ std::vector<int> chunk_layers(const GridShape& s, int n_layer) {
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
                      const nn::ComputeModes& modes)
     : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp)),
-      layers(chunk_layers(shape, config.n_layer)) {
-  const nn::GPTPart part = parallel::stage_part(layers, grid.pp_rank, grid.pp);
-  if (shape.split_matmuls) {
-    split_ = std::make_unique<parallel::TensorParallelGPT>(config, seed, grid.tp_group, shape.sequence_parallel, part,
-                                                           modes);
-    stage_ = std::make_unique<parallel::GptStage>(*split_);
-  } else {
-    whole_ = std::make_unique<nn::GPT>(config, seed, part, modes);
-    stage_ = std::make_unique<parallel::GptStage>(*whole_);
-  }
-}
-
-std::vector<nn::NamedTensor> GridModel::parameters() const {
-  return whole_ ? whole_->parameters() : split_->parameters();
-}
+      layers(chunk_layers(shape, config.n_layer)),
+      model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes,
+             parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel)) {}
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
   std::optional<nn::GPT> whole;
   std::optional<nn::AdamW> whole_optimizer;
   if (world.rank() == 0) {
-    whole.emplace(stage_->config(), 0);
+    whole.emplace(model_.config(), 0);
     whole_optimizer.emplace(whole->parameters(), optimizer ? optimizer->config() : nn::AdamWConfig{});
   }
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(dir, *whole, optimizer ? &*whole_optimizer : nullptr); });
-  nn::GPT* read = whole ? &*whole : nullptr;
-  nn::AdamW* read_optimizer = whole_optimizer ? &*whole_optimizer : nullptr;
-  if (grid.dp_rank == 0 && whole_)
-    parallel::distribute_pipeline_checkpoint(*whole_, optimizer, grid.pp_group, read, read_optimizer);
-  else if (grid.dp_rank == 0)
-    parallel::distribute_tensor_parallel_checkpoint(*split_, optimizer, grid, read, read_optimizer);
+  if (grid.dp_rank == 0)
+    parallel::distribute_checkpoint(model_, optimizer, grid, whole ? &*whole : nullptr,
+                                    whole_optimizer ? &*whole_optimizer : nullptr);
   broadcast_over_replicas(optimizer);
 }
 
 void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
                      nn::CheckpointWriter& writer) {
-  if (grid.dp_rank != 0) return;
-  if (whole_)
-    parallel::save_pipeline_checkpoint(dir, *whole_, optimizer, train_state, grid.pp_group, writer);
-  else
-    parallel::save_tensor_parallel_checkpoint(dir, *split_, optimizer, train_state, grid, writer);
+  if (grid.dp_rank == 0) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
@@ -107,27 +87,18 @@ void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
 
 BatchLoss GridModel::batch_loss() {
   return [this](std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
-    return parallel::pipeline_loss(*stage_, grid.pp_group, ids, targets, B, T);
+    return parallel::pipeline_loss(model_, grid.pp_group, ids, targets, B, T);
   };
 }
 
 std::string GridModel::sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) {
   nn::Rng rng(stream_seed(o.seed, Stream::sample, stream));
-  return vocabulary.decode(parallel::pipeline_generate(*stage_, grid.pp_group, vocabulary.encode(o.prompt),
+  return vocabulary.decode(parallel::pipeline_generate(model_, grid.pp_group, vocabulary.encode(o.prompt),
                                                        o.sample_tokens, o.temperature, o.top_k, rng));
 }
 
 float GridModel::global_grad_norm() {
-  double squares = 0;
-  if (whole_) {
-    for (const nn::NamedTensor& p : whole_->parameters()) {
-      if (p.name == "transformer.wte.weight" && grid.pp_rank != 0) continue;  // the last stage's copy
-      std::vector<nn::NamedTensor> one = {p};
-      squares += nn::squared_grad_norm(one);
-    }
-  } else {
-    squares = split_->squared_grad_norm();  // this stage's, the same on its tp ranks
-  }
+  double squares = model_.squared_grad_norm();  // this stage's, the same on its tp ranks
   if (grid.pp > 1) grid.pp_group.allreduce(std::span<double>(&squares, 1));
   return static_cast<float>(std::sqrt(squares));
 }
@@ -138,21 +109,13 @@ float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, p
   // overlapped averager has sent most of it during backward already.
   if (averager)
     averager->finish();
-  else if (grid.dp > 1)  // train_tp has dp 1: this is for a caller without an averager
+  else if (grid.dp > 1)
     parallel::average_gradients(pieces, grid.dp_group, wire);
-  split_->sum_replicated_grads();  // sequence parallelism: each rank's positions' share
-  if (split_->tied_embedding().defined()) parallel::sum_tied_embedding_grads(split_->tied_embedding(), grid.pp_group);
+  model_.sum_replicated_grads();                              // sequence parallelism: each rank's positions' share
+  parallel::sum_tied_embedding_grads(model_, grid.pp_group);  // the first and last stage's copies
   const float norm = global_grad_norm();
   if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(pieces, max_norm, norm);
   return norm;
-}
-
-parallel::GradientSource GridModel::split_gradients() {
-  parallel::GradientSource source{.tensors = {}, .set_grad_ready_hook = [this](nn::GPT::GradReadyHook hook) {
-                          split_->set_grad_ready_hook(std::move(hook));
-                        }};
-  for (const nn::NamedTensor& p : split_->parameters()) source.tensors.push_back(p.tensor);
-  return source;
 }
 
 // ---- --eval-only and --sample-only ------------------------------------------------------------
@@ -166,8 +129,8 @@ class LoadedGrid final : public LoadedModel {
     grid_model_.load(o.init_from, nullptr, world);
   }
   double full_loss(std::span<const int32_t> tokens) override {
-    EvalMode eval(grid_model_.stage());
-    return full_split_loss(grid_model_.batch_loss(), tokens, grid_model_.stage().config().block_size,
+    EvalMode eval(grid_model_.model());
+    return full_split_loss(grid_model_.batch_loss(), tokens, grid_model_.model().config().block_size,
                            grid_model_.grid.dp_group);
   }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
@@ -217,12 +180,12 @@ parallel::HeldBytes GridStrategy::held() const {
 }
 
 std::pair<float, float> GridStrategy::evaluate(int64_t step) {
-  EvalMode eval(grid_model_.stage());
+  EvalMode eval(grid_model_.model());
   return estimate_train_val(grid_model_.batch_loss(), run_.data, o_, T(), grid_.dp_rank, step, grid_.dp_group);
 }
 
 double GridStrategy::full_val_loss() {
-  EvalMode eval(grid_model_.stage());
+  EvalMode eval(grid_model_.model());
   return full_split_loss(grid_model_.batch_loss(), run_.data.val, T(), grid_.dp_group);
 }
 
@@ -237,9 +200,8 @@ void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& 
 }
 
 void GridStrategy::verify_tied_copies() {
-  if (!comm::runtime().options().check) return;
-  for (const nn::NamedTensor& p : grid_model_.parameters())
-    if (p.name == "transformer.wte.weight") parallel::verify_tied_embedding(p.tensor, grid_.pp_group);
+  if (!o_.check) return;
+  parallel::verify_tied_embedding(grid_model_.model(), grid_.pp_group);
 }
 
 void GridStrategy::at_end() { verify_tied_copies(); }

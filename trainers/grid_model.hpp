@@ -3,9 +3,9 @@
 // step itself: load and save the one nanoGPT checkpoint, evaluate, sample, finish gradients.
 //
 //   grid:   (dp, pp, tp), tp fastest (parallel/grid.hpp)
-//   model:  pipeline stage pp_rank's blocks (parallel::stage_layers) — each big matmul split
-//           over the stage's tp group (parallel::TensorParallelGPT: nn::GPT with tensor-parallel
-//           layers; train_tp, train_3d), or whole (nn::GPT: train_pp, where tp = 1)
+//   model:  one nn::GPT, whatever the layout: pipeline stage pp_rank's part of it
+//           (parallel::stage_part), each big matmul split over the stage's tp group by its
+//           layers (parallel::make_gpt_layers: tensor-parallel ones, or whole ones when tp = 1)
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -17,8 +17,6 @@
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
 #include "parallel/grid.hpp"
-#include "parallel/stage_model.hpp"
-#include "parallel/tp/tensor_parallel_gpt.hpp"
 #include "trainers/evaluation.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
 #include "trainers/inference_modes.hpp"
@@ -32,7 +30,6 @@ struct GridShape {
   int dp = 1, pp = 1, tp = 1;
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
-  bool split_matmuls = true;  // false: train_pp's stages hold nn::GPT's blocks whole (tp = 1)
   int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
 };
 
@@ -59,14 +56,10 @@ class GridModel {
   parallel::Grid grid;
   std::vector<int> layers;  // blocks per stage (per chunk, in model order, with virtual stages)
 
-  parallel::StageModel& stage() { return *stage_; }  // what the pipeline code sees
-  // The piece itself: whole blocks (split_matmuls false: train_pp) or split ones (the others);
-  // only the one this grid was built with exists.
-  nn::GPT& whole_blocks() { return *whole_; }  // train_pp's piece
-  const nn::GPT& whole_blocks() const { return *whole_; }
-  parallel::TensorParallelGPT& split() { return *split_; }  // train_tp's and train_3d's piece
-  const parallel::TensorParallelGPT& split() const { return *split_; }
-  std::vector<nn::NamedTensor> parameters() const;  // this rank's, in the optimizer's order
+  // This rank's piece: its stage's part of the model, its cut of every big matmul.
+  nn::GPT& model() { return model_; }
+  const nn::GPT& model() const { return model_; }
+  std::vector<nn::NamedTensor> parameters() const { return model_.parameters(); }  // the optimizer's order
 
   // Reads a checkpoint on world rank 0 (a bad file: one line on every rank) and gives every
   // rank of every replica its piece; `optimizer` may be null (weights only).
@@ -84,20 +77,16 @@ class GridModel {
   // This stage's Σ g², the tied embedding counted once (on the first stage), summed over the
   // pipeline: the global norm, every element of the whole model counted once.
   float global_grad_norm();
-  // After backward, for the split model (train_pp finishes its own): the average over the dp
-  // replicas — `averager`'s, overlapped with backward (train_3d), or one blocking allreduce
-  // after it (null: train_tp, whose dp is 1) — the sequence-parallel replicated gradients
-  // summed over tp, the tied embedding over first and last stage; then the global norm,
-  // clipping to max_norm. Returns the norm.
+  // After backward, for every layout: the average over the dp replicas — `averager`'s,
+  // overlapped with backward (train_pp, train_3d), or one blocking allreduce after it (null
+  // with dp > 1) — the sequence-parallel replicated gradients summed over tp, the tied
+  // embedding over first and last stage; then the global norm, clipping to max_norm. Returns
+  // the norm.
   float finish_gradients(float max_norm, parallel::GradientWire wire,  // wire: --grad-comm over dp
                          parallel::GradientAverager* averager = nullptr);
-  // The split model as a gradient averager sees it (its tensors and grad-ready hook).
-  parallel::GradientSource split_gradients();
 
  private:
-  std::unique_ptr<nn::GPT> whole_;
-  std::unique_ptr<parallel::TensorParallelGPT> split_;
-  std::unique_ptr<parallel::StageModel> stage_;  // either piece as a pipeline stage
+  nn::GPT model_;
 };
 
 // What every grid trainer does the same way around the step: AdamW on this rank's piece,

@@ -56,8 +56,15 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
     : GridStrategy(run, world, shape, seed),
       s_(s),
       sampler_(run.data.train, T(), o_.batch_size, 1, o_.sampling, o_.seed, grid_.dp_rank, grid_.dp),
-      stage_(grid_model_.stage(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
-  stage_.before_backward = [this](int m) { before_backward(m); };
+      stage_(grid_model_.model(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
+  stage_.before_backward = [this](int m) {
+    if (averager_) averager_->before_backward(m == s_.micro_batches - 1);  // armed for the last one
+  };
+  // One replica: nothing to average (and no bf16 wire to round the gradients through).
+  if (grid_.dp > 1)
+    averager_ = parallel::make_gradient_averager(o_.ddp, parallel::GradientSource::of(grid_model_.model()),
+                                                 grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
+                                                 o_.grad_comm);
 }
 
 StrategyFacts PipelineStrategy::facts() const {
@@ -79,7 +86,9 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
     Timed data(clock, Phase::data);
     sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)
     stage_.set_batch(batch_.ids, batch_.targets);
-    stage_.before_forward = [this, step](int m, int /*chunk*/) { before_forward(step, m); };
+    stage_.before_forward = [this, step](int m, int /*chunk*/) {
+      grid_model_.model().set_dropout_batch(dropout_batch(step, m));
+    };
   }
   // Every forward, backward and wait for a neighbour is timed by the stage itself.
   stage_.on_span = [&clock](const std::string& name, parallel::StageSpan kind, double start, double end) {
@@ -96,6 +105,10 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
   window_times_.wait += stage_.times().wait;
   window_peak_bytes_ = std::max(window_peak_bytes_, nn::BufferPool::peak_bytes_in_use() - base_bytes);
   window_peak_in_flight_ = std::max(window_peak_in_flight_, stage_.peak_in_flight());
+}
+
+float PipelineStrategy::finish_gradients(float max_norm) {
+  return grid_model_.finish_gradients(max_norm, o_.grad_comm, averager_.get());
 }
 
 LogFacts PipelineStrategy::log_facts() {

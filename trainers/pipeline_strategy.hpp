@@ -5,6 +5,7 @@
 // of waiting beside the formula (p−1)/(M+p−1), its peak activations, micro-batches in flight.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "comm/cli_forward.hpp"
@@ -37,18 +38,16 @@ class PipelineStrategy : public GridStrategy {
   // The batch, the trace's rows and the groups; train_pp and train_3d add their layout lines.
   StrategyFacts facts() const override;
   void forward_backward(int64_t step, StepClock& clock) override;
+  // The dp averaging overlaps the last micro-batch's backward as in train_dp (--ddp bucketed):
+  // each bucket is sent as backward completes it; then the grid's one finishing path.
+  float finish_gradients(float max_norm) override;
   // The loss (on the last stage: shared along the pipeline, averaged over replicas) and the
   // bubble line.
   LogFacts log_facts() override;
 
  protected:
-  // Micro-batch m of `step` is about to run forward on one of this stage's chunks: the model's
-  // dropout batch is set to dropout_batch(step, m).
-  virtual void before_forward(int64_t step, int m) = 0;
   // Micro-batch m's place in the step's global batch: this replica's rows [m·b, (m+1)·b).
   nn::DropoutBatch dropout_batch(int64_t step, int m) const;
-  virtual void before_backward(int /*m*/) {}
-  int micro_batches() const { return s_.micro_batches; }
   // ", interleaved over 2 chunks per stage (blocks 0-1 | 4-5 on stage 0)"-like, or "" (V = 1).
   std::string virtual_stages_note() const;
   const char* replicas_are_ = "replica(s)";  // the batch line's word for the dp replicas
@@ -57,6 +56,7 @@ class PipelineStrategy : public GridStrategy {
   BatchSampler sampler_;
   Batch batch_;
   parallel::PipelineStage stage_;
+  std::unique_ptr<parallel::GradientAverager> averager_;  // null with one replica
 
  private:
   // The bubble and the activations, summed over the steps since the last log line.

@@ -35,12 +35,7 @@ class ThreeDParallel final : public PipelineStrategy {
  public:
   // Every replica draws the same start from the run's seed (each rank keeps its slice of its stage).
   ThreeDParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
-      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s),
-        shape_(shape),
-        // One replica: nothing to average (and no bf16 wire to round the gradients through).
-        averager_(grid_.dp == 1 ? nullptr
-                                : parallel::make_gradient_averager(o_.ddp, grid_model_.split_gradients(), grid_.dp_group,
-                                                         static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {}
+      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s), shape_(shape) {}
 
   StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
@@ -55,25 +50,13 @@ class ThreeDParallel final : public PipelineStrategy {
         fmt::format("{}: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
                     "padded to {}",
                     s_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
-                    grid_model_.split().padded_vocab())};
+                    (c.vocab_size + grid_.tp - 1) / grid_.tp * grid_.tp)};
     if (averager_) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
     return facts;
   }
-  // The dp averaging overlaps the backward as in train_dp and train_pp (--ddp bucketed): each
-  // bucket is sent as the last micro-batch's backward completes it.
-  float finish_gradients(float max_norm) override {
-    return grid_model_.finish_gradients(max_norm, o_.grad_comm, averager_.get());
-  }
 
  private:
-  void before_forward(int64_t step, int m) override { grid_model_.split().set_dropout_batch(dropout_batch(step, m)); }
-
-  void before_backward(int m) override {
-    if (averager_) averager_->before_backward(m == micro_batches() - 1);
-  }
-
   GridShape shape_;
-  std::unique_ptr<parallel::GradientAverager> averager_;
 };
 
 }  // namespace

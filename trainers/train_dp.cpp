@@ -6,7 +6,7 @@
 //
 //   1. same start      rank 0 initialises (or loads) the model; every rank gets its parameters
 //                      (and optimizer moments) by broadcast
-//   2. unique data     BatchSampler: every rank a different micro-batch at every step
+//   2. unique data     MicroSteps (its BatchSampler): every rank a different micro-batch at every step
 //   3. average grads   parallel::GradientAverager (naive, or bucketed and overlapped with backward)
 //   4. same update     every rank clips and steps AdamW on identical averaged gradients,
 //                      so the replicas stay identical without ever sending parameters again
@@ -22,9 +22,7 @@
 #include <fmt/format.h>
 
 #include "comm/cli_checks.hpp"
-#include "nn/autograd.hpp"
-#include "nn/ops.hpp"
-#include "trainers/batches.hpp"
+#include "trainers/micro_steps.hpp"
 #include "trainers/data_parallel_update.hpp"
 #include "trainers/evaluation.hpp"
 #include "trainers/trainer_main.hpp"
@@ -44,8 +42,7 @@ class DataParallel final : public Strategy {
         model_(run.start.config, stream_seed(o_.seed, Stream::init, static_cast<uint64_t>(world.rank())),
                compute_modes(o_)),
         update_(make_data_parallel_update(o_, model_, world)),
-        sampler_(data_.train, T(), o_.batch_size, o_.grad_accum, o_.sampling, o_.seed, world.rank(),
-                 world.size()) {
+        micro_steps_(o_, data_.train, T(), world.rank(), world.size()) {
     update_->start(run.load_from, o_.resume);
   }
 
@@ -59,28 +56,10 @@ class DataParallel final : public Strategy {
             .traffic_formula = zero_traffic_formula(o_, model_, N)};
   }
 
+  // 2. Unique data: this rank's slice of the step's global batch (and its dropout masks). 3a. On
+  //    the last micro-step the bucketed averager starts allreduces from inside backward.
   void forward_backward(int64_t step, StepClock& clock) override {
-    const int K = o_.grad_accum;
-    step_loss_ = 0;
-    for (int micro = 0; micro < K; ++micro) {
-      nn::Tensor loss;
-      {  // 2. Unique data: this rank's slice of the step's global batch (and its dropout masks).
-        Timed data(clock, Phase::data, micro);
-        sampler_.fill(step, micro, batch_);
-        model_.set_dropout_batch({.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(micro)});
-      }
-      {
-        Timed forward(clock, Phase::forward, micro);
-        loss = model_.loss(batch_.ids, batch_.targets, o_.batch_size, T());
-        step_loss_ += loss.item() / static_cast<float>(K);
-        if (K > 1) loss = nn::scale(loss, 1.0f / static_cast<float>(K));  // the step's gradient: the mean
-      }
-      {  // 3a. On the last micro-step the bucketed averager starts allreduces from inside backward.
-        Timed backward(clock, Phase::backward, micro);
-        update_->before_backward(micro == K - 1);
-        nn::autograd::backward(loss);
-      }
-    }
+    step_loss_ = micro_steps_.run(model_, step, clock, [this](bool last) { update_->before_backward(last); });
   }
   float finish_gradients(float max_norm) override {
     update_->finish_gradients();  // 3b. what overlap did not hide
@@ -126,8 +105,7 @@ class DataParallel final : public Strategy {
   comm::Communicator& world_;
   nn::GPT model_;
   std::unique_ptr<DataParallelUpdate> update_;
-  BatchSampler sampler_;
-  Batch batch_;
+  MicroSteps micro_steps_;
   float step_loss_ = 0;  // this rank's, the mean over its micro-steps
 };
 

@@ -91,6 +91,7 @@ struct TrainOptions {
   int crash_in_checkpoint = -1;  // the rank writing the checkpoint of this step dies half-way through
 
   std::string program = "train_dp";               // argv[0], for the commands the program suggests
+  bool check = false;  // comm's check mode (--check): the program's entry reads it once and passes it here
   std::string launcher;                           // "mpiexec --oversubscribe -n 4": how it was launched, or ""
   std::set<std::string> explicit_flags;           // every flag the user typed, e.g. "--max-iters"
   std::vector<std::string> explicit_model_flags;  // model flags the user typed, e.g. "n_layer"

@@ -7,7 +7,8 @@
 // "vertically"): stage 0 owns the embedding, the last stage the head and the loss. Each step,
 // the replica's batch is cut into M micro-batches that flow through the pipeline; a schedule
 // orders their forwards and backwards (trainers/pipeline_strategy.hpp, shared with train_3d).
-// What this file adds, per step:
+// Each stage holds its blocks whole (the grid with tp = 1). Per step, after the schedule
+// (trainers/grid_model.hpp's finish_gradients, the same for train_3d):
 //   1. each stage's gradients averaged over the dp replicas of that stage — bucketed and
 //      overlapped with the last micro-batch's backward, as train_dp does
 //   2. the tied embedding's two copies (first and last stage) sum their gradients
@@ -45,7 +46,6 @@ GridShape grid_shape(const PipelineLayout& p, int world_size) {
           .pp = world_size / p.dp,
           .tp = 1,
           .stage_layers = p.stage_layers,
-          .split_matmuls = false,
           .virtual_stages = p.schedule.virtual_stages};
 }
 
@@ -62,13 +62,8 @@ class PipelineParallel final : public PipelineStrategy {
       : PipelineStrategy(run, world, grid_shape(p, world.size()),
                          stream_seed(run.options.seed, Stream::init, 0) +
                              static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
-                         p.schedule),
-        model_(grid_model_.whole_blocks()),
-        // One replica: nothing to average (and no bf16 wire to round the gradients through).
-        averager_(grid_.dp == 1 ? nullptr
-                                : parallel::make_gradient_averager(o_.ddp, parallel::GradientSource::of(model_), grid_.dp_group,
-                                                         static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm)) {
-    if (comm::runtime().options().check) parallel::verify_identical(model_, grid_.dp_group);
+                         p.schedule) {
+    if (o_.check) parallel::verify_identical(grid_model_.model(), grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }
   StrategyFacts facts() const override {
@@ -84,23 +79,6 @@ class PipelineParallel final : public PipelineStrategy {
     facts.groups = {{"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};  // no tp group: each stage's blocks are whole
     return facts;
   }
-
-  float finish_gradients(float max_norm) override {
-    if (averager_) averager_->finish();                          // 1. over the replicas
-    parallel::sum_tied_embedding_grads(model_, grid_.pp_group);  // 2. the two copies
-    const float norm = grid_model_.global_grad_norm();           // 3. over the stages
-    if (max_norm > 0.0f && std::isfinite(norm)) nn::clip_to_norm(model_.parameters(), max_norm, norm);
-    return norm;
-  }
-
- private:
-  void before_forward(int64_t step, int m) override { model_.set_dropout_batch(dropout_batch(step, m)); }
-  void before_backward(int m) override {
-    if (averager_) averager_->before_backward(m == micro_batches() - 1);
-  }
-
-  nn::GPT& model_;
-  std::unique_ptr<parallel::GradientAverager> averager_;
 };
 
 }  // namespace

@@ -3,7 +3,7 @@
 //   mpiexec -n 2 build/trainers/train_tp
 //   mpiexec -n 4 build/trainers/train_tp --n-head 4 --sequence-parallel
 //
-// Every rank sees the same batch and holds 1/W of every big weight (parallel/tp/tensor_parallel_gpt.hpp, W
+// Every rank sees the same batch and holds 1/W of every big weight (parallel/tp/tensor_parallel_layers.hpp, W
 // ranks): attention's q, k, v by whole heads and the MLP's first layer by columns
 // (column-parallel), both output projections by rows (row-parallel), the embedding and the
 // lm_head by vocabulary rows. Each block costs two all-reduces of its [B,T,C] activation
@@ -19,10 +19,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "nn/autograd.hpp"
-#include "nn/ops.hpp"
 #include "parallel/dp/gradient_wire.hpp"
-#include "trainers/batches.hpp"
+#include "trainers/micro_steps.hpp"
 #include "trainers/grid_model.hpp"
 #include "trainers/trainer_main.hpp"
 
@@ -34,20 +32,20 @@ class TensorParallel final : public GridStrategy {
  public:
   TensorParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape)
       : GridStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0)),
-        model_(grid_model_.split()),
-        // One sampler for the whole group: every rank draws the same batch.
-        sampler_(run.data.train, T(), o_.batch_size, o_.grad_accum, o_.sampling, o_.seed, 0, 1) {}
+        sequence_parallel_(shape.sequence_parallel),
+        // One replica for the whole group: every rank draws the same batch.
+        micro_steps_(o_, run.data.train, T(), 0, 1) {}
 
   StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
-    const int W = world_.size();
+    const int W = world_.size(), padded_vocab = (c.vocab_size + W - 1) / W * W;
     StrategyFacts facts{
         .layout = {fmt::format("train_tp: {} tensor-parallel ranks{}", W,
-                               model_.sequence_parallel() ? " with sequence parallelism" : ""),
+                               sequence_parallel_ ? " with sequence parallelism" : ""),
                    fmt::format("split: {} of {} heads and {} of {} MLP columns per rank; vocabulary {} padded to {} "
                                "({} rows each)",
                                c.n_head / W, c.n_head, 4 * c.n_embd / W, 4 * c.n_embd, c.vocab_size,
-                               model_.padded_vocab(), model_.padded_vocab() / W)},
+                               padded_vocab, padded_vocab / W)},
         .batch_layout =
             fmt::format("1 replica (every rank the same batch) × {} micro-step(s) × {}", o_.grad_accum, o_.batch_size),
         .step_batch = {1, static_cast<int64_t>(o_.grad_accum) * o_.batch_size},
@@ -58,35 +56,18 @@ class TensorParallel final : public GridStrategy {
 
   // 1. Forward and backward of each micro-step; the loss is the same on every rank.
   void forward_backward(int64_t step, StepClock& clock) override {
-    const int K = o_.grad_accum;
-    loss_sum_ = 0;
-    for (int micro = 0; micro < K; ++micro) {
-      nn::Tensor loss;
-      {
-        Timed data(clock, Phase::data, micro);
-        sampler_.fill(step, micro, batch_);
-        model_.set_dropout_batch({.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(micro)});
-      }
-      {
-        Timed forward(clock, Phase::forward, micro);
-        loss = nn::scale(model_.loss(batch_.ids, batch_.targets, o_.batch_size, T()), 1.0f / static_cast<float>(K));
-        loss_sum_ += loss.item();
-      }
-      Timed backward(clock, Phase::backward, micro);
-      nn::autograd::backward(loss);
-    }
+    loss_ = micro_steps_.run(grid_model_.model(), step, clock);
   }
   // 2-3. Replicated gradients summed, the global norm, clipping.
   float finish_gradients(float max_norm) override {
     return grid_model_.finish_gradients(max_norm, o_.grad_comm);
   }
-  LogFacts log_facts() override { return {loss_sum_, ""}; }
+  LogFacts log_facts() override { return {loss_, ""}; }
 
  private:
-  parallel::TensorParallelGPT& model_;
-  BatchSampler sampler_;
-  Batch batch_;
-  float loss_sum_ = 0;
+  bool sequence_parallel_;
+  MicroSteps micro_steps_;
+  float loss_ = 0;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ int run_trainer(int argc, char** argv, const Program& program) {
     options.program = argv[0];
     options.launcher = launcher_prefix(options.program);
     comm::Communicator& world = start_trainer(runtime, comm_options, options);
+    options.check = runtime.options().check;  // the strategies' consistency checks follow it
     if (!options.resume) program.check_world(options, world);  // a resumed run's layout comes from its checkpoint
     if (options.eval_only || options.sample_only) {
       // The model computes as --precision, --attention and --fusion ask, as in training.

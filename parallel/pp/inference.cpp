@@ -11,8 +11,8 @@ namespace {
 // Stage 0 embeds ids; the others receive x. Every stage runs its blocks and passes x on —
 // round the ring once per chunk when stages hold several (interleaved 1F1B: stage P − 1
 // passes chunk v's output to stage 0's chunk v + 1). Returns x after this stage's last chunk.
-nn::Tensor run_to_here(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B, int64_t T) {
-  const int r = pp.rank(), P = pp.size(), V = model.chunks();
+nn::Tensor run_to_here(nn::GPT& model, comm::Communicator& pp, std::span<const int32_t> ids, int64_t B, int64_t T) {
+  const int r = pp.rank(), P = pp.size(), V = static_cast<int>(model.part().chunks.size());
   nn::Tensor x;
   for (int v = 0; v < V; ++v) {
     if (r == 0 && v == 0) {
@@ -29,7 +29,7 @@ nn::Tensor run_to_here(StageModel& model, comm::Communicator& pp, std::span<cons
 
 }  // namespace
 
-float pipeline_loss(StageModel& model, comm::Communicator& pp, std::span<const int32_t> ids,
+float pipeline_loss(nn::GPT& model, comm::Communicator& pp, std::span<const int32_t> ids,
                     std::span<const int32_t> targets, int64_t B, int64_t T) {
   nn::Tensor x = run_to_here(model, pp, ids, B, T);
   std::array<float, 1> loss{0.0f};
@@ -38,7 +38,7 @@ float pipeline_loss(StageModel& model, comm::Communicator& pp, std::span<const i
   return loss[0];
 }
 
-std::vector<int32_t> pipeline_generate(StageModel& model, comm::Communicator& pp, std::vector<int32_t> tokens,
+std::vector<int32_t> pipeline_generate(nn::GPT& model, comm::Communicator& pp, std::vector<int32_t> tokens,
                                        int new_tokens, float temperature, int top_k, nn::Rng& rng) {
   nn::autograd::NoGrad no_grad;
   const bool was_training = model.training();

@@ -48,12 +48,12 @@ nn::GPTPart stage_part(const std::vector<int>& layers, int stage, int stages) {
   return part;
 }
 
-PipelineStage::PipelineStage(StageModel& model, comm::Communicator& pp_group, int micro_batches, int micro_batch,
+PipelineStage::PipelineStage(nn::GPT& model, comm::Communicator& pp_group, int micro_batches, int micro_batch,
                              int block_size)
     : model_(model),
       pp_(pp_group),
       M_(micro_batches),
-      V_(model.chunks()),
+      V_(static_cast<int>(model.part().chunks.size())),
       b_(micro_batch),
       T_(block_size),
       activation_shape_(model.activation_shape(micro_batch, block_size)),

@@ -29,7 +29,6 @@
 #include "nn/autograd.hpp"
 #include "nn/gpt.hpp"
 #include "nn/tensor.hpp"
-#include "parallel/stage_model.hpp"
 
 namespace parallel {
 
@@ -62,8 +61,9 @@ struct Slot {
 class PipelineStage {
  public:
   // `micro_batch` rows of `block_size` tokens per micro-batch, `micro_batches` of them per step;
-  // the model's chunks() chunks.
-  PipelineStage(StageModel& model, comm::Communicator& pp_group, int micro_batches, int micro_batch, int block_size);
+  // `model`: the stage's part of nn::GPT (whole blocks or tensor-parallel ones), its chunks
+  // model.part().chunks.
+  PipelineStage(nn::GPT& model, comm::Communicator& pp_group, int micro_batches, int micro_batch, int block_size);
 
   bool is_first() const { return pp_.rank() == 0; }
   bool is_last() const { return pp_.rank() == pp_.size() - 1; }
@@ -123,7 +123,7 @@ class PipelineStage {
   std::span<float> grad_output_buffer(std::size_t i);  // sized to the activation
   std::string span_name(char kind, int m, int v) const;  // "F3", or "F3c1" with chunks
 
-  StageModel& model_;
+  nn::GPT& model_;  // this stage's part of the one model (GPTPart: its chunks)
   comm::Communicator& pp_;
   int M_, V_, b_, T_;
   nn::Shape activation_shape_;  // of what passes between stages: [b,T,C] (or [b,T/tp,C])

@@ -21,11 +21,11 @@ int partner(comm::Communicator& pp) {
 }  // namespace
 
 void sum_tied_embedding_grads(nn::GPT& model, comm::Communicator& pp) {
-  if (partner(pp) >= 0) sum_tied_embedding_grads(model.parameter("transformer.wte.weight"), pp);
+  if (partner(pp) >= 0) sum_tied_embedding_grads(model.tied_embedding(), pp);
 }
 
 void verify_tied_embedding(nn::GPT& model, comm::Communicator& pp) {
-  if (partner(pp) >= 0) verify_tied_embedding(model.parameter("transformer.wte.weight"), pp);
+  if (partner(pp) >= 0) verify_tied_embedding(model.tied_embedding(), pp);
 }
 
 void sum_tied_embedding_grads(const nn::Tensor& wte, comm::Communicator& pp) {

@@ -8,14 +8,14 @@
 namespace parallel {
 
 nn::Tensor column_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_rows, const nn::Tensor& bias_rows,
-                                  comm::Communicator& tp, nn::Precision precision) {
-  return nn::linear(copy_to_tensor_parallel(x, tp), weight_rows, bias_rows, "GEMM linear", precision);  // [..., out/T]
+                                  comm::Communicator& tp, nn::Precision precision, const char* family) {
+  return nn::linear(copy_to_tensor_parallel(x, tp), weight_rows, bias_rows, family, precision);  // [..., out/T]
 }
 
 nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_columns, const nn::Tensor& bias,
-                               comm::Communicator& tp, nn::Precision precision) {
+                               comm::Communicator& tp, nn::Precision precision, const char* family) {
   // [..., out]: this rank's share of the sum
-  nn::Tensor partial = nn::linear(x, weight_columns, {}, "GEMM linear", precision);
+  nn::Tensor partial = nn::linear(x, weight_columns, {}, family, precision);
   return add_bias_to_sum(reduce_from_tensor_parallel(partial, tp), bias);
 }
 

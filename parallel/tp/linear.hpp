@@ -19,11 +19,14 @@ namespace parallel {
 
 // x [..., in] (whole on every rank) → [..., out/T] (this rank's output columns). `precision`:
 // the product's (nn::linear's).
+// `family`: the GEMM's name in the profile ("GEMM attn.c_attn").
 nn::Tensor column_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_rows, const nn::Tensor& bias_rows,
-                                  comm::Communicator& tp, nn::Precision precision = nn::Precision::fp32);
+                                  comm::Communicator& tp, nn::Precision precision = nn::Precision::fp32,
+                                  const char* family = "GEMM linear");
 // x [..., in/T] (this rank's input columns) → [..., out] (whole, the same on every rank).
 nn::Tensor row_parallel_linear(const nn::Tensor& x, const nn::Tensor& weight_columns, const nn::Tensor& bias,
-                               comm::Communicator& tp, nn::Precision precision = nn::Precision::fp32);
+                               comm::Communicator& tp, nn::Precision precision = nn::Precision::fp32,
+                               const char* family = "GEMM linear");
 
 // sum + bias, for a bias added once after the ranks' partial products are summed; sum is a
 // reduce's fresh result (linear's own output on one rank) that nothing else reads. Neither

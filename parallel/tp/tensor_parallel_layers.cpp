@@ -17,17 +17,6 @@ namespace {
 int64_t rows_of(const nn::Shape& s) { return s[0]; }
 int64_t columns_of(const nn::Shape& s) { return s.size() > 1 ? s[1] : 1; }
 
-// Megatron's split of a parameter by its nanoGPT name: wte by vocabulary rows; in a block q, k,
-// v by heads and mlp.c_fc by columns (their rows here, out × in), both output projections by
-// their input columns; wpe, the layernorms and the output projections' biases whole.
-TpSplit split_of(std::string_view name) {
-  if (name == "transformer.wte.weight") return TpSplit::rows;
-  if (name.find(".attn.c_attn.") != std::string_view::npos) return TpSplit::qkv_rows;
-  if (name.find(".mlp.c_fc.") != std::string_view::npos) return TpSplit::rows;
-  if (name.ends_with(".attn.c_proj.weight") || name.ends_with(".mlp.c_proj.weight")) return TpSplit::columns;
-  return TpSplit::replicated;
-}
-
 }  // namespace
 
 TensorParallelLayers::TensorParallelLayers(const nn::GPTConfig& config, comm::Communicator& tp, bool sequence_parallel)
@@ -43,65 +32,98 @@ TensorParallelLayers::TensorParallelLayers(const nn::GPTConfig& config, comm::Co
              W);
 }
 
-nn::Tensor TensorParallelLayers::keep(const std::string& name, const nn::Tensor& whole) {
-  TpParameter p{name, {}, split_of(name), whole.shape()};
-  const std::vector<float> mine = shard_of(p, whole.values());
+nn::Tensor TensorParallelLayers::keep(const nn::Tensor& whole, nn::ParameterRole role) {
+  const std::vector<float> mine = shard(role, whole.shape(), whole.values());
   nn::Shape shape = whole.shape();
-  if (p.split == TpSplit::rows || p.split == TpSplit::qkv_rows)
-    shape[0] = static_cast<int64_t>(mine.size()) / columns_of(shape);
-  else if (p.split == TpSplit::columns)
+  if (role == nn::ParameterRole::row)
     shape[1] /= tp_.size();
-  p.tensor = nn::Tensor::from(mine, shape, /*requires_grad=*/true);
-  kept_.push_back(p);
-  return p.tensor;
+  else if (role != nn::ParameterRole::replicated)  // the row cuts: [rows/W (padded for the vocabulary), …]
+    shape[0] = static_cast<int64_t>(mine.size()) / columns_of(shape);
+  return nn::Tensor::from(mine, shape, /*requires_grad=*/true);
 }
 
-std::vector<float> TensorParallelLayers::shard_of(const TpParameter& p, std::span<const float> whole) const {
+nn::Shape TensorParallelLayers::whole_shape(nn::ParameterRole role, const nn::Shape& mine) const {
+  nn::Shape whole = mine;
+  const int W = tp_.size();
+  switch (role) {
+    case nn::ParameterRole::replicated: break;
+    case nn::ParameterRole::column:
+    case nn::ParameterRole::fused_qkv_column: whole[0] *= W; break;
+    case nn::ParameterRole::row: whole[1] *= W; break;
+    case nn::ParameterRole::vocabulary: whole[0] = vocab_size_; break;  // the padding rows cut
+  }
+  return whole;
+}
+
+std::vector<float> TensorParallelLayers::shard(nn::ParameterRole role, const nn::Shape& whole_shape,
+                                               std::span<const float> whole) const {
   const int W = tp_.size(), r = tp_.rank();
-  const int64_t rows = rows_of(p.full_shape), columns = columns_of(p.full_shape);
-  switch (p.split) {
-    case TpSplit::replicated:
+  const int64_t rows = rows_of(whole_shape), columns = columns_of(whole_shape);
+  switch (role) {
+    case nn::ParameterRole::replicated:
       return {whole.begin(), whole.end()};
-    case TpSplit::rows: {
-      // The vocabulary is padded with zero rows up to W·⌈V/W⌉ (the other row splits divide evenly).
+    case nn::ParameterRole::vocabulary: {
+      // The vocabulary is padded with zero rows up to W·⌈V/W⌉ (the other row cuts divide evenly).
       const int64_t padded = (rows + W - 1) / W * W;
       std::vector<float> full(whole.begin(), whole.end());
       full.resize(static_cast<std::size_t>(padded * columns), 0.0f);
       return row_slice(full, padded, columns, r, W);
     }
-    case TpSplit::qkv_rows:
+    case nn::ParameterRole::column:
+      return row_slice(whole, rows, columns, r, W);
+    case nn::ParameterRole::fused_qkv_column:
       return row_slice(whole, rows, columns, r, W, 3);
-    case TpSplit::columns:
+    case nn::ParameterRole::row:
       return column_slice(whole, rows, columns, r, W);
   }
   return {};
 }
 
-std::vector<float> TensorParallelLayers::gather(const TpParameter& p, std::span<const float> mine) const {
-  if (p.split == TpSplit::replicated) return {mine.begin(), mine.end()};
+std::vector<float> TensorParallelLayers::gather(nn::ParameterRole role, const nn::Shape& mine_shape,
+                                                std::span<const float> mine) const {
+  if (role == nn::ParameterRole::replicated) return {mine.begin(), mine.end()};
   const int W = tp_.size();
   std::vector<float> parts(mine.size() * static_cast<std::size_t>(W));
   tp_.allgather(mine, std::span(parts));  // rank r's part at r·|mine|
-  const int64_t rows = rows_of(p.full_shape), columns = columns_of(p.full_shape);
+  const nn::Shape shape = whole_shape(role, mine_shape);
+  const int64_t rows = rows_of(shape), columns = columns_of(shape);
   const auto part = static_cast<int64_t>(mine.size());
   std::vector<float> whole(static_cast<std::size_t>(rows * columns));
   for (int r = 0; r < W; ++r) {
     const float* from = parts.data() + r * part;
-    if (p.split == TpSplit::rows) {  // consecutive rows; the padding rows past `rows` are cut
+    if (role == nn::ParameterRole::column || role == nn::ParameterRole::vocabulary) {
+      // consecutive rows; the vocabulary's padding rows past `rows` are cut
       const int64_t first = r * part / columns, n = std::min(part / columns, rows - first);
       if (n > 0) std::copy_n(from, n * columns, whole.data() + first * columns);
-    } else if (p.split == TpSplit::qkv_rows) {  // q, k and v each: consecutive rows
+    } else if (role == nn::ParameterRole::fused_qkv_column) {  // q, k and v each: consecutive rows
       const int64_t piece = rows / 3, mine_rows = piece / W;
       for (int q = 0; q < 3; ++q)
         std::copy_n(from + q * mine_rows * columns, mine_rows * columns,
                     whole.data() + (q * piece + r * mine_rows) * columns);
-    } else {  // columns
+    } else {  // row: input columns
       const int64_t mine_columns = columns / W;
       for (int64_t row = 0; row < rows; ++row)
         std::copy_n(from + row * mine_columns, mine_columns, whole.data() + row * columns + r * mine_columns);
     }
   }
   return whole;
+}
+
+double TensorParallelLayers::sum_over_group(double mine) const {
+  tp_.allreduce(std::span(&mine, 1));
+  return mine;
+}
+
+void TensorParallelLayers::sum_replicated_grads(std::span<const nn::Tensor> replicated) {
+  if (!sequence_parallel_) return;
+  std::vector<float> flat;  // every replicated gradient in one buffer: one all-reduce
+  for (const nn::Tensor& t : replicated) flat.insert(flat.end(), t.grad(), t.grad() + t.numel());
+  tp_.allreduce(std::span(flat));
+  std::size_t at = 0;
+  for (const nn::Tensor& t : replicated) {
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), t.numel(), t.grad());
+    at += static_cast<std::size_t>(t.numel());
+  }
 }
 
 int64_t TensorParallelLayers::stream_length(int64_t T, bool training) const {
@@ -124,7 +146,7 @@ nn::Tensor TensorParallelLayers::token_embedding(const nn::Tensor& wte, std::spa
 // Into a column-parallel layer: f, or the all-gather of the shards ([B,T/W,C] → [B,T,C]).
 nn::Tensor TensorParallelLayers::column_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias,
                                                const char* family, nn::Precision precision, bool training) {
-  if (!sharded(training)) return column_parallel_linear(x, weight, bias, tp_, precision);
+  if (!sharded(training)) return column_parallel_linear(x, weight, bias, tp_, precision, family);
   return nn::linear(gather_from_sequence_parallel(x, tp_), weight, bias, family, precision);
 }
 
@@ -132,7 +154,7 @@ nn::Tensor TensorParallelLayers::column_linear(const nn::Tensor& x, const nn::Te
 // [B,T/W,out]); the bias added once, after the sum.
 nn::Tensor TensorParallelLayers::row_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias,
                                             const char* family, nn::Precision precision, bool training) {
-  if (!sharded(training)) return row_parallel_linear(x, weight, bias, tp_, precision);
+  if (!sharded(training)) return row_parallel_linear(x, weight, bias, tp_, precision, family);
   return add_bias_to_sum(reduce_scatter_to_sequence_parallel(nn::linear(x, weight, {}, family, precision), tp_), bias);
 }
 
@@ -145,6 +167,18 @@ void TensorParallelLayers::gather_vocabulary(std::span<const float> mine, std::s
   std::vector<float> all(static_cast<std::size_t>(padded_vocab()));
   tp_.allgather(mine, std::span(all));                          // the padded vocabulary, in order
   std::copy_n(all.begin(), vocab_size_, whole.begin());         // the padding cut
+}
+
+std::shared_ptr<nn::GPTLayers> make_gpt_layers(const nn::GPTConfig& config, comm::Communicator& tp,
+                                               bool sequence_parallel) {
+  if (tp.size() == 1 && !sequence_parallel) return std::make_shared<nn::WholeLayers>();
+  return std::make_shared<TensorParallelLayers>(config, tp, sequence_parallel);
+}
+
+nn::GPT tensor_parallel_gpt(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp, bool sequence_parallel,
+                            const nn::ComputeModes& modes) {
+  return nn::GPT(config, seed, nn::GPTPart::whole(config), modes,
+                 std::make_shared<TensorParallelLayers>(config, tp, sequence_parallel));
 }
 
 }  // namespace parallel

@@ -8,7 +8,8 @@
 //   Block: x = x + g( attention_r( f(ln_1(x)) · c_attn_rᵀ ) · c_proj_rᵀ ) + c_proj.bias
 //          x = x + g( gelu( f(ln_2(x)) · c_fc_rᵀ ) · mlp.c_proj_rᵀ ) + mlp.c_proj.bias
 //
-// Split:   c_attn   column-parallel, q, k and v each cut by whole heads (n_head/W heads here,
+// Split (each parameter's nn::ParameterRole, declared where nn::GPT makes it):
+//          c_attn   column-parallel, q, k and v each cut by whole heads (n_head/W heads here,
 //                   so attention itself runs locally); mlp.c_fc column-parallel;
 //          c_proj, mlp.c_proj  row-parallel; wte by vocabulary rows (V padded to a multiple
 //          of W with rows that are never looked up and never predicted).
@@ -20,6 +21,7 @@
 // reduce-scatter into them (parallel/tp/sequence_parallel_ops.hpp).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,22 +32,21 @@
 
 namespace parallel {
 
-// How one parameter is cut across the tensor-parallel group.
-enum class TpSplit { replicated, rows, qkv_rows, columns };
-
-struct TpParameter {
-  std::string name;   // nanoGPT's state_dict name
-  nn::Tensor tensor;  // this rank's part
-  TpSplit split;
-  nn::Shape full_shape;  // the whole parameter's shape (wte: [V, C], unpadded)
-};
-
 class TensorParallelLayers final : public nn::GPTLayers {
  public:
   // Refuses (nn::Error) n_head not divisible by W, and, with sequence parallelism, block_size.
   TensorParallelLayers(const nn::GPTConfig& config, comm::Communicator& tp, bool sequence_parallel);
 
-  nn::Tensor keep(const std::string& name, const nn::Tensor& whole) override;
+  nn::Tensor keep(const nn::Tensor& whole, nn::ParameterRole role) override;
+  bool is_cut(nn::ParameterRole role) const override { return role != nn::ParameterRole::replicated; }
+  std::vector<float> shard(nn::ParameterRole role, const nn::Shape& whole_shape,
+                           std::span<const float> whole) const override;
+  std::vector<float> gather(nn::ParameterRole role, const nn::Shape& mine_shape,
+                            std::span<const float> mine) const override;
+  nn::Shape whole_shape(nn::ParameterRole role, const nn::Shape& mine_shape) const override;
+  double sum_over_group(double mine) const override;
+  void sum_replicated_grads(std::span<const nn::Tensor> replicated) override;
+
   int local_heads(int n_head) const override { return n_head / tp_.size(); }
   int first_head(int n_head) const override { return tp_.rank() * local_heads(n_head); }
   int64_t stream_length(int64_t T, bool training) const override;
@@ -62,12 +63,6 @@ class TensorParallelLayers final : public nn::GPTLayers {
   comm::Communicator& group() const { return tp_; }
   bool sequence_parallel() const { return sequence_parallel_; }
   int64_t padded_vocab() const { return rows_per_rank_ * tp_.size(); }
-  // Every parameter kept, in the model's order, with how it is cut.
-  const std::vector<TpParameter>& kept() const { return kept_; }
-  // This rank's part of a whole tensor laid out like parameter `p` (values or a gradient).
-  std::vector<float> shard_of(const TpParameter& p, std::span<const float> whole) const;
-  // The whole parameter from every rank's part (an all-gather over the group).
-  std::vector<float> gather(const TpParameter& p, std::span<const float> mine) const;
 
  private:
   bool sharded(bool training) const { return sequence_parallel_ && training; }
@@ -76,7 +71,15 @@ class TensorParallelLayers final : public nn::GPTLayers {
   bool sequence_parallel_;
   int vocab_size_;
   int64_t rows_per_rank_;  // wte rows per rank: ⌈V/W⌉
-  std::vector<TpParameter> kept_;
 };
+
+// The layers of a model whose big matmuls are split over `tp`: tensor-parallel ones, or the
+// whole ones when the group is one rank (tp = 1 is the whole model, with nothing to send).
+std::shared_ptr<nn::GPTLayers> make_gpt_layers(const nn::GPTConfig& config, comm::Communicator& tp,
+                                               bool sequence_parallel = false);
+// nn::GPT (the whole model, or a pipeline stage's `part`) with tensor-parallel layers over `tp`
+// — kept so even on one rank (the tests' W = 1 case).
+nn::GPT tensor_parallel_gpt(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp,
+                            bool sequence_parallel = false, const nn::ComputeModes& modes = {});
 
 }  // namespace parallel

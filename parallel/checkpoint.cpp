@@ -1,0 +1,159 @@
+#include "parallel/checkpoint.hpp"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace parallel {
+namespace {
+
+// ---- over the pipeline: tensors by name -----------------------------------------------------
+
+// The names of a stage's parameters, one per line, sent as a length and int32 characters.
+void send_names(const nn::GPT& model, comm::Communicator& pp, int dest) {
+  std::string text;
+  for (const auto& p : model.parameters()) text += p.name + "\n";
+  std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
+  pp.send(std::span<const int64_t>(size), dest);
+  std::vector<int32_t> chars(text.begin(), text.end());
+  pp.send(std::span<const int32_t>(chars), dest);
+}
+
+std::vector<std::string> recv_names(comm::Communicator& pp, int source) {
+  std::array<int64_t, 1> size{0};
+  pp.recv(std::span<int64_t>(size), source);
+  std::vector<int32_t> chars(static_cast<std::size_t>(size[0]));
+  pp.recv(std::span<int32_t>(chars), source);
+  std::istringstream in(std::string(chars.begin(), chars.end()));
+  std::vector<std::string> names;
+  for (std::string name; std::getline(in, name);) names.push_back(name);
+  return names;
+}
+
+// Parameter i's tensors in the order they travel: values, then (with an optimizer) its two moments.
+std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, std::size_t i) {
+  std::vector<std::span<float>> t = {model.parameters()[i].tensor.values()};
+  if (optimizer) {
+    t.push_back(optimizer->exp_avg()[i].values());
+    t.push_back(optimizer->exp_avg_sq()[i].values());
+  }
+  return t;
+}
+
+std::vector<std::span<float>> tensors_of(nn::GPT& model, nn::AdamW* optimizer, const std::string& name) {
+  const auto& params = model.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name) return tensors_of(model, optimizer, i);
+  nn::fail("checkpoint: the model has no parameter named '{}'", name);
+}
+
+void copy_all(const std::vector<std::span<float>>& from, const std::vector<std::span<float>>& to) {
+  for (std::size_t k = 0; k < from.size(); ++k) std::ranges::copy(from[k], to[k].begin());
+}
+
+// Pipeline rank 0 collects every stage's tensors into `whole` (the last stage's wte: the same
+// values again).
+void collect_stages(nn::GPT& stage, nn::AdamW& optimizer, comm::Communicator& pp, nn::GPT* whole,
+                    nn::AdamW* whole_optimizer) {
+  if (pp.rank() != 0) {
+    send_names(stage, pp, 0);
+    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+      for (auto t : tensors_of(stage, &optimizer, i)) pp.send(std::span<const float>(t), 0);
+    return;
+  }
+  for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+    copy_all(tensors_of(stage, &optimizer, i), tensors_of(*whole, whole_optimizer, stage.parameters()[i].name));
+  for (int s = 1; s < pp.size(); ++s)
+    for (const std::string& name : recv_names(pp, s))
+      for (auto t : tensors_of(*whole, whole_optimizer, name)) pp.recv(t, s);
+}
+
+// The way back: pipeline rank 0 hands each stage its tensors from `whole`.
+void hand_out_stages(nn::GPT& stage, nn::AdamW* optimizer, comm::Communicator& pp, nn::GPT* whole,
+                     nn::AdamW* whole_optimizer) {
+  std::array<int64_t, 1> steps{0};
+  if (pp.rank() == 0) {
+    nn::AdamW* source_optimizer = optimizer ? whole_optimizer : nullptr;
+    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+      copy_all(tensors_of(*whole, source_optimizer, stage.parameters()[i].name), tensors_of(stage, optimizer, i));
+    for (int s = 1; s < pp.size(); ++s)
+      for (const std::string& name : recv_names(pp, s))
+        for (auto t : tensors_of(*whole, source_optimizer, name)) pp.send(std::span<const float>(t), s);
+    if (source_optimizer) steps[0] = source_optimizer->steps();
+  } else {
+    send_names(stage, pp, 0);
+    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+      for (auto t : tensors_of(stage, optimizer, i)) pp.recv(t, 0);
+  }
+  pp.broadcast(std::span<int64_t>(steps), 0);
+  if (optimizer) optimizer->set_steps(steps[0]);
+}
+
+// ---- over the tensor-parallel group: a stage made whole --------------------------------------
+
+// The stage's whole parameters (and an optimizer for its moments), on tp rank 0 only.
+struct WholeStage {
+  std::optional<nn::GPT> model;
+  std::optional<nn::AdamW> optimizer;
+  WholeStage(const nn::GPT& cut, const nn::AdamWConfig& config, bool here) {
+    if (!here) return;
+    model.emplace(cut.config(), 0, cut.part());
+    optimizer.emplace(model->parameters(), config);
+  }
+};
+
+}  // namespace
+
+void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW& optimizer,
+                     const nlohmann::json& train_state, Grid& grid, nn::CheckpointWriter& writer) {
+  const bool gatherer = grid.tp_rank == 0;
+  WholeStage stage(model, optimizer.config(), gatherer);
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    const nn::NamedTensor& p = model.parameters()[i];
+    const auto mine = tensors_of(model, &optimizer, i);
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      const std::vector<float> whole = model.layers().gather(p.role, p.tensor.shape(), mine[k]);
+      if (gatherer) std::ranges::copy(whole, tensors_of(*stage.model, &*stage.optimizer, i)[k].begin());
+    }
+  }
+  if (!gatherer) return;
+  stage.optimizer->set_steps(optimizer.steps());
+  std::optional<nn::GPT> whole;
+  std::optional<nn::AdamW> whole_optimizer;
+  if (grid.pp_rank == 0) {
+    whole.emplace(model.config(), 0);
+    whole_optimizer.emplace(whole->parameters(), optimizer.config());
+    whole_optimizer->set_steps(optimizer.steps());
+  }
+  collect_stages(*stage.model, *stage.optimizer, grid.pp_group, whole ? &*whole : nullptr,
+                 whole_optimizer ? &*whole_optimizer : nullptr);
+  if (grid.pp_rank == 0) writer.save(dir, *whole, *whole_optimizer, train_state);
+}
+
+void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn::GPT* whole,
+                           nn::AdamW* whole_optimizer) {
+  const bool root = grid.tp_rank == 0;
+  WholeStage stage(model, optimizer ? optimizer->config() : nn::AdamWConfig{}, root);
+  nn::AdamW* stage_optimizer = optimizer && root ? &*stage.optimizer : nullptr;
+  if (root) hand_out_stages(*stage.model, stage_optimizer, grid.pp_group, whole, whole_optimizer);
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    const nn::NamedTensor& p = model.parameters()[i];
+    const nn::Shape whole_shape = model.layers().whole_shape(p.role, p.tensor.shape());
+    const auto mine = tensors_of(model, optimizer, i);
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      std::vector<float> full(static_cast<std::size_t>(nn::numel_of(whole_shape)));
+      if (root) std::ranges::copy(tensors_of(*stage.model, stage_optimizer, i)[k], full.begin());
+      grid.tp_group.broadcast(std::span(full), 0);
+      std::ranges::copy(model.layers().shard(p.role, whole_shape, full), mine[k].begin());
+    }
+  }
+  if (!optimizer) return;
+  std::array<int64_t, 1> steps{root ? stage.optimizer->steps() : 0};
+  grid.tp_group.broadcast(std::span<int64_t>(steps), 0);
+  optimizer->set_steps(steps[0]);
+}
+
+}  // namespace parallel
