@@ -10,7 +10,8 @@
 // collective travels on its own MPI communicator (a "lane"), so a rank that calls the wrong
 // collective can never be matched with another's messages: it waits, and is reported.
 //
-// The asynchronous forms (*_async) make progress one of two ways (set_progress, `--progress`):
+// The asynchronous forms (*_async) make progress one of two ways (`--progress`, given to the
+// world communicator when it is made; the communicators split from it inherit it):
 //  - caller: the backend starts the operation and it moves when the caller tests or waits for
 //    its Work (MPI requests, a ring step at a time; shm's complete when started);
 //  - thread: the blocking collective is queued on the communication thread
@@ -24,6 +25,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,17 +38,18 @@
 #include "comm/mpi_comm.hpp"
 #include "comm/progress_thread.hpp"
 #include "comm/staging.hpp"
+#include "comm/traffic.hpp"
 #include "comm/types.hpp"
 #include "comm/watchdog/watchdog.hpp"
 
 namespace comm {
 
+class Transport;
+
 class Communicator;
 
-// How asynchronous collectives make progress (see above); set before communicators are made.
+// How asynchronous collectives make progress (see above).
 enum class Progress : int { caller, thread };
-void set_progress(Progress progress);
-Progress progress();
 
 // Handle of an asynchronous collective: the data must stay alive and untouched until wait().
 class Work {
@@ -83,29 +86,13 @@ class Work {
   int source_ = -1;
 };
 
-// What went through a communicator, per kind of call: how many calls and how many bytes of
-// buffer — the whole buffer a collective reduces or assembles (for reduce_scatter, allgather,
-// gather and scatter: size() × the per-rank count), the message of a send or receive.
-struct Traffic {
-  std::int64_t calls = 0;
-  double bytes = 0;
-};
-using TrafficByKind = std::array<Traffic, kOpKinds>;
-
-// The ring-optimal bytes each rank sends for these calls on n ranks (nccl-tests' bus
-// convention): allreduce 2(n−1)/n of its buffer, reduce_scatter/allgather (n−1)/n,
-// broadcast/reduce 1 (a pipelined tree or chain), gather/scatter (n−1)/n, sends 1.
-double bytes_sent_per_rank(const TrafficByKind& traffic, int n);
-// "6 reduce_scatter (41.0 MiB), 6 allgather (41.0 MiB)": the kinds with calls.
-std::string describe(const TrafficByKind& traffic);
-TrafficByKind operator-(const TrafficByKind& later, const TrafficByKind& earlier);
-
 class Communicator {
  public:
   // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
-  // `settings`: what `backend` was made with, kept for the backends with_backend makes.
+  // `settings`: what `backend` was made with, kept for the backends with_backend makes;
+  // `progress`: how its asynchronous calls move (inherited by split and with_backend).
   Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend,
-               const BackendSettings& settings = {});
+               const BackendSettings& settings = {}, Progress progress = Progress::caller);
   Communicator(Communicator&&) = default;
   ~Communicator();
 
@@ -149,13 +136,6 @@ class Communicator {
   void send(std::span<const T> data, int dest);
   template <class T>
   void recv(std::span<T> data, int source);
-  // A send that returns at once (MPI's nonblocking send: it moves while MPI is called, by this
-  // thread or any other); `data` must stay untouched until the Work is done. CPU backends only.
-  template <class T>
-  Work send_async(std::span<const T> data, int dest);
-  // Receives from whichever rank's send comes first; returns that rank (MPI_ANY_SOURCE).
-  template <class T>
-  int recv_from_any(std::span<T> data);
   // Sends to `dest` and receives from `source` at once (a ring step): cannot deadlock.
   template <class T>
   void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
@@ -194,9 +174,9 @@ class Communicator {
   // Ranks passing the same color (≥ 0) form a new communicator, ordered by key.
   Communicator split(int color, int key);
   // The same ranks, running another backend: to compare them. Made with this communicator's
-  // backend settings (the environment's, read where the job started), or with `settings`.
+  // backend settings (the environment's, read where the job started) and progress, or with these.
   Communicator with_backend(BackendKind backend);
-  Communicator with_backend(BackendKind backend, const BackendSettings& settings);
+  Communicator with_backend(BackendKind backend, const BackendSettings& settings, Progress progress);
 
  private:
   // The type-erased core every template above forwards to.
@@ -210,8 +190,6 @@ class Communicator {
   void run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                           ReduceOp op);
   void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
-  int run_recv_from_any(void* data, std::size_t count, DataType type);
-  Work run_send_async(const void* data, std::size_t count, DataType type, int dest);
   Work run_tagged(OpKind kind, void* data, std::size_t count, DataType type, int peer, int tag);
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
                      DataType type);
@@ -228,17 +206,25 @@ class Communicator {
   Staging staging(OpKind kind) const;
 
   // A new communicator over the ranks of this one with the same color (split's core).
-  Communicator derive(int color, int key, std::shared_ptr<Backend> backend, const BackendSettings& settings);
+  Communicator derive(int color, int key, std::shared_ptr<Backend> backend, const BackendSettings& settings,
+                      Progress progress);
   // Describes a call made on this communicator.
   OpCall begin(OpKind kind, std::size_t count, DataType type, int op, int root);
   // Runs body(transport, call) as the next collective on this communicator.
-  template <class Body>
-  void collective(OpKind kind, std::size_t count, DataType type, int op, int root, Body&& body);
+  using Body = std::function<void(const Transport&, const OpCall&)>;
+  void collective(OpKind kind, std::size_t count, DataType type, int op, int root, const Body& body);
   // collective()'s two halves: number the call (the caller's thread, in program order), then
   // run it under the watchdog (there, or on the communication thread).
   OpCall next_collective(OpKind kind, std::size_t count, DataType type, int op, int root);
-  template <class Body>
-  void run_collective(const OpCall& call, Body&& body);
+  void run_collective(const OpCall& call, const Body& body);
+  // A call's staged buffers: what the backend reads and writes instead of the caller's.
+  struct StagedCall {
+    Staging staged;
+    const void* in;
+    void* out;
+  };
+  // allgather's checks and staging, the same for the blocking and the asynchronous form.
+  StagedCall stage_allgather(const void* send, void* recv, std::size_t count, std::size_t recv_size, DataType type);
   // Waits until the collectives this communicator queued on the communication thread are done.
   void settle();
   [[noreturn]] void usage_error(OpKind kind, const std::string& what) const;
@@ -250,9 +236,17 @@ class Communicator {
   void require_blocks(OpKind kind, const char* what, std::size_t elements, std::size_t count) const;
   MPI_Comm lane(OpKind kind) const;
 
-  static constexpr int kLanes = 13;  // one per collective kind, point-to-point, async, check, split, tagged
+  // Each kind of call on its own MPI communicator, so no kind can take another's messages.
+  static constexpr int kLanes = 13;
+  static constexpr int kCheckLane = 0;  // lanes 1..8: one per collective kind (OpKind value)
+  static constexpr int kPointToPointLane = 9;
+  static constexpr int kAsyncLane = 10;
+  static constexpr int kSplitLane = 11;
+  static constexpr int kTaggedLane = 12;     // isend/irecv: the user's tags, matched by MPI
+  static constexpr int kAsyncTags = 32000;  // async collectives' tags (MPI guarantees up to 32767)
   std::shared_ptr<Backend> backend_;
   BackendSettings backend_settings_;
+  Progress progress_;
   std::string name_;
   std::int64_t id_;
   int rank_ = 0;
@@ -324,14 +318,6 @@ void Communicator::send(std::span<const T> data, int dest) {
 template <class T>
 void Communicator::recv(std::span<T> data, int source) {
   run_point_to_point(OpKind::recv, data.data(), data.size(), datatype_of<T>(), source);
-}
-template <class T>
-Work Communicator::send_async(std::span<const T> data, int dest) {
-  return run_send_async(data.data(), data.size(), datatype_of<T>(), dest);
-}
-template <class T>
-int Communicator::recv_from_any(std::span<T> data) {
-  return run_recv_from_any(data.data(), data.size(), datatype_of<T>());
 }
 template <class T>
 void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {

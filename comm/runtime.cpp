@@ -170,7 +170,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   // Several threads may call MPI: the program's and the communication thread (--progress thread).
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
   find_local_ranks();
-  open_exit_record(world_rank_);  // nanodist-run's record of this rank: started, then how it ended
+  open_exit_record(std::getenv("NANODIST_EXIT_RECORDS"), world_rank_);  // nanodist-run's record of this rank: started, then how it ended
 }
 
 Runtime::Runtime(MPI_Comm world) : world_comm_(world), owns_mpi_(false) {
@@ -200,7 +200,6 @@ Communicator& Runtime::start(const Options& options) {
     throw UsageError(fmt::format("--progress thread: this MPI gives thread level {}, and the communication "
                                  "thread needs MPI_THREAD_MULTIPLE ({}); use --progress caller",
                                  thread_level_, MPI_THREAD_MULTIPLE));
-  set_progress(options.progress);
   board_ = std::make_unique<StatusBoard>(world_comm_);
   exchange_ = std::make_unique<StatusExchange>(world_comm_, *board_);
   watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);
@@ -209,7 +208,7 @@ Communicator& Runtime::start(const Options& options) {
   MPI_Comm world;
   check_mpi(MPI_Comm_dup(world_comm_, &world), "MPI_Comm_dup");
   world_ = std::make_unique<Communicator>(world, "world", 1, make_backend(options.backend, backend_settings_),
-                                         backend_settings_);
+                                         backend_settings_, options.progress);
   return *world_;
 }
 

@@ -1,4 +1,4 @@
-// How a model computes, given to it when it is built (nn::GPT, parallel::TensorParallelGPT):
+// How a model computes, given to it when it is built (nn::GPT, whatever its layers):
 //
 //   --precision fp32|bf16|auto   the matrix multiplies' inputs (nn/autocast.hpp); auto → bf16
 //                                where the CPU has bf16 units (oneDNN on AVX-512 BF16), else fp32

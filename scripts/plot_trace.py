@@ -59,9 +59,10 @@ def main() -> int:
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([names.get(r, f"rank {r}") for r in reversed(ranks)])
     ax.set_xlabel("time (ms)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#888888", linewidth=0.5) for c in COLOURS.values()]
+    # Right of the plot, clear of the time axis and its label whatever the number of ranks.
     ax.legend(handles, ["data", "forward", "backward", "waiting (bubble)", "gradient sync", "optimizer",
-                        "evaluation"], loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=7, fontsize=8)
+                        "evaluation"], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(args.title or args.trace)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)

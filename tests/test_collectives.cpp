@@ -185,12 +185,9 @@ void all_collectives(Communicator& ref, Communicator& comm, std::size_t count, b
 }
 
 // The same ranks running `backend`, whose asynchronous forms progress as `progress` says (the
-// mode is read when a communicator is made).
+// mode is given when a communicator is made).
 Communicator async_communicator(Communicator& world, const char* backend, comm::Progress progress) {
-  comm::set_progress(progress);
-  Communicator made = world.with_backend(comm::parse_backend(backend));
-  comm::set_progress(comm::Progress::caller);
-  return made;
+  return world.with_backend(comm::parse_backend(backend), comm::runtime().backend_settings(), progress);
 }
 
 constexpr comm::Progress kProgressModes[] = {comm::Progress::caller, comm::Progress::thread};
@@ -243,14 +240,14 @@ TEMPLATE_TEST_CASE("large buffers: every backend matches the mpi backend", "[col
 Communicator shm_in_nodes_of(int per_node) {
   comm::BackendSettings settings = comm::runtime().backend_settings();
   settings.shm.ranks_per_node = per_node;
-  return comm::runtime().world().with_backend(comm::BackendKind::shm, settings);
+  return comm::runtime().world().with_backend(comm::BackendKind::shm, settings, comm::Progress::caller);
 }
 
 // The world on shm with single copy off: copy-in alone (NANODIST_SHM_SINGLE_COPY=0).
 Communicator shm_copy_in() {
   comm::BackendSettings settings = comm::runtime().backend_settings();
   settings.shm.single_copy = false;
-  return comm::runtime().world().with_backend(comm::BackendKind::shm, settings);
+  return comm::runtime().world().with_backend(comm::BackendKind::shm, settings, comm::Progress::caller);
 }
 
 // Whether every rank can read and write every other's memory in place (process_vm_readv and
@@ -540,7 +537,7 @@ TEST_CASE("with --progress thread an asynchronous collective moves while its cal
   }
 }
 
-TEST_CASE("a receive from any rank names each sender; sends posted with send_async need no partner waiting",
+TEST_CASE("a receive from any rank names each sender; sends posted with isend need no partner waiting",
           "[collectives][p2p]") {
   Communicator& world = comm::runtime().world();
   if (world.size() < 2) return;
@@ -548,33 +545,34 @@ TEST_CASE("a receive from any rank names each sender; sends posted with send_asy
     INFO("backend " << name);
     Communicator c = world.with_backend(comm::parse_backend(name));
     const std::size_t count = 1 << 18;  // past the eager size: a blocking send would wait for its receive
+    const int tag = 3;
     if (c.rank() == 0) {
       std::vector<int> senders;
       for (int k = 1; k < c.size(); ++k) {
         std::vector<float> got(count);
-        const int from = c.recv_from_any(std::span(got));
+        comm::Work received = c.irecv(std::span(got), Communicator::kAnySource, tag);
+        received.wait();
+        const int from = received.source();
         senders.push_back(from);
         CHECK(mismatches(got, inputs<float>(from, count)) == 0);
       }
       std::sort(senders.begin(), senders.end());
       for (int k = 1; k < c.size(); ++k) CHECK(senders[static_cast<std::size_t>(k - 1)] == k);
     } else {
-      // Both directions posted before either receive: only a send that returns at once lets
-      // each rank go on to its receive.
       const std::vector<float> mine = inputs<float>(c.rank(), count);
-      comm::Work sent = c.send_async(std::span<const float>(mine), 0);
+      comm::Work sent = c.isend(std::span<const float>(mine), 0, tag);
       sent.wait();
     }
-    // Every any-source message is taken before the ring's messages start: rank 0's receive
-    // from any rank would take whichever comes first, the ring's from rank n-1 too.
-    c.barrier();
-    // A ring exchange of large messages, every rank sending first.
+    // A ring exchange of large messages, every rank sending first: only a send that returns at
+    // once lets each rank go on to its receive.
     const int next = (c.rank() + 1) % c.size(), previous = (c.rank() + c.size() - 1) % c.size();
     const std::vector<float> out = inputs<float>(c.rank() + 7, count);
     std::vector<float> in(count);
-    comm::Work sent = c.send_async(std::span<const float>(out), next);
-    c.recv(std::span(in), previous);
+    comm::Work sent = c.isend(std::span<const float>(out), next, tag);
+    comm::Work received = c.irecv(std::span(in), previous, tag);
+    received.wait();
     sent.wait();
+    CHECK(received.source() == previous);
     CHECK(mismatches(in, inputs<float>(previous + 7, count)) == 0);
   }
 }

@@ -17,6 +17,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string_view>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -41,6 +44,18 @@ using comm::ProgressThread;
 std::mutex g_descriptions_mutex;
 std::map<std::string, std::string> g_descriptions;
 std::string g_default_description;
+
+// NANODIST_TORCH_OVERLAP=0 makes every call wait for its collective before returning, as a
+// blocking backend would: nothing overlaps. For measuring what the communication thread hides.
+// Read once, when the module is imported (the environment is read only here).
+bool overlap_from_environment() {
+  const char* text = std::getenv("NANODIST_TORCH_OVERLAP");
+  if (!text || std::string_view(text) == "1" || std::string_view(text).empty()) return true;
+  if (std::string_view(text) != "0")
+    throw std::runtime_error(fmt::format("nanodist: NANODIST_TORCH_OVERLAP='{}' is not 0 or 1", text));
+  return false;
+}
+bool g_overlap = true;
 
 // Why this process is leaving, for the ranks still waiting for it: set by the exception hook.
 std::mutex g_leaving_mutex;
@@ -146,7 +161,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const py::object& options, const p
     if (rank == 0) std::fprintf(stderr, "nanodist: %d ranks, backend %s\n", size, description.c_str());
     g_monitor.start();
   }
-  return c10::make_intrusive<ProcessGroupNanodist>(rank, size, std::move(communicator), max_tag);
+  return c10::make_intrusive<ProcessGroupNanodist>(rank, size, std::move(communicator), max_tag, g_overlap);
 }
 
 // The exception that ends the program is noted before Python prints it (then atexit runs end()).
@@ -183,6 +198,7 @@ void end() {
 
 PYBIND11_MODULE(nanodist_torch, m) {
   m.doc() = "torch.distributed backend 'nanodist': PyTorch's collectives on nanodist's, under its watchdog";
+  nanodist_torch::g_overlap = nanodist_torch::overlap_from_environment();
   py::module_ dist = py::module_::import("torch.distributed");
   m.def("_create", &nanodist_torch::create, py::arg("options"), py::arg("pg_options") = py::none());
   m.def(

@@ -30,9 +30,9 @@ std::string shell_quoted(const std::string& arg) {
 
 }  // namespace
 
-std::string launcher_prefix(const std::string& program) {
+std::string launcher_prefix(const std::string& program, const char* run_launcher) {
   // Under nanodist-run the command to type again is the launcher's (mpiexec's here is its own).
-  if (const char* run = std::getenv("NANODIST_RUN_LAUNCHER"); run != nullptr && *run != '\0') return run;
+  if (run_launcher != nullptr && *run_launcher != '\0') return run_launcher;
   std::ifstream in(fmt::format("/proc/{}/cmdline", static_cast<long>(getppid())), std::ios::binary);
   std::vector<std::string> args;
   for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
@@ -44,7 +44,10 @@ std::string launcher_prefix(const std::string& program) {
   for (std::size_t i = 1; i < args.size(); ++i)
     if (args[i] == program || fs::path(args[i]).filename().string() == name) {
       std::string prefix;
-      for (std::size_t j = 0; j < i; ++j) prefix += (j ? " " : "") + shell_quoted(args[j]);
+      for (std::size_t j = 0; j < i; ++j) {
+        if (j > 0) prefix += ' ';
+        prefix += shell_quoted(args[j]);
+      }
       return prefix;
     }
   return "";

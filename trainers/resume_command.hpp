@@ -10,7 +10,8 @@ namespace trainers {
 std::string resume_command(const TrainOptions& o, int ranks);
 // The launcher's part of the command that started this process ("mpiexec --oversubscribe -n 4",
 // shell-quoted), read from the parent process; "" when the parent is not mpiexec/mpirun. Under
-// nanodist-run, its own part ("nanodist-run -n 4"), which it passes in NANODIST_RUN_LAUNCHER.
-std::string launcher_prefix(const std::string& program);
+// nanodist-run, its own part ("nanodist-run -n 4"), which it passes in NANODIST_RUN_LAUNCHER and
+// the program's entry hands in as `run_launcher` (null or empty: not under nanodist-run).
+std::string launcher_prefix(const std::string& program, const char* run_launcher);
 
 }  // namespace trainers

@@ -5,7 +5,7 @@
 //   mpiexec -n 4 build/trainers/train_3d --pp 2 --tp 2 --sequence-parallel
 //
 // The ranks form a grid (parallel/grid.hpp), tp fastest. Each rank holds pipeline stage
-// pp_rank's blocks, and of those, tp_rank's slice of every big matmul (parallel/tp/tensor_parallel_gpt.hpp).
+// pp_rank's blocks, and of those, tp_rank's slice of every big matmul (parallel/tp/tensor_parallel_layers.hpp).
 // Each step:
 //   1. the replica's batch (dp_rank's share of the global batch) is cut into M micro-batches
 //      that flow through the pipeline under a schedule (trainers/pipeline_strategy.hpp, as in

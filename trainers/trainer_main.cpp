@@ -18,7 +18,7 @@ int run_trainer(int argc, char** argv, const Program& program) {
     comm::parse(app, argc, argv);
     finish_train_options(app, options);
     options.program = argv[0];
-    options.launcher = launcher_prefix(options.program);
+    options.launcher = launcher_prefix(options.program, std::getenv("NANODIST_RUN_LAUNCHER"));  // the environment, read here
     comm::Communicator& world = start_trainer(runtime, comm_options, options);
     options.check = runtime.options().check;  // the strategies' consistency checks follow it
     if (!options.resume) program.check_world(options, world);  // a resumed run's layout comes from its checkpoint

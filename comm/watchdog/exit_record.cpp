@@ -17,8 +17,7 @@ namespace {
 std::atomic<int> g_record_fd{-1};
 }  // namespace
 
-void open_exit_record(int world_rank) {
-  const char* dir = std::getenv("NANODIST_EXIT_RECORDS");
+void open_exit_record(const char* dir, int world_rank) {
   if (dir == nullptr || *dir == '\0') return;
   const std::string path = fmt::format("{}/rank{}", dir, world_rank);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);

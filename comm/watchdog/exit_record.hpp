@@ -12,9 +12,10 @@
 
 namespace comm {
 
-// Called once MPI knows this rank (comm::Runtime). A folder that cannot be written is one line
-// on stderr and no record (the job itself is not refused for it).
-void open_exit_record(int world_rank);
+// Called once MPI knows this rank (comm::Runtime), with the variable's value (null or empty:
+// no record). A folder that cannot be written is one line on stderr and no record (the job
+// itself is not refused for it).
+void open_exit_record(const char* dir, int world_rank);
 // Appends "exit <status>". Async-signal-safe (the Ctrl-C handler's way out calls it).
 void record_exit(int status);
 

@@ -46,7 +46,7 @@ enum class DdpKind { naive, bucketed };
 inline constexpr std::array<std::string_view, 2> kDdpKindNames = {"naive", "bucketed"};
 
 // What an averager needs of a model: its parameter tensors (whose indices the hook reports)
-// and a way to install the grad-ready hook (nn::GPT, parallel::TensorParallelGPT).
+// and a way to install the grad-ready hook (nn::GPT, whatever its layers).
 struct GradientSource {
   std::vector<nn::Tensor> tensors;
   std::function<void(nn::GPT::GradReadyHook)> set_grad_ready_hook;
