@@ -30,6 +30,14 @@ constexpr unsigned kPollsPerLook = 64;
 // polls before each further one yields the core: a quick collective finishes while spinning,
 // and a rank oversubscribed on a core lets its peer run (4 ranks on 2 cores);
 constexpr unsigned kSpinsBeforeYield = 16;
+// how long a wait spins and yields before it sleeps between polls instead: a yield returns at
+// once when nothing else wants the core, so a rank that waits long for a late peer would burn
+// it (and slow the ranks, or the checkpoint writer, that share it). Asleep, each pause is an
+// eighth of the time waited so far, within these bounds: a wait overshoots its end by at most
+// about an eighth, and a collective that ends within the first 2 ms never sleeps.
+constexpr std::int64_t kSleepAfterNs = 2'000'000;   // 2 ms
+constexpr std::int64_t kShortestSleepNs = 20'000;   // 20 µs
+constexpr std::int64_t kLongestSleepNs = 1'000'000;  // 1 ms
 // how long a wait lasts before it answers other nodes' questions about this node's board: a
 // collective that finishes sooner pays nothing for listening.
 constexpr std::int64_t kListenAfterNs = 10'000'000;  // 10 ms
@@ -211,8 +219,10 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
   if (!inside_) fail("internal error: a wait outside any operation");
   const std::int64_t grace = call_.kind == OpKind::finalize ? kFinalizeGraceNs : 0;
   const std::int64_t deadline = start_ns_ + timeout_ns_ + grace;
-  LeftRankWatch left(now_ns());
+  const std::int64_t wait_start = now_ns();
+  LeftRankWatch left(wait_start);
   set_waiting(true);
+  std::int64_t waited = 0;  // at the last look
   for (unsigned spin = 0;; ++spin) {
     bool done = false;
     try {
@@ -223,8 +233,10 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
     }
     if (termination_signal()) on_termination_signal(now_ns());  // even when the wait has just completed
     if (done) break;
-    if (spin % kPollsPerLook == 0) {
+    const bool asleep = waited > kSleepAfterNs;  // (then each poll is a look: they are rare)
+    if (asleep || spin % kPollsPerLook == 0) {
       const std::int64_t now = now_ns();
+      waited = now - wait_start;
       const std::int64_t aborting = board_.header().aborting_rank.load();
       // Another node's watchdog may be asking what this node's board says.
       if (exchange_ && now - start_ns_ > kListenAfterNs) {
@@ -241,7 +253,10 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       int flag = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
     }
-    if (spin > kSpinsBeforeYield) std::this_thread::yield();
+    if (asleep)
+      std::this_thread::sleep_for(std::chrono::nanoseconds(std::clamp(waited / 8, kShortestSleepNs, kLongestSleepNs)));
+    else if (spin > kSpinsBeforeYield)
+      std::this_thread::yield();
   }
   set_waiting(false);
   if (termination_signal()) on_termination_signal(now_ns());  // the signal came after the last look
