@@ -39,7 +39,7 @@ LAYERS = [
     ("comm algorithms and shm", ["comm/algorithms/", "comm/shm/"]),
     ("comm backends", ["comm/backends/"]),
     ("comm progress thread", ["comm/progress_thread."]),
-    ("comm communicator", ["comm/communicator."]),
+    ("comm communicator", ["comm/communicator", "comm/traffic.", "comm/work."]),
     ("comm runtime", ["comm/runtime."]),
     ("torch backend", ["torch_backend/"]),
     ("parallel", ["parallel/"]),

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/watchdog/op_call.hpp"
 #include "comm/watchdog/status_board.hpp"
 #include "comm/watchdog/status_exchange.hpp"
 #include "comm/types.hpp"
@@ -30,22 +31,7 @@ namespace comm {
 // Exit status of a job ended by the watchdog (timeout, mismatch, lost rank).
 inline constexpr int kWatchdogExitCode = 3;
 
-// A collective (or point-to-point) call as the caller made it.
-struct OpCall {
-  OpKind kind = OpKind::none;
-  std::int64_t comm_id = 0;
-  std::string_view comm_name;
-  const std::vector<int>* members = nullptr;  // world rank of each communicator rank
-  int comm_rank = 0;
-  std::int64_t seq = 0;    // per communicator: collectives count up together on all ranks
-  std::int64_t count = 0;  // elements per rank
-  DataType type = DataType::f32;
-  int op = -1;    // ReduceOp or -1
-  int root = -1;  // root (collectives) or peer (send/recv), or -1
-  bool on_communication_thread = false;  // queued there (--progress thread): the report says so
-};
-
-struct Awaited;  // a rank the call waits for, and where it is (watchdog.cpp)
+struct Awaited;  // a rank the call waits for, and where it is (diagnosis.hpp)
 
 class Watchdog {
  public:
@@ -102,7 +88,6 @@ class Watchdog {
   std::string who(int comm_rank, int world_rank) const;
   // The ranks the call in progress waits for, and where each of them is (report's lines).
   std::vector<Awaited> awaited_ranks(double ask_budget_s);
-  Awaited where_is(int comm_rank, int world_rank, const RankView& view, bool point_to_point, double ask_budget_s) const;
   // SIGTERM came while this rank waited: the report, or the interrupt note, or (a stop asked
   // for, nothing failed) back to the wait (see the .cpp).
   void on_termination_signal(std::int64_t now);
@@ -164,8 +149,5 @@ class OpScope {
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 };
-
-// "allreduce #3 on 'world' (count 4 int32, op sum)"
-std::string describe(const OpView& call);
 
 }  // namespace comm
