@@ -1,6 +1,6 @@
 // Pipeline schedules: the order in which a stage runs the forwards and backwards of a step's
 // M micro-batches and exchanges activations. They know nothing of the model: they drive a
-// PipelineStage (parallel/pp/stage.hpp). p stages, this one is stage r.
+// StageSteps (parallel/pp/stage.hpp: a PipelineStage, or a test's recorder). p stages, this one is stage r.
 //
 //   gpipe  all forwards, then all backwards (pp/schedule_gpipe.cpp). The naive baseline: simple, but
 //          a stage holds the activations of all M micro-batches at once.
@@ -21,15 +21,15 @@
 
 namespace parallel {
 
-void run_gpipe(PipelineStage& stage);
-void run_1f1b(PipelineStage& stage);
-void run_interleaved(PipelineStage& stage, bool all_forwards_first);
+void run_gpipe(StageSteps& stage);
+void run_1f1b(StageSteps& stage);
+void run_interleaved(StageSteps& stage, bool all_forwards_first);
 
 // --schedule, and its names on the command line and in the checkpoint.
 enum class Schedule { gpipe, one_f_one_b };
 inline constexpr std::array<std::string_view, 2> kScheduleNames = {"gpipe", "1f1b"};
 constexpr std::string_view name_of(Schedule s) { return kScheduleNames[static_cast<std::size_t>(s)]; }
 
-void run_schedule(Schedule schedule, PipelineStage& stage);
+void run_schedule(Schedule schedule, StageSteps& stage);
 
 }  // namespace parallel

@@ -19,11 +19,10 @@
 
 #include "parallel/pp/schedule.hpp"
 
-#include "comm/runtime.hpp"
 
 namespace parallel {
 
-void run_1f1b(PipelineStage& stage) {
+void run_1f1b(StageSteps& stage) {
   const int M = stage.micro_batches();
   const int p = stage.stages(), r = stage.stage();
   const int warmup = std::min(p - r - 1, M), steady = M - warmup;
@@ -51,7 +50,7 @@ void run_1f1b(PipelineStage& stage) {
   }
 }
 
-void run_schedule(Schedule schedule, PipelineStage& stage) {
+void run_schedule(Schedule schedule, StageSteps& stage) {
   if (stage.chunks() > 1) return run_interleaved(stage, schedule == Schedule::gpipe);
   switch (schedule) {
     case Schedule::gpipe:

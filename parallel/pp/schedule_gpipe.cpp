@@ -14,7 +14,7 @@
 
 namespace parallel {
 
-void run_gpipe(PipelineStage& stage) {
+void run_gpipe(StageSteps& stage) {
   const int M = stage.micro_batches();
   for (int m = 0; m < M; ++m) {
     stage.recv_forward(m);

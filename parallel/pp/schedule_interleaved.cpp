@@ -38,7 +38,7 @@
 
 namespace parallel {
 
-void run_interleaved(PipelineStage& stage, bool all_forwards_first) {
+void run_interleaved(StageSteps& stage, bool all_forwards_first) {
   const int P = stage.stages(), r = stage.stage(), V = stage.chunks(), M = stage.micro_batches();
   const int T = V * M, group = P * V;
   auto forward_slot = [&](int k) { return Slot{(k % group) / P, (k / group) * P + k % P}; };

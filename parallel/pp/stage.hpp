@@ -58,7 +58,39 @@ struct Slot {
   int chunk = 0, micro = 0;
 };
 
-class PipelineStage {
+// What a schedule drives (parallel/pp/schedule.hpp): one stage's compute and its exchanges with
+// its neighbours, in the order the schedule calls them. PipelineStage below is the real one;
+// tests/test_pipeline_schedules.cpp drives a recording one to check each schedule's order
+// against the pictures the docs draw.
+class StageSteps {
+ public:
+  virtual ~StageSteps() = default;
+  virtual int micro_batches() const = 0;
+  virtual int chunks() const = 0;
+  virtual int stage() const = 0;
+  virtual int stages() const = 0;
+  // Compute, micro-batch m on chunk v.
+  virtual void forward(int m, int v = 0) = 0;
+  virtual void backward(int m, int v = 0) = 0;
+  // Point-to-point with the neighbours (no-ops where there is none), chunk 0 (GPipe, 1F1B).
+  virtual void recv_forward(int m) = 0;
+  virtual void send_forward(int m) = 0;
+  virtual void recv_backward(int m) = 0;
+  virtual void send_backward(int m) = 0;
+  virtual void send_forward_recv_backward(int send_m, int recv_m) = 0;  // one paired call: the deadlock rule
+  virtual void send_backward_recv_forward(int send_m, int recv_m) = 0;
+  // Interleaved 1F1B: one paired call each way around the ring of stages (P − 1 → 0 for the
+  // next chunk). Forward: send `send`'s activation to the next stage, receive `recv`'s from the
+  // previous one. Backward: send `send`'s input gradient to the previous stage, receive
+  // `recv`'s output gradient from the next one. Either may be none.
+  virtual void exchange_forward(std::optional<Slot> send, std::optional<Slot> recv) = 0;
+  virtual void exchange_backward(std::optional<Slot> send, std::optional<Slot> recv) = 0;
+  // Where the model's first chunk and its last chunk are: no input to receive, no output to send.
+  bool first_chunk(int v) const { return stage() == 0 && v == 0; }
+  bool last_chunk(int v) const { return stage() == stages() - 1 && v == chunks() - 1; }
+};
+
+class PipelineStage final : public StageSteps {
  public:
   // `micro_batch` rows of `block_size` tokens per micro-batch, `micro_batches` of them per step;
   // `model`: the stage's part of nn::GPT (whole blocks or tensor-parallel ones), its chunks
@@ -67,10 +99,10 @@ class PipelineStage {
 
   bool is_first() const { return pp_.rank() == 0; }
   bool is_last() const { return pp_.rank() == pp_.size() - 1; }
-  int micro_batches() const { return M_; }
-  int chunks() const { return V_; }
-  int stage() const { return pp_.rank(); }
-  int stages() const { return pp_.size(); }
+  int micro_batches() const override { return M_; }
+  int chunks() const override { return V_; }
+  int stage() const override { return pp_.rank(); }
+  int stages() const override { return pp_.size(); }
 
   // The step's data: rows [m·b, (m+1)·b) of ids/targets [M·b, T] are micro-batch m.
   void set_batch(std::span<const int32_t> ids, std::span<const int32_t> targets);
@@ -79,26 +111,16 @@ class PipelineStage {
   std::function<void(int m, int v)> before_forward;
 
   // Compute, on the slot's tape.
-  void forward(int m, int v = 0);   // first chunk of the model: embed(ids_m); blocks; last: loss_m / M
-  void backward(int m, int v = 0);  // last chunk: from the loss; others: from the gradient received
-
-  // Point-to-point with the neighbours (no-ops where there is none), chunk 0 (GPipe, 1F1B).
-  void recv_forward(int m);
-  void send_forward(int m);
-  void recv_backward(int m);
-  void send_backward(int m);
-  void send_forward_recv_backward(int send_m, int recv_m);  // one paired call: see the deadlock rule
-  void send_backward_recv_forward(int send_m, int recv_m);
-
-  // Interleaved 1F1B: one paired call each way around the ring of stages (P − 1 → 0 for the
-  // next chunk). Forward: send `send`'s activation to the next stage, receive `recv`'s from the
-  // previous one. Backward: send `send`'s input gradient to the previous stage, receive
-  // `recv`'s output gradient from the next one. Either may be none.
-  void exchange_forward(std::optional<Slot> send, std::optional<Slot> recv);
-  void exchange_backward(std::optional<Slot> send, std::optional<Slot> recv);
-  // Where the model's first chunk and its last chunk are: no input to receive, no output to send.
-  bool first_chunk(int v) const { return is_first() && v == 0; }
-  bool last_chunk(int v) const { return is_last() && v == V_ - 1; }
+  void forward(int m, int v = 0) override;   // first chunk of the model: embed(ids_m); blocks; last: loss_m / M
+  void backward(int m, int v = 0) override;  // last chunk: from the loss; others: from the gradient received
+  void recv_forward(int m) override;
+  void send_forward(int m) override;
+  void recv_backward(int m) override;
+  void send_backward(int m) override;
+  void send_forward_recv_backward(int send_m, int recv_m) override;
+  void send_backward_recv_forward(int send_m, int recv_m) override;
+  void exchange_forward(std::optional<Slot> send, std::optional<Slot> recv) override;
+  void exchange_backward(std::optional<Slot> send, std::optional<Slot> recv) override;
 
   // Last stage: Σ over micro-batches of loss_m (the step's mean loss); 0 elsewhere.
   float loss() const { return loss_sum_; }
