@@ -20,6 +20,14 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A wait past its deadline, where the program asked to catch it instead of ending the job
+// (--on-timeout raise, NANODIST_ON_TIMEOUT=raise): the watchdog's report is printed first. The
+// job's communicators are not usable after it: save what can be saved and exit.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws comm::Error with a fmt-formatted message.
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -85,6 +85,16 @@ void add_options(CLI::App& app, Options& options) {
       ->envname("NANODIST_PROGRESS")
       ->check(CLI::IsMember({"caller", "thread"}))
       ->default_str("caller");
+  app.add_option_function<std::string>(
+         "--on-timeout",
+         [&options](const std::string& name) {
+           options.on_timeout = name == "raise" ? TimeoutAction::raise : TimeoutAction::end_job;
+         },
+         "after the watchdog's report: end the job (exit 3 on every rank), or raise an error the program can "
+         "catch (its communicators are not usable after it)")
+      ->envname("NANODIST_ON_TIMEOUT")
+      ->check(CLI::IsMember({"end", "raise"}))
+      ->default_str("end");
 }
 
 namespace {
@@ -202,7 +212,8 @@ Communicator& Runtime::start(const Options& options) {
                                  thread_level_, MPI_THREAD_MULTIPLE));
   board_ = std::make_unique<StatusBoard>(world_comm_);
   exchange_ = std::make_unique<StatusExchange>(world_comm_, *board_);
-  watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check);
+  watchdog_ = std::make_unique<Watchdog>(*board_, exchange_.get(), options.timeout_s, options.check,
+                                         options.on_timeout);
   set_watchdog(watchdog_.get());
   if (options.handle_signals) install_termination_report(board_.get(), exchange_.get());
   MPI_Comm world;

@@ -46,6 +46,9 @@ struct Options {
   // Ctrl-C, SIGTERM and SIGUSR1 handled here (the note, the report, a clean exit); off in a
   // PyTorch process (torch_backend/), where Python keeps its own (KeyboardInterrupt).
   bool handle_signals = true;
+  // --on-timeout, NANODIST_ON_TIMEOUT: after the watchdog's report, end the job (exit 3 on
+  // every rank) or throw comm::TimeoutError for a program that recovers.
+  TimeoutAction on_timeout = TimeoutAction::end_job;
 };
 
 void add_options(CLI::App& app, Options& options);

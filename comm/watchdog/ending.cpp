@@ -29,6 +29,9 @@ constexpr double kLaterRankLingerSeconds = 3.0;
 constexpr double kFirstRankLingerSeconds = 1.0;
 constexpr double kAlsoStoppedAfterSeconds = 0.3;
 constexpr double kInterruptedLingerSeconds = 2.0;
+// Under --on-timeout raise, how long (in tenths of a second) a rank that did not fire first
+// waits for the first one's report before it raises.
+constexpr int kRaiseWaitPolls = 50;
 // How long a report waits for other nodes' answers: after the deadline, and when the
 // launcher is ending the job (it sends SIGKILL one second after SIGTERM).
 constexpr double kAskBudget = 1.0;
@@ -126,6 +129,7 @@ std::string Watchdog::report(std::int64_t now, const char* what_happened, double
 }
 
 void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, const std::function<void()>& on_timeout) {
+  if (timeout_action_ == TimeoutAction::raise) raise_failed_wait(now, what_happened, on_timeout);
   ending_mutex_.lock();    // never unlocked: this ends the process (another thread of it waits here)
   exchange_mutex_.lock();  // the report asks other nodes and lingers answering them: this thread alone
   std::int64_t none = -1;
@@ -141,6 +145,39 @@ void Watchdog::end_failed_wait(std::int64_t now, const char* what_happened, cons
   }
   if (on_timeout) on_timeout();
   end_job(report(now, what_happened, kAskBudget), true);
+}
+
+// The first rank to fail prints the full report, as when the job ends; the others their line.
+// The board keeps this rank as the one that fired: every later wait of the job, on any rank,
+// fails at once — the communicators are not usable any more (gloo's are not either).
+void Watchdog::raise_failed_wait(std::int64_t now, const char* what_happened, const std::function<void()>& on_timeout) {
+  std::string text;
+  {
+    const std::lock_guard exchange_is_mine(exchange_mutex_);  // the report asks other nodes
+    std::int64_t none = -1;
+    const bool first = board_.header().aborting_rank.compare_exchange_strong(none, board_.world_rank()) ||
+                       none == board_.world_rank();
+    // The others stay in their calls until the first has read the board for its report (as
+    // when the job ends); then the board is clear again, so that the ranks' last meeting (the
+    // program's end) can still take place.
+    if (!first)
+      for (int i = 0; i < kRaiseWaitPolls && board_.header().aborting_rank.load() >= 0; ++i) linger(0.1);
+    text = first ? report(now, what_happened, kAskBudget)
+                 : fmt::format("[watchdog] {} also stopped, in {}, after {}", who(call_.comm_rank, board_.world_rank()),
+                               describe_my_call(now), seconds(now - start_ns_));
+    text += "\n[watchdog] raising comm::TimeoutError (--on-timeout raise): this job's communicators are not usable "
+            "any more\n";
+    [[maybe_unused]] auto written = write(STDERR_FILENO, text.data(), text.size());
+    if (first) {
+      linger(kAlsoStoppedAfterSeconds);  // the others' waits see that this one fired
+      board_.header().aborting_rank.store(-1);
+    }
+  }
+  raised_.store(true);
+  if (on_timeout) on_timeout();
+  set_waiting(false);
+  throw TimeoutError(fmt::format("rank {}: {} {} after {} (the watchdog's report is above)", board_.world_rank(),
+                                 describe_my_call(now), what_happened, seconds(now - start_ns_)));
 }
 
 void Watchdog::give_up(const char* what_happened) {

@@ -77,8 +77,9 @@ Watchdog& watchdog() {
 void set_watchdog(Watchdog* w) { g_watchdog = w; }
 bool has_watchdog() { return g_watchdog != nullptr; }
 
-Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode)
-    : board_(board), exchange_(exchange), check_mode_(check_mode) {
+Watchdog::Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode,
+                   TimeoutAction on_timeout)
+    : board_(board), exchange_(exchange), check_mode_(check_mode), timeout_action_(on_timeout) {
   if (!(timeout_s > 0 && timeout_s <= kMaxTimeoutSeconds))
     fail("the collective timeout must be > 0 and ≤ {} s, got {}", kMaxTimeoutSeconds, timeout_s);
   timeout_ns_ = static_cast<std::int64_t>(timeout_s * 1e9);
@@ -96,6 +97,15 @@ thread_local std::int64_t Watchdog::start_ns_ = 0;
 thread_local bool Watchdog::inside_ = false;
 
 void Watchdog::enter(const OpCall& call, std::int64_t start_ns) {
+  // After a raised timeout the collectives of this job are out of step (each rank abandoned its
+  // own call): nothing more may run but the last meeting, which lets the program end cleanly.
+  if (raised_.load() && call.kind != OpKind::finalize) {
+    OpRecord record;
+    store(record, call, start_ns);
+    throw TimeoutError(fmt::format("rank {}: {}: a collective of this job timed out before (--on-timeout raise), and "
+                                   "its communicators are not usable any more: save what you can and exit",
+                                   board_.world_rank(), describe(record.view(start_ns))));
+  }
   call_ = call;
   start_ns_ = start_ns;
   inside_ = true;

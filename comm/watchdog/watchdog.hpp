@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -31,6 +32,11 @@ namespace comm {
 // Exit status of a job ended by the watchdog (timeout, mismatch, lost rank).
 inline constexpr int kWatchdogExitCode = 3;
 
+// What a wait past its deadline (or on a lost rank) does after the report: end the whole job
+// (the default: exit 3 on every rank, nothing left waiting), or throw comm::TimeoutError for a
+// program that catches it and recovers (gloo's way: PyTorch raises; --on-timeout raise).
+enum class TimeoutAction { end_job, raise };
+
 struct Awaited;  // a rank the call waits for, and where it is (diagnosis.hpp)
 
 class Watchdog {
@@ -40,7 +46,8 @@ class Watchdog {
   static constexpr double kMaxTimeoutSeconds = 1e9;
 
   // `exchange` asks other nodes for their boards when a report needs them (null: one node).
-  Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode);
+  Watchdog(StatusBoard& board, StatusExchange* exchange, double timeout_s, bool check_mode,
+           TimeoutAction on_timeout = TimeoutAction::end_job);
 
   double timeout_s() const { return timeout_ns_ * 1e-9; }
   StatusBoard& board() { return board_; }
@@ -98,11 +105,16 @@ class Watchdog {
   // reports, a later one adds a line after it.
   [[noreturn]] void end_failed_wait(std::int64_t now, const char* what_happened,
                                     const std::function<void()>& on_timeout);
+  // The same under TimeoutAction::raise: the report (or this rank's line), then TimeoutError.
+  [[noreturn]] void raise_failed_wait(std::int64_t now, const char* what_happened,
+                                      const std::function<void()>& on_timeout);
 
   StatusBoard& board_;
   StatusExchange* exchange_;
   std::int64_t timeout_ns_ = 0;
   bool check_mode_;
+  TimeoutAction timeout_action_;
+  std::atomic<bool> raised_{false};  // a TimeoutError was raised: only the last meeting may run
   // The call in progress, per thread: the communication thread (comm/progress_thread.hpp) runs
   // queued collectives while the program's own thread may be in another one.
   static thread_local OpCall call_;

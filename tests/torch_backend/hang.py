@@ -7,7 +7,9 @@
   skip_group   rank 1 never calls new_group([0, 1]) (it calls barrier instead);
   wait_later   rank 1's future callback waits for a call issued after it (refused: it would
                wait forever on the communication thread), then the program ends normally;
-  future_wait  the same with future.wait() (which nothing can refuse): the job ends at the deadline."""
+  future_wait  the same with future.wait() (which nothing can refuse): the job ends at the deadline;
+  catch        as skip, under NANODIST_ON_TIMEOUT=raise: every rank catches the error, says so
+               and leaves with status 0."""
 import os
 import sys
 import time
@@ -56,6 +58,22 @@ if mode in ("wait_later", "future_wait"):
     dist.barrier()
     print(f"rank {rank} ended normally", flush=True)
     sys.exit(0)
+
+if mode == "catch":
+    try:
+        if rank == 1:
+            dist.barrier()
+        else:
+            dist.all_reduce(t)
+    except RuntimeError as error:
+        print(f"rank {rank} caught the timeout: {error}", flush=True)
+        try:
+            dist.all_reduce(t)  # refused at once: the job's collectives are out of step
+        except RuntimeError as again:
+            print(f"rank {rank} refused after it: {again}", flush=True)
+        sys.exit(0)  # the communicators are not usable any more: the program ends (the last meeting still runs)
+    print(f"rank {rank} should not get here", flush=True)
+    sys.exit(1)
 
 if dist.get_rank() == 1:
     if mode == "skip":
