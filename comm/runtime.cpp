@@ -4,12 +4,14 @@
 
 #include "comm/watchdog/abort_hooks.hpp"
 #include "comm/watchdog/exit_record.hpp"
+#include "comm/watchdog/failure_save.hpp"
 
 #include <cerrno>
 #include <cstdio>
 #include <optional>
 #include <fstream>
 #include <cstdlib>
+#include <unistd.h>
 #include <new>
 #include <set>
 #include <string_view>
@@ -277,6 +279,16 @@ int Runtime::run_body(const std::function<void()>& body) {
   } catch (const UsageError& e) {
     if (world_rank_ == 0) fmt::print(stderr, "error: {}\n", e.what());
     return 2;
+  } catch (const TimeoutError& e) {
+    // --on-timeout raise, and the program did not catch it: the job ends as the watchdog would
+    // have ended it (its report is above) — the failure save, then exit status 3, which
+    // nanodist-run restarts from.
+    fmt::print(stderr, "error (rank {}): {}\n", world_rank_, e.what());
+    std::fflush(stderr);
+    run_abort_hooks();
+    run_failure_save();
+    record_exit(kWatchdogExitCode);
+    _exit(kWatchdogExitCode);
   } catch (const std::exception& e) {
     // Not the same on every rank (an I/O error, memory that ran out on this rank):
     // this rank says it and ends the job, so no other rank waits for it forever.

@@ -8,6 +8,14 @@ Work::~Work() {
   if (done()) return;
   try {
     wait();
+  } catch (const TimeoutError&) {
+    // --on-timeout raise: the job's calls are abandoned, this one with them. A receive is
+    // withdrawn; any other operation is left as it is (its MPI requests may still be in use,
+    // so they are neither waited for nor freed) until the program's end.
+    if (op_ && !queued_) op_->cancel();
+    static_cast<void>(op_.release());  // deliberately not destroyed
+    queued_.reset();
+    static_cast<void>(staged_.release());  // its pinned copies may still be written
   } catch (const std::exception& e) {
     // A destructor cannot throw: say it and end the job, as Runtime::run does with an error.
     fmt::print(stderr, "error: {}\n", e.what());

@@ -94,33 +94,48 @@ void hand_out_stages(nn::GPT& stage, nn::AdamW* optimizer, comm::Communicator& p
 
 // ---- over the tensor-parallel group: a stage made whole --------------------------------------
 
-// The stage's whole parameters (and an optimizer for its moments), on tp rank 0 only.
-struct WholeStage {
-  std::optional<nn::GPT> model;
-  std::optional<nn::AdamW> optimizer;
-  WholeStage(const nn::GPT& cut, const nn::AdamWConfig& config, bool here) {
-    if (!here) return;
-    model.emplace(cut.config(), 0, cut.part());
-    optimizer.emplace(model->parameters(), config);
+// The stage whole, on tp rank 0: its parameters and moments gathered over the tp group into a
+// copy — or, with one tp rank, the stage itself (nothing is cut: no copy is made).
+class WholeStage {
+ public:
+  WholeStage(nn::GPT& stage, nn::AdamW* optimizer, const nn::AdamWConfig& config, const Grid& grid) {
+    if (grid.tp == 1) {
+      model_ = &stage;
+      optimizer_ = optimizer;
+    } else if (grid.tp_rank == 0) {
+      copy_.emplace(stage.config(), 0, stage.part());
+      copy_optimizer_.emplace(copy_->parameters(), config);
+      model_ = &*copy_;
+      optimizer_ = optimizer ? &*copy_optimizer_ : nullptr;
+    }
   }
+  bool cut() const { return copy_.has_value() || model_ == nullptr; }  // the stage is a copy (or elsewhere)
+  nn::GPT& model() { return *model_; }
+  nn::AdamW* optimizer() { return optimizer_; }
+
+ private:
+  std::optional<nn::GPT> copy_;
+  std::optional<nn::AdamW> copy_optimizer_;
+  nn::GPT* model_ = nullptr;  // null off tp rank 0
+  nn::AdamW* optimizer_ = nullptr;
 };
 
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW& optimizer,
                      const nlohmann::json& train_state, Grid& grid, nn::CheckpointWriter& writer) {
-  const bool gatherer = grid.tp_rank == 0;
-  WholeStage stage(model, optimizer.config(), gatherer);
-  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
-    const nn::NamedTensor& p = model.parameters()[i];
-    const auto mine = tensors_of(model, &optimizer, i);
-    for (std::size_t k = 0; k < mine.size(); ++k) {
-      const std::vector<float> whole = model.layers().gather(p.role, p.tensor.shape(), mine[k]);
-      if (gatherer) std::ranges::copy(whole, tensors_of(*stage.model, &*stage.optimizer, i)[k].begin());
+  WholeStage stage(model, &optimizer, optimizer.config(), grid);
+  if (stage.cut())  // every tp rank gathers each cut tensor; tp rank 0 keeps the whole
+    for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+      const nn::NamedTensor& p = model.parameters()[i];
+      const auto mine = tensors_of(model, &optimizer, i);
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        const std::vector<float> whole = model.layers().gather(p.role, p.tensor.shape(), mine[k]);
+        if (grid.tp_rank == 0) std::ranges::copy(whole, tensors_of(stage.model(), stage.optimizer(), i)[k].begin());
+      }
     }
-  }
-  if (!gatherer) return;
-  stage.optimizer->set_steps(optimizer.steps());
+  if (grid.tp_rank != 0) return;
+  stage.optimizer()->set_steps(optimizer.steps());
   std::optional<nn::GPT> whole;
   std::optional<nn::AdamW> whole_optimizer;
   if (grid.pp_rank == 0) {
@@ -128,30 +143,30 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
     whole_optimizer.emplace(whole->parameters(), optimizer.config());
     whole_optimizer->set_steps(optimizer.steps());
   }
-  collect_stages(*stage.model, *stage.optimizer, grid.pp_group, whole ? &*whole : nullptr,
+  collect_stages(stage.model(), *stage.optimizer(), grid.pp_group, whole ? &*whole : nullptr,
                  whole_optimizer ? &*whole_optimizer : nullptr);
   if (grid.pp_rank == 0) writer.save(dir, *whole, *whole_optimizer, train_state);
 }
 
 void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn::GPT* whole,
                            nn::AdamW* whole_optimizer) {
-  const bool root = grid.tp_rank == 0;
-  WholeStage stage(model, optimizer ? optimizer->config() : nn::AdamWConfig{}, root);
-  nn::AdamW* stage_optimizer = optimizer && root ? &*stage.optimizer : nullptr;
-  if (root) hand_out_stages(*stage.model, stage_optimizer, grid.pp_group, whole, whole_optimizer);
+  WholeStage stage(model, optimizer, optimizer ? optimizer->config() : nn::AdamWConfig{}, grid);
+  if (grid.tp_rank == 0) hand_out_stages(stage.model(), stage.optimizer(), grid.pp_group, whole, whole_optimizer);
+  if (!stage.cut()) return;  // one tp rank: the stage took its tensors itself
+  // tp rank 0 broadcasts each whole tensor over the group; every rank keeps its cut.
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     const nn::NamedTensor& p = model.parameters()[i];
     const nn::Shape whole_shape = model.layers().whole_shape(p.role, p.tensor.shape());
     const auto mine = tensors_of(model, optimizer, i);
     for (std::size_t k = 0; k < mine.size(); ++k) {
       std::vector<float> full(static_cast<std::size_t>(nn::numel_of(whole_shape)));
-      if (root) std::ranges::copy(tensors_of(*stage.model, stage_optimizer, i)[k], full.begin());
+      if (grid.tp_rank == 0) std::ranges::copy(tensors_of(stage.model(), stage.optimizer(), i)[k], full.begin());
       grid.tp_group.broadcast(std::span(full), 0);
       std::ranges::copy(model.layers().shard(p.role, whole_shape, full), mine[k].begin());
     }
   }
   if (!optimizer) return;
-  std::array<int64_t, 1> steps{root ? stage.optimizer->steps() : 0};
+  std::array<int64_t, 1> steps{grid.tp_rank == 0 ? stage.optimizer()->steps() : 0};
   grid.tp_group.broadcast(std::span<int64_t>(steps), 0);
   optimizer->set_steps(steps[0]);
 }

@@ -564,12 +564,13 @@ TEST_CASE("a receive from any rank names each sender; sends posted with isend ne
       sent.wait();
     }
     // A ring exchange of large messages, every rank sending first: only a send that returns at
-    // once lets each rank go on to its receive.
+    // once lets each rank go on to its receive. (Another tag: rank 0's receives from any rank
+    // above must never take a ring message, which may arrive before another rank's first.)
     const int next = (c.rank() + 1) % c.size(), previous = (c.rank() + c.size() - 1) % c.size();
     const std::vector<float> out = inputs<float>(c.rank() + 7, count);
     std::vector<float> in(count);
-    comm::Work sent = c.isend(std::span<const float>(out), next, tag);
-    comm::Work received = c.irecv(std::span(in), previous, tag);
+    comm::Work sent = c.isend(std::span<const float>(out), next, tag + 1);
+    comm::Work received = c.irecv(std::span(in), previous, tag + 1);
     received.wait();
     sent.wait();
     CHECK(received.source() == previous);

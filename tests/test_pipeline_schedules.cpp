@@ -5,6 +5,9 @@
 // draws (GPipe and 1F1B for p = 4, M = 4; interleaved for p = 2, v = 2, M = 4), read from the
 // page itself; every message must be received where it was sent, in the order sent; and the
 // sequence of forwards, backwards, sends and receives of a small case is checked call by call.
+// A send here never waits for its receive, so what this cannot see is two neighbours that
+// both wait to send to each other (pp/stage.hpp's deadlock rule): the trainers' runs under
+// mpiexec, with messages past the eager size, are what check that.
 #include <catch2/catch.hpp>
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // ProcessGroupNanodist's overrides: each checks its tensors at once and hands a body to the
-// queue (call_queue.cpp); the Work it returns is work.cpp's.
+// queue (call_queue.cpp); the Work it returns is nanodist_work.cpp.s.
 #include "torch_backend/process_group.hpp"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
 // ProcessGroupNanodist: torch.distributed's collectives on nanodist's communicators. Its
 // overrides are process_group.cpp, the queue on the communication thread call_queue.cpp, the
-// Work and its future work.hpp.
+// Work and its future nanodist_work.hpp.
 //
 // Each call checks its tensors at once (an unsupported op or type raises in Python, naming
 // both), queues the call on the communication thread and returns a Work. The Work's future
@@ -27,7 +27,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "comm/communicator.hpp"
-#include "torch_backend/work.hpp"
+#include "torch_backend/nanodist_work.hpp"
 
 namespace nanodist_torch {
 

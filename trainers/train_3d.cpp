@@ -24,6 +24,7 @@
 
 #include "comm/cli_checks.hpp"
 #include "parallel/dp/gradient_wire.hpp"
+#include "parallel/tp/tensor_parallel_layers.hpp"
 #include "trainers/pipeline_strategy.hpp"
 #include "trainers/trainer_main.hpp"
 
@@ -50,7 +51,7 @@ class ThreeDParallel final : public PipelineStrategy {
         fmt::format("{}: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
                     "padded to {}",
                     s_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
-                    (c.vocab_size + grid_.tp - 1) / grid_.tp * grid_.tp)};
+                    parallel::padded_vocab(c.vocab_size, grid_.tp))};
     if (averager_) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
     return facts;
   }

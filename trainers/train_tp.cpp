@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "parallel/dp/gradient_wire.hpp"
+#include "parallel/tp/tensor_parallel_layers.hpp"
 #include "trainers/micro_steps.hpp"
 #include "trainers/grid_model.hpp"
 #include "trainers/trainer_main.hpp"
@@ -38,7 +39,8 @@ class TensorParallel final : public GridStrategy {
 
   StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
-    const int W = world_.size(), padded_vocab = (c.vocab_size + W - 1) / W * W;
+    const int W = world_.size();
+    const int64_t padded_vocab = parallel::padded_vocab(c.vocab_size, W);
     StrategyFacts facts{
         .layout = {fmt::format("train_tp: {} tensor-parallel ranks{}", W,
                                sequence_parallel_ ? " with sequence parallelism" : ""),

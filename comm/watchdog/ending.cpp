@@ -174,8 +174,8 @@ void Watchdog::raise_failed_wait(std::int64_t now, const char* what_happened, co
     }
   }
   raised_.store(true);
+  set_waiting(false);  // first: on_timeout may throw too
   if (on_timeout) on_timeout();
-  set_waiting(false);
   throw TimeoutError(fmt::format("rank {}: {} {} after {} (the watchdog's report is above)", board_.world_rank(),
                                  describe_my_call(now), what_happened, seconds(now - start_ns_)));
 }

@@ -30,12 +30,16 @@ constexpr unsigned kPollsPerLook = 64;
 // polls before each further one yields the core: a quick collective finishes while spinning,
 // and a rank oversubscribed on a core lets its peer run (4 ranks on 2 cores);
 constexpr unsigned kSpinsBeforeYield = 16;
-// how long a wait spins and yields before it sleeps between polls instead: a yield returns at
-// once when nothing else wants the core, so a rank that waits long for a late peer would burn
-// it (and slow the ranks, or the checkpoint writer, that share it). Asleep, each pause is an
-// eighth of the time waited so far, within these bounds: a wait overshoots its end by at most
-// about an eighth, and a collective that ends within the first 2 ms never sleeps.
+// how long a wait spins and yields before it may sleep between polls instead — only while a
+// rank it waits for has not come to the call yet (Watchdog::awaited_rank_late): a yield returns
+// at once when nothing else wants the core, so a rank that waits long for a late peer would
+// burn it (and slow the ranks, or the checkpoint writer, that share it). Once every peer is in
+// the call the data is on its way, which MPI moves only while it is called: that wait never
+// sleeps. Asleep, each pause is an eighth of the time waited so far, within these bounds: the
+// late peer's arrival is seen at most about an eighth late, and a wait that ends within the
+// first 2 ms never sleeps. Awake past 2 ms, it looks again whether a peer is late every 1 ms.
 constexpr std::int64_t kSleepAfterNs = 2'000'000;   // 2 ms
+constexpr std::int64_t kLateLookEveryNs = 1'000'000;  // 1 ms
 constexpr std::int64_t kShortestSleepNs = 20'000;   // 20 µs
 constexpr std::int64_t kLongestSleepNs = 1'000'000;  // 1 ms
 // how long a wait lasts before it answers other nodes' questions about this node's board: a
@@ -152,6 +156,24 @@ bool LeftRankWatch::gone_long_enough(Watchdog& watchdog, const OpCall& call, std
   return gone_since_ns_ >= 0 && now - gone_since_ns_ >= kLeftForNs;
 }
 
+bool Watchdog::awaited_rank_late(const OpCall& call) {
+  if (!call.members) return false;
+  const bool point_to_point = is_point_to_point(call.kind);
+  if (point_to_point && call.root < 0) return false;  // from any rank: any one may be sending
+  for (int r = 0; r < static_cast<int>(call.members->size()); ++r) {
+    if (r == call.comm_rank || (point_to_point && r != call.root)) continue;
+    const int w = (*call.members)[static_cast<std::size_t>(r)];
+    if (exchange_ && !exchange_->same_node(w)) continue;  // (not known here: counts as come)
+    if (!point_to_point) {
+      const std::int64_t entered = board_.entered(w, call.comm_id);
+      if (entered >= 0 && entered <= call.seq) return true;  // it has not entered this collective
+    } else if (board_.view(w, call.comm_id).state == RankState::running) {
+      return true;  // the peer is in no call: computing (a pipeline's bubble)
+    }
+  }
+  return false;
+}
+
 bool Watchdog::awaited_rank_left(const OpCall& call) {
   if (!call.members) return false;
   const bool point_to_point = is_point_to_point(call.kind);
@@ -198,6 +220,8 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
   LeftRankWatch left(wait_start);
   set_waiting(true);
   std::int64_t waited = 0;  // at the last look
+  bool asleep = false;       // a peer is late: sleep between polls (then each poll is a look)
+  std::int64_t next_late_look = wait_start + kSleepAfterNs;
   for (unsigned spin = 0;; ++spin) {
     bool done = false;
     try {
@@ -208,7 +232,6 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
     }
     if (termination_signal()) on_termination_signal(now_ns());  // even when the wait has just completed
     if (done) break;
-    const bool asleep = waited > kSleepAfterNs;  // (then each poll is a look: they are rare)
     if (asleep || spin % kPollsPerLook == 0) {
       const std::int64_t now = now_ns();
       waited = now - wait_start;
@@ -227,6 +250,10 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
       // such a message is not held up by this one (the PyTorch backend's isend, then all_reduce).
       int flag = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+      if (now >= next_late_look) {
+        asleep = awaited_rank_late(call_);
+        next_late_look = asleep ? now : now + kLateLookEveryNs;
+      }
     }
     if (asleep)
       std::this_thread::sleep_for(std::chrono::nanoseconds(std::clamp(waited / 8, kShortestSleepNs, kLongestSleepNs)));

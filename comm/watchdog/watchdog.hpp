@@ -4,7 +4,8 @@
 // leaves the others waiting forever. Here no wait is blocking: every MPI request is polled
 // (wait_all) against the deadline of the collective in progress (OpScope). When it passes,
 // the rank prints which ranks never arrived and what each of them was doing instead (read
-// from the StatusBoard, so a dead or stuck rank need not answer), then ends the whole job.
+// from the StatusBoard, so a dead or stuck rank need not answer), then ends the whole job —
+// or, under TimeoutAction::raise, throws TimeoutError for the program to catch.
 //
 // Check mode (optional) exchanges a short description of the call before any data moves
 // and ends the job, naming the ranks, when they disagree on collective, count, type, op
@@ -59,14 +60,14 @@ class Watchdog {
   void enter(const OpCall& call, std::int64_t start_ns);
   // Marks this rank as out of it again.
   void leave();
-  // Polls until every request completes; past the deadline, reports and ends the job.
+  // Polls until every request completes; past the deadline, reports and ends the job (or raises).
   void wait_all(int n, MPI_Request* requests);
   // The same for anything that can be polled (an NCCL kernel's event, a pending ring):
   // calls done() until it returns true. Past the deadline, before the report, on_timeout()
   // runs (nccl: ncclCommAbort, so nothing is left spinning on the GPU).
   void wait_until(const std::function<bool()>& done, const std::function<void()>& on_timeout = {});
   // A wait that cannot end well (a peer's process is gone: a single-copy read found no such
-  // process): the report now, as at the deadline, and the job ends — no use waiting it out.
+  // process): the report now, as at the deadline, and the job ends (or raises) — no use waiting it out.
   [[noreturn]] void give_up(const char* what_happened);
   // Check mode: all ranks of `call`'s communicator compare their calls over `check_comm`.
   void verify_same_call(MPI_Comm check_comm);
@@ -84,6 +85,10 @@ class Watchdog {
   // with the report at once, whatever the deadline. Ranks on other nodes: their launcher or
   // the deadline tells.
   bool awaited_rank_left(const OpCall& call);
+  // True when a rank `call` waits for, on this node, has not come to it yet: a collective it has
+  // not entered, or a send/receive whose peer is in no call. Such a wait may sleep between polls
+  // (wait_until); one whose peers are all in the call may not (MPI moves data only while called).
+  bool awaited_rank_late(const OpCall& call);
 
  private:
   // The full report of the call in progress: a one-line diagnosis, then each missing rank.

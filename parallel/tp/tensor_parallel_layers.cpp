@@ -171,7 +171,7 @@ void TensorParallelLayers::gather_vocabulary(std::span<const float> mine, std::s
 
 std::shared_ptr<nn::GPTLayers> make_gpt_layers(const nn::GPTConfig& config, comm::Communicator& tp,
                                                bool sequence_parallel) {
-  if (tp.size() == 1 && !sequence_parallel) return std::make_shared<nn::WholeLayers>();
+  if (tp.size() == 1) return std::make_shared<nn::WholeLayers>();
   return std::make_shared<TensorParallelLayers>(config, tp, sequence_parallel);
 }
 

@@ -32,6 +32,9 @@
 
 namespace parallel {
 
+// The vocabulary padded to a multiple of the tp ranks (wte's rows: ⌈V/tp⌉ per rank).
+inline int64_t padded_vocab(int vocab_size, int tp) { return (int64_t{vocab_size} + tp - 1) / tp * tp; }
+
 class TensorParallelLayers final : public nn::GPTLayers {
  public:
   // Refuses (nn::Error) n_head not divisible by W, and, with sequence parallelism, block_size.
@@ -62,7 +65,7 @@ class TensorParallelLayers final : public nn::GPTLayers {
 
   comm::Communicator& group() const { return tp_; }
   bool sequence_parallel() const { return sequence_parallel_; }
-  int64_t padded_vocab() const { return rows_per_rank_ * tp_.size(); }
+  int64_t padded_vocab() const { return parallel::padded_vocab(vocab_size_, tp_.size()); }
 
  private:
   bool sharded(bool training) const { return sequence_parallel_ && training; }
@@ -74,7 +77,8 @@ class TensorParallelLayers final : public nn::GPTLayers {
 };
 
 // The layers of a model whose big matmuls are split over `tp`: tensor-parallel ones, or the
-// whole ones when the group is one rank (tp = 1 is the whole model, with nothing to send).
+// whole ones when the group is one rank (tp = 1 is the whole model, with nothing to send and
+// no sequence to shard).
 std::shared_ptr<nn::GPTLayers> make_gpt_layers(const nn::GPTConfig& config, comm::Communicator& tp,
                                                bool sequence_parallel = false);
 // nn::GPT (the whole model, or a pipeline stage's `part`) with tensor-parallel layers over `tp`

@@ -1,5 +1,5 @@
-// NanodistWork and the futures a group gives out (work.hpp).
-#include "torch_backend/work.hpp"
+// NanodistWork and the futures a group gives out (nanodist_work.hpp).
+#include "torch_backend/nanodist_work.hpp"
 
 #include <algorithm>
 
