@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/backend.hpp"
@@ -74,6 +75,11 @@ class Work {
   // against the deadline itself).
   const OpCall& call() const { return call_; }
   std::int64_t started_ns() const { return start_ns_; }
+  // Once done: when the operation's communication ran, [start, end] in steady-clock ns — on the
+  // communication thread, from when the thread took it up (it may have waited behind others)
+  // to its end; otherwise from the call to when test() or wait() saw it complete. A --trace
+  // draws a bucket's allreduce with it.
+  std::pair<std::int64_t, std::int64_t> ran_ns() const { return ran_ns_; }
 
  private:
   friend class Communicator;
@@ -83,6 +89,7 @@ class Work {
   std::unique_ptr<Staging> staged_;  // device buffers' host copies (mpi, ring, naive)
   OpCall call_;
   std::int64_t start_ns_ = 0;
+  std::pair<std::int64_t, std::int64_t> ran_ns_{0, 0};
   int source_ = -1;
 };
 

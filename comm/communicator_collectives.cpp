@@ -131,6 +131,7 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
     std::shared_ptr<InFlight> in_flight = in_flight_;
     in_flight->add();
     const bool queued = ProgressThread::get().post([this, call, run, done, in_flight] {
+      done->begin();
       try {
         run_collective(call, [&](const Transport& t, const OpCall&) { run(t); });
         done->finish();

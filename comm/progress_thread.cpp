@@ -153,10 +153,29 @@ void ProgressThread::loop() {
   }
 }
 
+namespace {
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void Completion::begin() {
+  std::lock_guard lock(mutex_);
+  began_ns_ = steady_ns();
+}
+
+std::pair<std::int64_t, std::int64_t> Completion::ran_ns() const {
+  std::lock_guard lock(mutex_);
+  return {began_ns_, finished_ns_};
+}
+
 void Completion::finish(std::exception_ptr error) {
   {
     std::lock_guard lock(mutex_);
     finished_ = true;
+    finished_ns_ = steady_ns();
+    if (began_ns_ == 0) began_ns_ = finished_ns_;
     error_ = std::move(error);
   }
   finished_cv_.notify_all();

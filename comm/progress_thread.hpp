@@ -23,6 +23,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace comm {
@@ -76,8 +77,13 @@ class ProgressThread {
 // The end of one queued task, for whoever waits for it (a Work): it came, or it threw.
 class Completion {
  public:
+  // When the thread began running the task (steady clock, ns): a queued task may wait
+  // behind others, so this, not the call's time, is when its communication started.
+  void begin();
   void finish(std::exception_ptr error = nullptr);
   bool finished() const;
+  // [began, finished] in steady-clock ns, once finished.
+  std::pair<std::int64_t, std::int64_t> ran_ns() const;
   // Until finished; returns what the task threw (null: nothing).
   std::exception_ptr wait();
 
@@ -86,6 +92,7 @@ class Completion {
   std::condition_variable finished_cv_;
   bool finished_ = false;
   std::exception_ptr error_;
+  std::int64_t began_ns_ = 0, finished_ns_ = 0;
 };
 
 // How many tasks one owner (a communicator) has queued and not yet seen finish: before its next

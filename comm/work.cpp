@@ -31,6 +31,7 @@ Work& Work::operator=(Work&& other) {
     staged_ = std::move(other.staged_);
     call_ = other.call_;
     start_ns_ = other.start_ns_;
+    ran_ns_ = other.ran_ns_;
     source_ = other.source_;
   }
   return *this;
@@ -60,6 +61,7 @@ bool Work::cancel() {
 void Work::finish() {
   const std::shared_ptr<Completion> queued = std::move(queued_);
   const std::exception_ptr error = queued ? queued->wait() : nullptr;
+  ran_ns_ = queued ? queued->ran_ns() : std::pair{start_ns_, now_ns()};
   if (op_) source_ = op_->source();
   op_.reset();
   if (staged_) staged_->finish();  // device buffers: the results back from their host copies

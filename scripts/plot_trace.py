@@ -47,15 +47,20 @@ def main() -> int:
         lo, hi = (ends[args.step - 2] if args.step > 1 else 0), ends[args.step - 1]
         spans = [e for e in spans if lo <= e["ts"] < hi]
     t0 = min(e["ts"] for e in spans)
-    ranks = sorted({e["tid"] for e in spans})
+    total_ms = (max(e["ts"] + e["dur"] for e in spans) - t0) / 1e3
+    # A rank's row, then its communication row (tid 10000 + rank: train_dp's bucket allreduces).
+    ranks = sorted({e["tid"] for e in spans}, key=lambda tid: (tid % 10000, tid // 10000))
     fig, ax = plt.subplots(figsize=(13, 0.6 * len(ranks) + 1.5))
     for e in spans:
         y = len(ranks) - 1 - ranks.index(e["tid"])
         start, width = (e["ts"] - t0) / 1e3, e["dur"] / 1e3
         ax.broken_barh([(start, width)], (y - 0.4, 0.8), facecolors=COLOURS.get(e["cat"], "#999999"),
-                       edgecolor="black" if e["cat"] in ("forward", "backward") else "none", linewidth=0.4)
+                       edgecolor="black" if e["cat"] in ("forward", "backward") or e["tid"] >= 10000 else "none", linewidth=0.4)
         if e["cat"] in ("forward", "backward") and width > 0:
             ax.text(start + width / 2, y, e["name"], ha="center", va="center", fontsize=7, color="white")
+        elif e["tid"] >= 10000 and width > 0.025 * total_ms:  # a bucket wide enough: its number
+            ax.text(start + width / 2, y, e["name"].split(" (")[0].replace("bucket ", "b"), ha="center",
+                    va="center", fontsize=7)
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([names.get(r, f"rank {r}") for r in reversed(ranks)])
     ax.set_xlabel("time (ms)")

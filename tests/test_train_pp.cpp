@@ -2,6 +2,8 @@
 // with the same global batch ends; GPipe and 1F1B agree bit for bit; the tied embedding stays
 // identical; checkpoints load in train_dp and resume exactly; a stage that dies or skips a
 // send is named by the watchdog; bad input is one line and exit status 2.
+#include <set>
+
 #include "trainer_test_util.hpp"
 
 namespace {
@@ -189,11 +191,31 @@ TEST_CASE("trace: one row per rank with every micro-batch's forward and backward
   }
   CHECK(count[{0, "wait"}] > 0);
   const fs::path dp_file = work_dir() / "runs" / "dp_trace.json";
-  REQUIRE(
-      train_dp(2, common() + " --batch-size 4 --trace " + dp_file.string() + " --out-dir " + out("dp_trace")).status ==
-      0);
+  // Small buckets, moved by the communication thread: each rank's second row (tid 10000 + rank)
+  // has every bucket of every traced step, each inside the step and ending after it started.
+  REQUIRE(train_dp(2, common() + " --batch-size 4 --bucket-mb 0.1 --progress thread --trace " + dp_file.string() +
+                          " --out-dir " + out("dp_trace"))
+              .status == 0);
   int dp_forwards = 0;
+  std::map<int, std::set<std::string>> buckets;  // communication row → bucket names
+  std::map<int, int> bucket_spans;
+  std::map<int, std::string> row_names;
   const auto dp_trace = nlohmann::json::parse(nn::read_whole_file(dp_file));
-  for (const auto& e : dp_trace.at("traceEvents")) dp_forwards += e.value("cat", "") == "forward";
+  for (const auto& e : dp_trace.at("traceEvents")) {
+    dp_forwards += e.value("cat", "") == "forward";
+    if (e.at("ph") == "M") row_names[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+    if (e.at("ph") == "X" && e.at("tid").get<int>() >= 10000) {
+      buckets[e.at("tid").get<int>()].insert(e.at("name").get<std::string>());
+      ++bucket_spans[e.at("tid").get<int>()];
+      CHECK(e.at("dur").get<double>() >= 0);
+      CHECK(e.at("cat") == "comm");
+    }
+  }
   CHECK(dp_forwards == 2 * 3);  // 2 ranks × the default 3 traced steps
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    CHECK(buckets[10000 + rank].size() >= 3);  // ≥ 3 buckets of ≤ 0.1 MB
+    CHECK(bucket_spans[10000 + rank] == 3 * static_cast<int>(buckets[10000 + rank].size()));  // each, every step
+    CHECK(row_names[10000 + rank] == fmt::format("rank {} · allreduce", rank));
+  }
 }

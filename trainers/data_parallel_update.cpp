@@ -56,6 +56,9 @@ class ReplicatedUpdate : public DataParallelUpdate {
     return h;
   }
   std::string describe() const override { return averager_->describe(); }
+  void on_bucket_done(parallel::GradientAverager::BucketSeen seen) override {
+    averager_->on_bucket_done(std::move(seen));
+  }
 
  private:
   nn::GPT& model_;

@@ -22,6 +22,7 @@
 #include "nn/adamw.hpp"
 #include "nn/checkpoint_writer.hpp"
 #include "nn/gpt.hpp"
+#include "parallel/dp/gradient_averaging.hpp"
 #include "parallel/dp/zero_optimizer.hpp"
 #include "trainers/train_options.hpp"
 #include "trainers/training_loop.hpp"  // TrafficFormula
@@ -50,6 +51,8 @@ class DataParallelUpdate {
   }
   virtual parallel::HeldBytes held() const = 0;  // what this rank holds now
   virtual std::string describe() const = 0;
+  // --trace: when each bucket's allreduce ran (the bucketed averager's; ZeRO has none).
+  virtual void on_bucket_done(parallel::GradientAverager::BucketSeen /*seen*/) {}
 };
 
 std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions& o, nn::GPT& model,

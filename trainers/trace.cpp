@@ -20,8 +20,14 @@ Trace::Trace(comm::Communicator& world) : world_(world) {
   t0_ = now_s();
 }
 
-void Trace::add(const std::string& name, const std::string& cat, double start_s, double end_s) {
-  if (on) spans_.push_back({name, cat, start_s, end_s});
+namespace {
+// A rank's communication row is thread id kCommunicationRow + rank (scripts/plot_trace.py
+// draws it under the rank's own row).
+constexpr int kCommunicationRow = 10000;
+}  // namespace
+
+void Trace::add(const std::string& name, const std::string& cat, double start_s, double end_s, Row row) {
+  if (on) spans_.push_back({name, cat, start_s, end_s, row});
 }
 
 void Trace::write(const std::string& path, const std::vector<std::string>& row_names) {
@@ -33,15 +39,27 @@ void Trace::write(const std::string& path, const std::vector<std::string>& row_n
                                                             {"comm", "olive"},
                                                             {"optimizer", "yellow"},
                                                             {"eval", "white"}};
-  for (const Span& s : spans_)
+  const auto row_name = [&](int r) {
+    return r < static_cast<int>(row_names.size()) ? row_names[static_cast<std::size_t>(r)] : fmt::format("rank {}", r);
+  };
+  bool communication_row = false;
+  for (const Span& s : spans_) {
+    communication_row = communication_row || s.row == Row::communication;
     events.push_back({{"name", s.name},
                       {"cat", s.cat},
                       {"ph", "X"},
                       {"pid", 0},
-                      {"tid", world_.rank()},
+                      {"tid", s.row == Row::rank ? world_.rank() : kCommunicationRow + world_.rank()},
                       {"ts", (s.start - t0_) * 1e6},
                       {"dur", (s.end - s.start) * 1e6},
                       {"cname", colour.count(s.cat) ? colour.at(s.cat) : "generic_work"}});
+  }
+  if (communication_row)
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", kCommunicationRow + world_.rank()},
+                      {"args", {{"name", row_name(world_.rank()) + " · allreduce"}}}});
   const std::string mine = events.dump();
   std::vector<int64_t> sizes(static_cast<std::size_t>(world_.size()));
   const std::array<int64_t, 1> my_size{static_cast<int64_t>(mine.size())};
@@ -61,13 +79,7 @@ void Trace::write(const std::string& path, const std::vector<std::string>& row_n
     }
     for (auto& e : nlohmann::json::parse(text)) all["traceEvents"].push_back(e);
     all["traceEvents"].push_back(
-        {{"name", "thread_name"},
-         {"ph", "M"},
-         {"pid", 0},
-         {"tid", r},
-         {"args",
-          {{"name", r < static_cast<int>(row_names.size()) ? row_names[static_cast<std::size_t>(r)]
-                                                           : fmt::format("rank {}", r)}}}});
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r}, {"args", {{"name", row_name(r)}}}});
   }
   nn::write_file_atomically(path, all.dump() + "\n");
 }

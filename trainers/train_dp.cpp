@@ -44,6 +44,12 @@ class DataParallel final : public Strategy {
         update_(make_data_parallel_update(o_, model_, world)),
         micro_steps_(o_, data_.train, T(), world.rank(), world.size()) {
     update_->start(run.load_from, o_.resume);
+    // --trace: each bucket's allreduce on the rank's second row, under the backward it overlaps.
+    update_->on_bucket_done([this](int bucket, std::size_t bytes, std::int64_t start_ns, std::int64_t end_ns) {
+      if (clock_)
+        clock_->add_beside(fmt::format("bucket {} ({:.1f} MB)", bucket, static_cast<double>(bytes) / 1e6),
+                           static_cast<double>(start_ns) / 1e9, static_cast<double>(end_ns) / 1e9);
+    });
   }
 
   StrategyFacts facts() const override {
@@ -59,6 +65,7 @@ class DataParallel final : public Strategy {
   // 2. Unique data: this rank's slice of the step's global batch (and its dropout masks). 3a. On
   //    the last micro-step the bucketed averager starts allreduces from inside backward.
   void forward_backward(int64_t step, StepClock& clock) override {
+    clock_ = &clock;  // the step's: finish_gradients reports the buckets on it
     step_loss_ = micro_steps_.run(model_, step, clock, [this](bool last) { update_->before_backward(last); });
   }
   float finish_gradients(float max_norm) override {
@@ -107,6 +114,7 @@ class DataParallel final : public Strategy {
   std::unique_ptr<DataParallelUpdate> update_;
   MicroSteps micro_steps_;
   float step_loss_ = 0;  // this rank's, the mean over its micro-steps
+  StepClock* clock_ = nullptr;
 };
 
 }  // namespace

@@ -79,6 +79,10 @@ void StepClock::add(Phase phase, double start_s, double end_s, int micro, const 
   if (trace_.on) trace_.add(name.empty() ? span_name(phase, micro) : name, category(phase), start_s, end_s);
 }
 
+void StepClock::add_beside(const std::string& name, double start_s, double end_s) {
+  if (trace_.on) trace_.add(name, "comm", start_s, end_s, Trace::Row::communication);
+}
+
 namespace {
 
 // How long a survivor may take to save the last completed step when a peer is lost: the

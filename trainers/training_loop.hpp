@@ -49,6 +49,10 @@ class StepClock {
   // A span of `phase` from start_s to end_s (Trace::now_s()); micro-batch `micro` names
   // forwards and backwards, `name` overrides the phase's name (a wait: "recv from stage 1").
   void add(Phase phase, double start_s, double end_s, int micro = -1, const std::string& name = "");
+  // Communication that ran beside the rank's work (a bucket's allreduce, "bucket 3"): a span
+  // on the rank's communication row of the trace only — the log line counts the time the
+  // rank waited for it, which the caller times as Phase::comm.
+  void add_beside(const std::string& name, double start_s, double end_s);
 
  private:
   TrainingLog& log_;

@@ -66,14 +66,18 @@ class BucketedAllreduce : public GradientAverager {
   void finish() override {
     for (std::size_t i = 0; i < buckets_.size(); ++i)  // a parameter backward never reached
       if (!buckets_[i].started) start(i);
-    for (Bucket& b : buckets_) {
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      Bucket& b = buckets_[i];
       b.work.wait();
+      if (seen_) seen_(static_cast<int>(i), b.bytes, b.work.ran_ns().first, b.work.ran_ns().second);
       copy_from_flat(b);
       b.started = false;
     }
     communicating_ = false;
     armed_ = false;
   }
+
+  void on_bucket_done(BucketSeen seen) override { seen_ = std::move(seen); }
 
   std::string describe() const override {
     return fmt::format("bucketed: {} buckets of ≤ {:.2f} MB, allreduce overlapped with backward ({}){}",
@@ -137,6 +141,7 @@ class BucketedAllreduce : public GradientAverager {
   std::vector<int> bucket_of_;
   bool communicating_ = false;
   bool armed_ = false;  // the countdowns were set for this step
+  BucketSeen seen_;     // --trace's, or none
 };
 
 }  // namespace

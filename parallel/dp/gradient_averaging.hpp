@@ -18,6 +18,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +40,10 @@ class GradientAverager {
   // After the last backward: returns once every gradient holds the average over ranks.
   virtual void finish() = 0;
   virtual std::string describe() const = 0;
+  // When each bucket's allreduce ran (bucket index, bytes, [start, end] in steady-clock ns), told
+  // in finish() — what --trace draws on a rank's communication row. The naive one has no buckets.
+  using BucketSeen = std::function<void(int bucket, std::size_t bytes, std::int64_t start_ns, std::int64_t end_ns)>;
+  virtual void on_bucket_done(BucketSeen /*seen*/) {}
 };
 
 // --ddp: which averaging, and its names on the command line and in the checkpoint.
