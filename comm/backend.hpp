@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,13 @@
 #include "comm/types.hpp"
 
 namespace comm {
+
+// alltoallv's layout of one buffer: block r (for rank r, or from it) is counts[r] elements
+// starting at element displs[r]. Both spans hold one entry per rank.
+struct Blocks {
+  std::span<const std::size_t> counts;
+  std::span<const std::size_t> displs;
+};
 
 // An operation started but not finished (the asynchronous allreduce, reduce-scatter,
 // allgather): MPI requests in flight, a ring halfway round, an NCCL kernel on a stream.
@@ -70,6 +78,13 @@ class Backend {
   virtual void reduce_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type,
                               ReduceOp op) = 0;
   virtual void barrier(const Transport& t) = 0;
+  // send holds size × count elements: block j goes to rank j, and recv's block i comes from
+  // rank i. By default the hand-written pairwise exchange (comm/algorithms/pairwise_alltoall.cpp).
+  virtual void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type);
+  // The same with blocks of any size (Blocks above): rank i's send block j is rank j's recv
+  // block i, so their counts must agree. By default the pairwise exchange.
+  virtual void alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
+                         DataType type);
   // Point to point; by default over the transport (MPI).
   virtual void send(const Transport& t, const void* data, std::size_t count, DataType type, int dest);
   virtual void recv(const Transport& t, void* data, std::size_t count, DataType type, int source);

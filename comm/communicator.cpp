@@ -79,6 +79,10 @@ MPI_Comm Communicator::lane(OpKind kind) const {
       return lanes_[kPointToPointLane].get();
     case OpKind::split:
       return lanes_[kSplitLane].get();
+    case OpKind::alltoall:
+      return lanes_[kAlltoallLane].get();
+    case OpKind::alltoallv:
+      return lanes_[kAlltoallvLane].get();
     default:
       return lanes_[static_cast<std::size_t>(kind)].get();
   }

@@ -93,6 +93,9 @@ class Work {
   int source_ = -1;
 };
 
+// The displacements of blocks laid back to back: 0, c0, c0 + c1, …
+std::vector<std::size_t> packed_displacements(std::span<const std::size_t> counts);
+
 class Communicator {
  public:
   // Takes ownership of `group` (a fresh MPI communicator); collective over its ranks.
@@ -138,6 +141,22 @@ class Communicator {
   template <class T>
   void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum);
   void barrier();
+  // All-to-all: send and recv hold size() blocks of send.size() / size() elements; block j of
+  // send goes to rank j, and block i of recv comes from rank i (a transpose of the ranks'
+  // blocks: Ulysses' sequence shard ↔ head shard, an expert layer's dispatch).
+  template <class T>
+  void alltoall(std::span<const T> send, std::span<T> recv);
+  // The same with blocks of any size: block j of send is send_counts[j] elements at
+  // send_displs[j], block i of recv is recv_counts[i] at recv_displs[i]. Rank i's
+  // send_counts[j] must equal rank j's recv_counts[i] (check mode verifies it).
+  template <class T>
+  void alltoallv(std::span<const T> send, std::span<const std::size_t> send_counts,
+                 std::span<const std::size_t> send_displs, std::span<T> recv, std::span<const std::size_t> recv_counts,
+                 std::span<const std::size_t> recv_displs);
+  // Blocks back to back in rank order (the displacements are the counts' running sums).
+  template <class T>
+  void alltoallv(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
+                 std::span<const std::size_t> recv_counts);
 
   template <class T>
   void send(std::span<const T> data, int dest);
@@ -196,6 +215,11 @@ class Communicator {
   void run_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type, int root);
   void run_reduce_scatter(const void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                           ReduceOp op);
+  void run_alltoall(const void* send, std::size_t send_size, void* recv, std::size_t recv_size, DataType type);
+  void run_alltoallv(const void* send, std::size_t send_size, Blocks send_blocks, void* recv, std::size_t recv_size,
+                     Blocks recv_blocks, DataType type);
+  // check mode: rank i's send counts for j are rank j's receive counts from i, on every rank.
+  void verify_alltoallv_counts(Blocks send_blocks, Blocks recv_blocks);
   void run_point_to_point(OpKind kind, void* data, std::size_t count, DataType type, int peer);
   Work run_tagged(OpKind kind, void* data, std::size_t count, DataType type, int peer, int tag);
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
@@ -244,12 +268,14 @@ class Communicator {
   MPI_Comm lane(OpKind kind) const;
 
   // Each kind of call on its own MPI communicator, so no kind can take another's messages.
-  static constexpr int kLanes = 13;
+  static constexpr int kLanes = 15;
   static constexpr int kCheckLane = 0;  // lanes 1..8: one per collective kind (OpKind value)
   static constexpr int kPointToPointLane = 9;
   static constexpr int kAsyncLane = 10;
   static constexpr int kSplitLane = 11;
   static constexpr int kTaggedLane = 12;     // isend/irecv: the user's tags, matched by MPI
+  static constexpr int kAlltoallLane = 13;
+  static constexpr int kAlltoallvLane = 14;
   static constexpr int kAsyncTags = 32000;  // async collectives' tags (MPI guarantees up to 32767)
   std::shared_ptr<Backend> backend_;
   BackendSettings backend_settings_;
@@ -317,6 +343,25 @@ void Communicator::scatter(std::span<const T> send, std::span<T> recv, int root)
 template <class T>
 void Communicator::reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
   run_reduce_scatter(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>(), op);
+}
+template <class T>
+void Communicator::alltoall(std::span<const T> send, std::span<T> recv) {
+  run_alltoall(send.data(), send.size(), recv.data(), recv.size(), datatype_of<T>());
+}
+template <class T>
+void Communicator::alltoallv(std::span<const T> send, std::span<const std::size_t> send_counts,
+                             std::span<const std::size_t> send_displs, std::span<T> recv,
+                             std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs) {
+  run_alltoallv(send.data(), send.size(), {send_counts, send_displs}, recv.data(), recv.size(),
+                {recv_counts, recv_displs}, datatype_of<T>());
+}
+template <class T>
+void Communicator::alltoallv(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
+                             std::span<const std::size_t> recv_counts) {
+  const std::vector<std::size_t> send_displs = packed_displacements(send_counts);
+  const std::vector<std::size_t> recv_displs = packed_displacements(recv_counts);
+  alltoallv(send, send_counts, std::span<const std::size_t>(send_displs), recv, recv_counts,
+            std::span<const std::size_t>(recv_displs));
 }
 template <class T>
 void Communicator::send(std::span<const T> data, int dest) {

@@ -4,6 +4,10 @@
 // or queued on the communication thread (--progress).
 #include "comm/communicator.hpp"
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "comm/transport.hpp"
 
 namespace comm {
@@ -111,6 +115,99 @@ void Communicator::run_reduce_scatter(const void* send, std::size_t send_size, v
                backend_->reduce_scatter(transport, in, out, count, type, op);
              });
   staged.finish();
+}
+
+void Communicator::run_alltoall(const void* send, std::size_t send_size, void* recv, std::size_t recv_size,
+                                DataType type) {
+  const auto n = static_cast<std::size_t>(size_);
+  if (send_size % n != 0)
+    usage_error(OpKind::alltoall, fmt::format("send has {} elements, not {} equal blocks", send_size, size_));
+  if (recv_size != send_size)
+    usage_error(OpKind::alltoall, fmt::format("send has {} elements, recv {}", send_size, recv_size));
+  const std::size_t count = send_size / n, bytes = send_size * size_of(type);
+  if (overlaps(send, bytes, recv, bytes))
+    usage_error(OpKind::alltoall, "the send and receive buffers overlap (an all-to-all has no in-place form here)");
+  Staging staged = staging(OpKind::alltoall);
+  void* out = staged.output(recv, bytes, false, "recv");
+  const void* in = staged.input(send, bytes, "send");
+  collective(OpKind::alltoall, count, type, -1, -1, [&](const Transport& transport, const OpCall&) {
+    backend_->alltoall(transport, in, out, count, type);
+  });
+  staged.finish();
+}
+
+namespace {
+// The last element a layout's blocks reach (the buffer must hold it), or a message on what is wrong.
+std::string blocks_problem(Blocks blocks, std::size_t ranks, std::size_t buffer, const char* name) {
+  if (blocks.counts.size() != ranks || blocks.displs.size() != ranks)
+    return fmt::format("{} has {} counts and {} displacements, expected one per rank ({})", name, blocks.counts.size(),
+                       blocks.displs.size(), ranks);
+  for (std::size_t r = 0; r < ranks; ++r)
+    if (blocks.displs[r] > buffer || blocks.counts[r] > buffer - blocks.displs[r])
+      return fmt::format("{} block {} ({} elements at {}) runs past the buffer's {} elements", name, r,
+                         blocks.counts[r], blocks.displs[r], buffer);
+  return "";
+}
+}  // namespace
+
+std::vector<std::size_t> packed_displacements(std::span<const std::size_t> counts) {
+  std::vector<std::size_t> displs(counts.size());
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = at;
+    at += counts[r];
+  }
+  return displs;
+}
+
+void Communicator::run_alltoallv(const void* send, std::size_t send_size, Blocks send_blocks, void* recv,
+                                 std::size_t recv_size, Blocks recv_blocks, DataType type) {
+  const auto n = static_cast<std::size_t>(size_);
+  for (const std::string& problem : {blocks_problem(send_blocks, n, send_size, "send"),
+                                     blocks_problem(recv_blocks, n, recv_size, "recv")})
+    if (!problem.empty()) usage_error(OpKind::alltoallv, problem);
+  const std::size_t es = size_of(type), send_bytes = send_size * es, recv_bytes = recv_size * es;
+  if (overlaps(send, send_bytes, recv, recv_bytes))
+    usage_error(OpKind::alltoallv, "the send and receive buffers overlap (an all-to-all has no in-place form here)");
+  Staging staged = staging(OpKind::alltoallv);
+  void* out = staged.output(recv, recv_bytes, /*read_too=*/true, "recv");  // places no block covers stay as they were
+  const void* in = staged.input(send, send_bytes, "send");
+  // The call is compared across ranks by kind and type (counts differ by rank: check mode
+  // compares them pairwise instead); its traffic is this rank's whole send.
+  collective(OpKind::alltoallv, 0, type, -1, -1, [&](const Transport& transport, const OpCall&) {
+    if (watchdog().check_mode()) verify_alltoallv_counts(send_blocks, recv_blocks);
+    backend_->alltoallv(transport, in, send_blocks, out, recv_blocks, type);
+  });
+  std::size_t sent = 0;
+  for (std::size_t c : send_blocks.counts) sent += c;
+  traffic_[static_cast<std::size_t>(OpKind::alltoallv)].bytes += static_cast<double>(sent * es);
+  staged.finish();
+}
+
+void Communicator::verify_alltoallv_counts(Blocks send_blocks, Blocks recv_blocks) {
+  // What every rank will send to this one: the send counts, transposed by an all-to-all.
+  const std::vector<std::uint64_t> mine(send_blocks.counts.begin(), send_blocks.counts.end());
+  std::vector<std::uint64_t> to_me(static_cast<std::size_t>(size_));
+  MPI_Comm check = lanes_[kCheckLane].get();
+  MPI_Request request;
+  check_mpi(MPI_Ialltoall(mine.data(), 1, MPI_UINT64_T, to_me.data(), 1, MPI_UINT64_T, check, &request),
+            "MPI_Ialltoall");
+  watchdog().wait_all(1, &request);
+  int wrong_from = -1;
+  for (int r = 0; r < size_ && wrong_from < 0; ++r)
+    if (to_me[static_cast<std::size_t>(r)] != recv_blocks.counts[static_cast<std::size_t>(r)]) wrong_from = r;
+  // Every rank learns whether any pair disagreed, so all refuse the call together.
+  int mine_wrong = wrong_from >= 0 ? 1 : 0, any_wrong = 0;
+  check_mpi(MPI_Iallreduce(&mine_wrong, &any_wrong, 1, MPI_INT, MPI_MAX, check, &request), "MPI_Iallreduce");
+  watchdog().wait_all(1, &request);
+  if (wrong_from >= 0) {
+    const auto r = static_cast<std::size_t>(wrong_from);
+    usage_error(OpKind::alltoallv, fmt::format("rank {} sends {} elements to rank {}, which expects {} (check mode)",
+                                               wrong_from, to_me[r], rank_, recv_blocks.counts[r]));
+  }
+  if (any_wrong != 0)
+    usage_error(OpKind::alltoallv, "another rank's receive counts disagree with what is sent to it (check mode; its "
+                                   "error names the pair)");
 }
 
 void Communicator::barrier() {

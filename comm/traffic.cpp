@@ -7,8 +7,8 @@
 namespace comm {
 
 void Communicator::count_traffic(OpKind kind, std::size_t count, DataType type) {
-  const bool per_rank =
-      kind == OpKind::reduce_scatter || kind == OpKind::allgather || kind == OpKind::gather || kind == OpKind::scatter;
+  const bool per_rank = kind == OpKind::reduce_scatter || kind == OpKind::allgather || kind == OpKind::gather ||
+                        kind == OpKind::scatter || kind == OpKind::alltoall;
   Traffic& t = traffic_[static_cast<std::size_t>(kind)];
   ++t.calls;
   t.bytes += static_cast<double>(count * size_of(type)) * (per_rank ? size_ : 1);
@@ -27,6 +27,8 @@ double bytes_sent_per_rank(const TrafficByKind& traffic, int n) {
       case OpKind::allgather:
       case OpKind::gather:
       case OpKind::scatter:
+      case OpKind::alltoall:   // all but the block a rank keeps
+      case OpKind::alltoallv:  // (as if equal: nccl-tests' convention)
         sent += part * b;
         break;
       case OpKind::broadcast:

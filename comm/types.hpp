@@ -38,8 +38,10 @@ enum class OpKind : int {
   sendrecv,
   split,
   finalize,
+  alltoall,
+  alltoallv,
 };
-inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::finalize) + 1;
+inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::alltoallv) + 1;
 
 constexpr std::size_t size_of(DataType t) {
   switch (t) {
@@ -129,6 +131,10 @@ constexpr std::string_view name_of(OpKind k) {
       return "split";
     case OpKind::finalize:
       return "finalize";
+    case OpKind::alltoall:
+      return "alltoall";
+    case OpKind::alltoallv:
+      return "alltoallv";
   }
   return "?";
 }

@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
     app.add_option("--scenario", scenario, "what the last rank does wrong")
         ->required()
         ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "killed-mid", "stopped",
-                               "count-mismatch", "skip-async", "signalled-allocating"}));
+                               "count-mismatch", "skip-async", "signalled-allocating", "skip-alltoall",
+                               "alltoallv-counts"}));
     int culprits = 1;
     app.add_option("--culprits", culprits, "how many ranks, the last ones, misbehave")->check(CLI::PositiveNumber);
     std::size_t count = 4;
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::seconds(60));  // a collective faster than 3 ms: die outside it
       } else if (scenario == "stopped") {
         std::raise(SIGSTOP);                  // as `kill -STOP` or Ctrl-Z would: alive, but never runs again
-      } else if (scenario == "skip-async") {  // skips the reduce-scatter the others started
+      } else if (scenario == "skip-async" || scenario == "skip-alltoall") {  // skips collective #1
         std::this_thread::sleep_for(std::chrono::seconds(60));
       } else if (scenario == "signalled-allocating") {  // SIGTERM from another process, inside malloc
         signal_me_soon(SIGTERM);
@@ -96,7 +97,19 @@ int main(int argc, char** argv) {
         world.allreduce(std::span(longer));
       }
     }
-    if (scenario == "skip-async") {  // collective #1, as ZeRO starts it: in flight while the rank works
+    const auto n = static_cast<std::size_t>(world.size());
+    if (scenario == "skip-alltoall") {  // collective #1: an all-to-all of 4 floats a block
+      if (!culprit) {
+        std::vector<float> send(4 * n, 1.0f), recv(4 * n);
+        world.alltoall(std::span<const float>(send), std::span(recv));
+      }
+    } else if (scenario == "alltoallv-counts") {  // collective #1: the culprits expect 2 elements from rank 0, not 1
+      std::vector<std::size_t> send_counts(n, 1), recv_counts(n, 1);
+      if (culprit) recv_counts[0] = 2;
+      std::vector<float> send(n, 1.0f), recv(n + 1);
+      world.alltoallv(std::span<const float>(send), std::span<const std::size_t>(send_counts), std::span(recv),
+                      std::span<const std::size_t>(recv_counts));
+    } else if (scenario == "skip-async") {  // collective #1, as ZeRO starts it: in flight while the rank works
       if (!culprit) {
         std::vector<float> send(4 * static_cast<std::size_t>(world.size()), 1.0f);
         comm::Work work = world.reduce_scatter_async(std::span(send), std::span(gradient));

@@ -170,6 +170,12 @@ void all_collectives(Communicator& ref, Communicator& comm, std::size_t count, b
       return out;
     });
   }
+  same_as_reference<T>(ref, comm, [&](Communicator& c) {  // (no in-place form)
+    auto data = inputs<T>(me, count * un);
+    std::vector<T> out(count * un);
+    c.alltoall(std::span<const T>(data), std::span(out));
+    return out;
+  });
   same_as_reference<T>(ref, comm, [&](Communicator& c) {
     auto data = inputs<T>(me, count);
     std::vector<T> out(count * un);
@@ -674,6 +680,89 @@ TEST_CASE("uint8 reduces on every backend, and the bitwise operators reduce inte
   }
 }
 
+// Rank i's block for rank j: (i + 2j + extra) mod 5 elements (some empty), each element
+// naming its sender, its receiver and its place, so a block in the wrong place shows.
+std::size_t uneven_count(int from, int to, std::size_t extra) {
+  return (static_cast<std::size_t>(from) + 2 * static_cast<std::size_t>(to) + extra) % 5 * (1 + extra);
+}
+double element_of(int from, int to, std::size_t k) { return 1000.0 * from + 10.0 * to + static_cast<double>(k) / 64; }
+
+TEST_CASE("alltoallv: uneven blocks (empty ones too) at scattered places land where MPI_Alltoallv puts them, on "
+          "every backend",
+          "[collectives][alltoall]") {
+  auto& b = backends();
+  Communicator& world = comm::runtime().world();
+  Communicator copy_in = shm_copy_in();  // shm where single copy is refused: the pairwise exchange
+  std::vector<Communicator*> tested = {&b.reference, &copy_in};
+  for (Communicator& c : b.tested) tested.push_back(&c);
+  const int n = world.size(), me = world.rank();
+  const auto un = static_cast<std::size_t>(n);
+  for (std::size_t extra : {std::size_t{0}, std::size_t{3}, std::size_t{40'000}}) {  // up to 200k elements a block
+    // Blocks in reverse rank order with a gap of 3 before each: displacements need not follow ranks.
+    std::vector<std::size_t> send_counts(un), send_displs(un), recv_counts(un), recv_displs(un);
+    std::size_t send_size = 0, recv_size = 0;
+    for (int r = n - 1; r >= 0; --r) {
+      const auto i = static_cast<std::size_t>(r);
+      send_counts[i] = uneven_count(me, r, extra);
+      recv_counts[i] = uneven_count(r, me, extra);
+      send_displs[i] = send_size + 3;
+      recv_displs[i] = recv_size + 3;
+      send_size += send_counts[i] + 3;
+      recv_size += recv_counts[i] + 3;
+    }
+    std::vector<double> send(send_size, -1.0), want(recv_size, -2.0);
+    for (int r = 0; r < n; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      for (std::size_t k = 0; k < send_counts[i]; ++k) send[send_displs[i] + k] = element_of(me, r, k);
+      for (std::size_t k = 0; k < recv_counts[i]; ++k) want[recv_displs[i] + k] = element_of(r, me, k);
+    }
+    for (Communicator* c : tested) {
+      INFO(c->backend_description() << ", " << n << " ranks, blocks of up to " << 4 * (1 + extra) << " elements");
+      std::vector<double> got(recv_size, -2.0);  // the gaps keep this
+      c->alltoallv(std::span<const double>(send), std::span<const std::size_t>(send_counts),
+                   std::span<const std::size_t>(send_displs), std::span(got),
+                   std::span<const std::size_t>(recv_counts), std::span<const std::size_t>(recv_displs));
+      CHECK(mismatches(got, want) == 0);
+    }
+    // Packed blocks (displacements from the counts), on the ring backend's pairwise exchange.
+    std::vector<std::int32_t> packed_send, packed_want;
+    for (int r = 0; r < n; ++r)
+      for (std::size_t k = 0; k < send_counts[static_cast<std::size_t>(r)]; ++k)
+        packed_send.push_back(static_cast<std::int32_t>(element_of(me, r, k) * 64));
+    for (int r = 0; r < n; ++r)
+      for (std::size_t k = 0; k < recv_counts[static_cast<std::size_t>(r)]; ++k)
+        packed_want.push_back(static_cast<std::int32_t>(element_of(r, me, k) * 64));
+    std::vector<std::int32_t> packed_got(packed_want.size());
+    b.tested[1].alltoallv(std::span<const std::int32_t>(packed_send), std::span<const std::size_t>(send_counts),
+                          std::span(packed_got), std::span<const std::size_t>(recv_counts));
+    CHECK(packed_got == packed_want);
+  }
+}
+
+TEST_CASE("alltoall is the transpose of the ranks' blocks, and counts its traffic", "[collectives][alltoall]") {
+  Communicator c = comm::runtime().world().with_backend(comm::BackendKind::shm);
+  const int n = c.size(), me = c.rank();
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<float> send(3 * un), got(3 * un);
+  for (std::size_t i = 0; i < send.size(); ++i) send[i] = float(100 * me) + float(i);  // block j: 3j, 3j+1, 3j+2
+  const comm::TrafficByKind before = c.traffic();
+  c.alltoall(std::span<const float>(send), std::span(got));
+  for (int r = 0; r < n; ++r)
+    for (std::size_t k = 0; k < 3; ++k)
+      CHECK(got[3 * static_cast<std::size_t>(r) + k] == float(100 * r) + float(3 * static_cast<std::size_t>(me) + k));
+  std::vector<std::size_t> counts(un, 2);
+  std::vector<float> v_send(2 * un, 1.0f), v_got(2 * un);
+  c.alltoallv(std::span<const float>(v_send), std::span<const std::size_t>(counts), std::span(v_got),
+              std::span<const std::size_t>(counts));
+  const comm::TrafficByKind step = c.traffic() - before;
+  CHECK(step[static_cast<std::size_t>(comm::OpKind::alltoall)].calls == 1);
+  CHECK(step[static_cast<std::size_t>(comm::OpKind::alltoall)].bytes == 12.0 * double(n));  // the whole send buffer
+  CHECK(step[static_cast<std::size_t>(comm::OpKind::alltoallv)].calls == 1);
+  CHECK(step[static_cast<std::size_t>(comm::OpKind::alltoallv)].bytes == 8.0 * double(n));
+  const double part = n > 1 ? static_cast<double>(n - 1) / static_cast<double>(n) : 0.0;
+  CHECK(comm::bytes_sent_per_rank(step, n) == Approx(part * 20.0 * double(n)));
+}
+
 TEST_CASE("the communicator counts its calls and bytes by kind", "[collectives][traffic]") {
   Communicator c = comm::runtime().world().with_backend(comm::BackendKind::ring);
   const auto n = static_cast<std::size_t>(c.size());
@@ -722,4 +811,22 @@ TEST_CASE("argument mistakes are errors naming the collective", "[collectives][e
   CHECK_THROWS_WITH(world.broadcast(std::span(a), world.size()), Catch::Contains("root"));
   CHECK_THROWS_WITH(world.allgather(std::span<const float>(a), std::span(b)), Catch::Contains("allgather"));
   CHECK_THROWS_WITH(comm::parse_backend("carrier-pigeon"), Catch::Contains("unknown backend 'carrier-pigeon'"));
+  const auto un = static_cast<std::size_t>(world.size());
+  std::vector<float> blocks(2 * un + 1), out(2 * un + 1);
+  if (un > 1)  // (one rank: any count is one block)
+    CHECK_THROWS_WITH(world.alltoall(std::span<const float>(blocks), std::span(out)),
+                      Catch::Contains("alltoall") && Catch::Contains("not " + std::to_string(un) + " equal blocks"));
+  std::vector<std::size_t> counts(un, 2), displs = comm::packed_displacements(counts), too_few(un - 1);
+  CHECK_THROWS_WITH(world.alltoallv(std::span<const float>(blocks), std::span<const std::size_t>(too_few),
+                                    std::span<const std::size_t>(displs), std::span(out),
+                                    std::span<const std::size_t>(counts), std::span<const std::size_t>(displs)),
+                    Catch::Contains("alltoallv") && Catch::Contains("expected one per rank"));
+  std::vector<std::size_t> past = displs;
+  past.back() = 2 * un;  // the last block starts 1 before the end and needs 2
+  CHECK_THROWS_WITH(world.alltoallv(std::span<const float>(blocks), std::span<const std::size_t>(counts),
+                                    std::span<const std::size_t>(displs), std::span(out),
+                                    std::span<const std::size_t>(counts), std::span<const std::size_t>(past)),
+                    Catch::Contains("recv block " + std::to_string(un - 1)) && Catch::Contains("runs past"));
+  CHECK_THROWS_WITH(world.alltoall(std::span<const float>(blocks.data(), 2 * un), std::span(blocks.data() + 1, 2 * un)),
+                    Catch::Contains("overlap"));
 }

@@ -82,6 +82,27 @@ TEST_CASE("a rank that skips a collective, blocking or asynchronous, is named, w
   }
 }
 
+TEST_CASE("a rank that skips an all-to-all is named, and check mode refuses alltoallv counts that disagree, naming the pair") {
+  for (auto [n, backend] : {std::pair{3, "ring"}, std::pair{2, "shm"}}) {
+    auto r = scenario(n, "skip-alltoall", backend);
+    ended_by_watchdog(r);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    const int skipped = std::string(backend) == "shm" ? 2 : 1;  // (shm's first call makes its segment)
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("alltoall #{} on 'world' (count 4 float) timed out", skipped)));
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("[watchdog] diagnosis: rank {} never called alltoall #{}", n - 1,
+                                                     skipped)));
+  }
+  auto r = scenario(3, "alltoallv-counts", "mpi", "--check-collectives");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < kDeadline + 10);
+  CHECK_THAT(r.output, Catch::Contains("alltoallv on 'world': rank 0 sends 1 elements to rank 2, which expects 2 "
+                                       "(check mode)"));
+  CHECK_THAT(r.output, !Catch::Contains("collective #1 done"));
+  CHECK_THAT(r.output, !Catch::Contains("[watchdog]"));  // refused before anything waits
+}
+
 TEST_CASE("a rank that calls a different collective is named, with that collective") {
   for (auto [n, backend] : {std::pair{2, "naive"}, std::pair{3, "mpi"}}) {
     auto r = scenario(n, "different", backend);

@@ -34,6 +34,11 @@ void tree_reduce(const Transport& t, const void* send, void* recv, std::size_t c
 void linear_gather(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root);
 void linear_scatter(const Transport& t, const void* send, void* recv, std::size_t count, DataType type, int root);
 
+// Pairwise exchange (all-to-all in n−1 rounds, each rank sending one block per round)
+void pairwise_alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
+                        DataType type);
+void pairwise_alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type);
+
 // Dissemination barrier (log2(n) rounds of empty messages)
 void dissemination_barrier(const Transport& t);
 

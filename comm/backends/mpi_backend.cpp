@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "comm/backends/registry.hpp"
@@ -22,6 +23,13 @@ int to_int(std::size_t count) {
 }
 
 void wait(MPI_Request& request) { watchdog().wait_all(1, &request); }
+
+std::vector<int> ints(std::span<const std::size_t> values) {
+  std::vector<int> out;
+  out.reserve(values.size());
+  for (std::size_t v : values) out.push_back(to_int(v));
+  return out;
+}
 
 // MPI has no bfloat16: its buffers travel as 16-bit integers and are reduced by our own
 // kernel, registered as an MPI_Op (one per operator: MPI tells the function nothing else).
@@ -163,6 +171,26 @@ class MpiBackend : public Backend {
   void barrier(const Transport& t) override {
     MPI_Request request;
     check_mpi(MPI_Ibarrier(t.mpi_comm(), &request), "MPI_Ibarrier");
+    wait(request);
+  }
+
+  void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    MPI_Request request;
+    check_mpi(MPI_Ialltoall(send, to_int(count), mpi_type(type), recv, to_int(count), mpi_type(type), t.mpi_comm(),
+                            &request),
+              "MPI_Ialltoall");
+    wait(request);
+  }
+
+  void alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
+                 DataType type) override {
+    // MPI counts and displacements are ints (and must outlive the request: kept until the wait).
+    const std::vector<int> send_counts = ints(send_blocks.counts), send_displs = ints(send_blocks.displs);
+    const std::vector<int> recv_counts = ints(recv_blocks.counts), recv_displs = ints(recv_blocks.displs);
+    MPI_Request request;
+    check_mpi(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), mpi_type(type), recv, recv_counts.data(),
+                             recv_displs.data(), mpi_type(type), t.mpi_comm(), &request),
+              "MPI_Ialltoallv");
     wait(request);
   }
 

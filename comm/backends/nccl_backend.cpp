@@ -178,6 +178,36 @@ class NcclBackend final : public Backend, public std::enable_shared_from_this<Nc
       return ncclGroupEnd();
     });
   }
+  // NCCL has no all-to-all either: every pair's blocks as grouped sends and receives.
+  void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    const std::size_t block = count * size_of(type);
+    run("alltoall (ncclSend/ncclRecv)", [&] {
+      ncclGroupStart();
+      for (int r = 0; r < t.size(); ++r) {
+        check_nccl(ncclSend(static_cast<const char*>(send) + r * block, count, nccl_type(type), r, comm_, stream_),
+                   "ncclSend");
+        check_nccl(ncclRecv(static_cast<char*>(recv) + r * block, count, nccl_type(type), r, comm_, stream_),
+                   "ncclRecv");
+      }
+      return ncclGroupEnd();
+    });
+  }
+  void alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
+                 DataType type) override {
+    run("alltoallv (ncclSend/ncclRecv)", [&] {
+      ncclGroupStart();
+      for (int r = 0; r < t.size(); ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        check_nccl(ncclSend(at(send, send_blocks.displs[i], type), send_blocks.counts[i], nccl_type(type), r, comm_,
+                            stream_),
+                   "ncclSend");
+        check_nccl(ncclRecv(at(recv, recv_blocks.displs[i], type), recv_blocks.counts[i], nccl_type(type), r, comm_,
+                            stream_),
+                   "ncclRecv");
+      }
+      return ncclGroupEnd();
+    });
+  }
   // Started, not waited for: the call is on the stream when these return, and the caller
   // overlaps its own work with it until PendingOp::test() or wait() says it is done.
   std::unique_ptr<PendingOp> start_allreduce(const Transport&, void* data, std::size_t count, DataType type,

@@ -149,6 +149,19 @@ class ShmBackend final : public Backend {
     algorithms::ring_reduce_scatter(across(), shard, recv, count, type, sum_or_op);
     finish_average(recv, count, type, op, t.size());
   }
+  // On one node: shared memory (alltoallv only by single copy); otherwise, and across nodes, the
+  // pairwise exchange over MPI (an all-to-all has no sum to build inside a node first).
+  void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    node_->begin_call(OpKind::alltoall, count, type, -1, -1);
+    if (one_node()) return shm::alltoall(*node_, send, recv, count, type);
+    algorithms::pairwise_alltoall(t, send, recv, count, type);
+  }
+  void alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
+                 DataType type) override {
+    node_->begin_call(OpKind::alltoallv, 0, type, -1, -1);
+    if (one_node() && node_->single_copy()) return shm::alltoallv(*node_, send, send_blocks, recv, recv_blocks, type);
+    algorithms::pairwise_alltoallv(t, send, send_blocks, recv, recv_blocks, type);
+  }
   void barrier(const Transport& t) override {
     node_->begin_call(OpKind::barrier, 0, DataType::i32, -1, -1);
     if (one_node()) return node_->sync();

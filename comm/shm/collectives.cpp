@@ -305,4 +305,53 @@ void reduce_scatter(NodeGroup& g, const void* send, void* recv, std::size_t coun
   finish_average(recv, count, type, op, g.size());
 }
 
+// Single copy: every rank publishes its send buffer and where its blocks start (its
+// displacements), and reads its own block from every peer straight into its recv — rank r
+// starting at peer r+1, so the ranks do not all read rank 0 first. A block whose place the
+// reader does not know (alltoallv) costs one more read of 8 bytes: the peer's displacement.
+//
+//   publish ─ sync ─ for each peer p: read p's displs[me], then p's block for me ─ sync (nobody
+//   reads our send any more)
+void alltoallv(NodeGroup& g, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks, DataType type) {
+  const int me = g.rank();
+  const std::size_t es = size_of(type), mine = static_cast<std::size_t>(me);
+  copy_bytes(at(recv, recv_blocks.displs[mine], type), at(send, send_blocks.displs[mine], type),
+             send_blocks.counts[mine] * es);
+  if (g.size() == 1) return;
+  g.publish(send, send_blocks.displs.data());  // (the "result" slot carries the displacements' address)
+  g.sync();
+  for (int step = 1; step < g.size(); ++step) {
+    const int r = (me + step) % g.size();
+    const auto from = static_cast<std::size_t>(r);
+    if (recv_blocks.counts[from] == 0) continue;
+    std::size_t displ = 0;
+    g.read(r, g.result_of(r) + mine * sizeof(std::size_t), &displ, sizeof displ);
+    g.read(r, g.source_of(r) + displ * es, at(recv, recv_blocks.displs[from], type), recv_blocks.counts[from] * es);
+  }
+  g.sync();
+}
+
+// Equal blocks of `count`: small ones in one shot through the areas — each rank copies all its
+// blocks into its area, one sync, each reads block me of every area (a round of at most an area:
+// longer blocks go in rounds, a piece of every block per round) — larger ones by single copy.
+void alltoall(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type) {
+  const std::size_t n = static_cast<std::size_t>(g.size()), es = size_of(type);
+  if (use_single_copy(g, count * n * es, kCopyOnlyFrom)) {
+    std::vector<std::size_t> counts(n, count), displs(n);
+    for (std::size_t r = 0; r < n; ++r) displs[r] = r * count;
+    const Blocks blocks{counts, displs};
+    return alltoallv(g, send, blocks, recv, blocks, type);
+  }
+  const std::size_t round = per_area(type, g.size()), me = static_cast<std::size_t>(g.rank());
+  for (std::size_t offset = 0; offset < count; offset += round) {
+    const std::size_t piece_count = std::min(round, count - offset), bytes = piece_count * es;
+    const int area = g.next_area();
+    char* out = g.area(g.rank(), area);
+    for (std::size_t r = 0; r < n; ++r) copy_bytes(out + r * bytes, at(send, r * count + offset, type), bytes);
+    g.sync();
+    for (std::size_t r = 0; r < n; ++r)
+      copy_bytes(at(recv, r * count + offset, type), g.area(static_cast<int>(r), area) + me * bytes, bytes);
+  }
+}
+
 }  // namespace comm::shm

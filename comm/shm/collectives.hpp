@@ -18,6 +18,7 @@
 #include <cstddef>
 
 #include "comm/algorithms/ring_pass.hpp"
+#include "comm/backend.hpp"  // Blocks
 #include "comm/shm/node_group.hpp"
 #include "comm/types.hpp"
 
@@ -30,6 +31,11 @@ void allgather(NodeGroup& g, const void* send, void* recv, std::size_t count, Da
 void gather(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, int root);
 void scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, int root);
 void reduce_scatter(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+// All-to-all: equal blocks in one shot or rounds of copy-in (small, or where single copy is
+// refused), else single copy; any blocks (alltoallv) by single copy only — the caller takes the
+// pairwise exchange over MPI where it is refused (every rank decides alike: it is the probe's).
+void alltoall(NodeGroup& g, const void* send, void* recv, std::size_t count, DataType type);
+void alltoallv(NodeGroup& g, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks, DataType type);
 
 // The two halves of the allreduce, over `layout`'s blocks of a buffer of layout.count elements
 // (the hierarchical allreduce puts the network between them). reduce_scatter_blocks leaves
