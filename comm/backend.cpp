@@ -1,9 +1,5 @@
 #include "comm/backend.hpp"
 
-#include <vector>
-
-#include "comm/algorithms/algorithms.hpp"
-
 #include "comm/error.hpp"
 #include "comm/watchdog/watchdog.hpp"
 
@@ -33,15 +29,6 @@ std::unique_ptr<PendingOp> Backend::start_allgather(const Transport& t, const vo
                                                     DataType type) {
   allgather(t, send, recv, count, type);
   return std::make_unique<FinishedOp>();
-}
-
-void Backend::alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) {
-  algorithms::pairwise_alltoall(t, send, recv, count, type);
-}
-
-void Backend::alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
-                        DataType type) {
-  algorithms::pairwise_alltoallv(t, send, send_blocks, recv, recv_blocks, type);
 }
 
 void PendingOp::wait() {

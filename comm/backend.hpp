@@ -79,12 +79,12 @@ class Backend {
                               ReduceOp op) = 0;
   virtual void barrier(const Transport& t) = 0;
   // send holds size × count elements: block j goes to rank j, and recv's block i comes from
-  // rank i. By default the hand-written pairwise exchange (comm/algorithms/pairwise_alltoall.cpp).
-  virtual void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type);
+  // rank i.
+  virtual void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) = 0;
   // The same with blocks of any size (Blocks above): rank i's send block j is rank j's recv
-  // block i, so their counts must agree. By default the pairwise exchange.
+  // block i, so their counts must agree.
   virtual void alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
-                         DataType type);
+                         DataType type) = 0;
   // Point to point; by default over the transport (MPI).
   virtual void send(const Transport& t, const void* data, std::size_t count, DataType type, int dest);
   virtual void recv(const Transport& t, void* data, std::size_t count, DataType type, int source);

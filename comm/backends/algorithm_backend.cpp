@@ -32,6 +32,13 @@ class AlgorithmBackend final : public Backend {
     a_.reduce_scatter(t, send, recv, count, type, op);
   }
   void barrier(const Transport& t) override { a_.barrier(t); }
+  void alltoall(const Transport& t, const void* send, void* recv, std::size_t count, DataType type) override {
+    a_.alltoall(t, send, recv, count, type);
+  }
+  void alltoallv(const Transport& t, const void* send, Blocks send_blocks, void* recv, Blocks recv_blocks,
+                 DataType type) override {
+    a_.alltoallv(t, send, send_blocks, recv, recv_blocks, type);
+  }
   std::unique_ptr<PendingOp> start_allreduce(const Transport& t, void* data, std::size_t count, DataType type,
                                              ReduceOp op) override {
     if (!a_.start_allreduce) return Backend::start_allreduce(t, data, count, type, op);

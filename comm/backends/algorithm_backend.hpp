@@ -18,6 +18,8 @@ struct AlgorithmTable {
   decltype(&algorithms::linear_scatter) scatter;
   decltype(&algorithms::ring_reduce_scatter) reduce_scatter;
   decltype(&algorithms::dissemination_barrier) barrier;
+  decltype(&algorithms::pairwise_alltoall) alltoall;
+  decltype(&algorithms::pairwise_alltoallv) alltoallv;
   // Asynchronous forms; null: the Backend's default (completes when started, no overlap).
   decltype(&algorithms::start_ring_allreduce) start_allreduce = nullptr;
   decltype(&algorithms::start_ring_reduce_scatter) start_reduce_scatter = nullptr;
