@@ -111,6 +111,9 @@ void run_reduce_scatter(Communicator& comm, const Case& c, const CallBuffers& b)
   with_element_type(c.type,
                     [&]<class T>() { comm.reduce_scatter(std::span<const T>(b.send_as<T>()), b.recv_as<T>(), c.op); });
 }
+void run_alltoall(Communicator& comm, const Case& c, const CallBuffers& b) {
+  with_element_type(c.type, [&]<class T>() { comm.alltoall(std::span<const T>(b.send_as<T>()), b.recv_as<T>()); });
+}
 void run_sendrecv(Communicator& comm, const Case& c, const CallBuffers& b) {  // to the right, from the left
   const int n = comm.size(), right = (comm.rank() + 1) % n, left = (comm.rank() + n - 1) % n;
   with_element_type(
@@ -127,6 +130,10 @@ Source left_neighbours(std::size_t i, int rank, int ranks, int, std::size_t) { r
 Source block_of_each(std::size_t i, int, int, int, std::size_t per) { return {static_cast<int>(i / per), i % per}; }
 Source roots_block(std::size_t i, int rank, int, int root, std::size_t per) {
   return {root, per * static_cast<std::size_t>(rank) + i};
+}
+// alltoall: block b of this rank's result is rank b's block for this rank.
+Source transposed_block(std::size_t i, int rank, int, int, std::size_t per) {
+  return {static_cast<int>(i / per), per * static_cast<std::size_t>(rank) + i % per};
 }
 Source reduced_block(std::size_t i, int rank, int, int, std::size_t per) {
   return {0, per * static_cast<std::size_t>(rank) + i, true};
@@ -147,6 +154,7 @@ const std::vector<Collective>& collectives() {
       {"scatter", OpKind::scatter, B::all_on_root, B::one, true, In::none, ring_once, roots_block, run_scatter},
       {"reduce_scatter", OpKind::reduce_scatter, B::all, B::one, true, In::none, ring_once, reduced_block,
        run_reduce_scatter},
+      {"alltoall", OpKind::alltoall, B::all, B::all, true, In::none, ring_once, transposed_block, run_alltoall},
       {"sendrecv", OpKind::sendrecv, B::one, B::one, true, In::none, one, left_neighbours, run_sendrecv},
   };
   return all;
