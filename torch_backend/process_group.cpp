@@ -282,21 +282,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::_reduce_scatter_base(at::Te
 
 namespace {
 
-// Each rank sends send_parts[p] to rank p and receives recv_parts[p] from it: n − 1 paired
-// steps (step k: to rank + k, from rank − k), so no two ranks wait on each other.
+// Each rank sends send_parts[p] to rank p and receives recv_parts[p] from it: one alltoallv of
+// the parts laid end to end (comm's all-to-all: MPI's, the pairwise exchange, or shm's).
 void exchange_all(comm::Communicator& c, const std::vector<at::Tensor>& send_parts,
                   const std::vector<at::Tensor>& recv_parts) {
-  const int n = c.size(), me = c.rank();
-  put_back(recv_parts[static_cast<std::size_t>(me)], movable(send_parts[static_cast<std::size_t>(me)]));
-  for (int k = 1; k < n; ++k) {
-    const int to = (me + k) % n, from = (me - k + n) % n;
-    const at::Tensor out = movable(send_parts[static_cast<std::size_t>(to)]);
-    at::Tensor in = movable(recv_parts[static_cast<std::size_t>(from)]);
-    with_element_type(out.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      c.send_recv(std::span<const T>(span_of<T>(out)), to, span_of<T>(in), from);
-    });
-    put_back(recv_parts[static_cast<std::size_t>(from)], in);
+  const at::Tensor in = joined(send_parts);
+  at::Tensor out = joined(recv_parts);
+  // Counts in the library's elements (a type it lacks moves as bytes): each part's share of the whole.
+  const auto counts = [](const std::vector<at::Tensor>& parts, const at::Tensor& whole) {
+    std::int64_t elements = 0;
+    for (const at::Tensor& p : parts) elements += p.numel();
+    std::vector<std::size_t> counts;
+    for (const at::Tensor& p : parts)
+      counts.push_back(elements == 0 ? 0 : static_cast<std::size_t>(p.numel() * (whole.numel() / elements)));
+    return counts;
+  };
+  const std::vector<std::size_t> send_counts = counts(send_parts, in), recv_counts = counts(recv_parts, out);
+  with_element_type(in.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    c.alltoallv(std::span<const T>(span_of<T>(in)), std::span<const std::size_t>(send_counts), span_of<T>(out),
+                std::span<const std::size_t>(recv_counts));
+  });
+  std::int64_t start = 0;  // the blocks back into their parts
+  for (std::size_t i = 0; i < recv_parts.size(); ++i) {
+    const auto length = static_cast<std::int64_t>(recv_counts[i]);
+    put_back(recv_parts[i], out.narrow(0, start, length));
+    start += length;
   }
 }
 

@@ -158,6 +158,14 @@ outs = [torch.empty(3, dtype=torch.uint8) for _ in range(size)]
 dist.all_to_all(outs, [data(rank, 3, torch.uint8, salt=p) for p in range(size)])
 for p in range(size):
     check(f"all_to_all from {p}", outs[p], data(p, 3, torch.uint8, salt=rank))
+# Rows of a 2-D complex tensor (a type the library moves as bytes), unequal splits, an empty one.
+in_splits = [(rank + p) % 3 for p in range(size)]
+out_splits = [(p + rank) % 3 for p in range(size)]
+rows = lambda r, n, salt: torch.complex(data(r, 2 * n, torch.float32, salt), -data(r, 2 * n, torch.float32, salt + 1)).reshape(n, 2)
+send = torch.cat([rows(rank, in_splits[p], p) for p in range(size)])
+recv = torch.zeros(sum(out_splits), 2, dtype=torch.complex64)
+dist.all_to_all_single(recv, send, output_split_sizes=out_splits, input_split_sizes=in_splits)
+check("all_to_all_single, complex rows", recv, torch.cat([rows(p, out_splits[p], rank) for p in range(size)]))
 
 # send/recv around the ring (even ranks send first, so no two wait on each other).
 nxt, prv = (rank + 1) % size, (rank - 1) % size
