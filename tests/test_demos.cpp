@@ -98,6 +98,22 @@ TEST_CASE("reduce_scatter: rank r holds block r of the sum") {
   });
 }
 
+TEST_CASE("alltoall: rank r holds every rank's block for r (the blocks transposed)") {
+  check_demo("alltoall", "--count 2", [](int n) {
+    std::string before = "before:", after = "after alltoall:";
+    for (int r = 0; r < n; ++r) {
+      std::vector<int> mine, theirs;
+      for (int j = 0; j < n; ++j) {
+        mine.insert(mine.end(), 2, 10 * r + j);    // rank r's block for rank j
+        theirs.insert(theirs.end(), 2, 10 * j + r);  // rank j's block for rank r
+      }
+      before += fmt::format("\n  rank {} holds {}", r, values(mine));
+      after += fmt::format("\n  rank {} holds {}", r, values(theirs));
+    }
+    return std::vector<std::string>{before, after};
+  });
+}
+
 TEST_CASE("barrier: nobody leaves before the last arrival") {
   check_demo("barrier", "", [](int n) {
     return std::vector<std::string>{fmt::format("rank {} arrived", n - 1),

@@ -75,6 +75,8 @@ TEST_CASE("every demo across the two hosts, with every backend, prints the textb
        "after scatter from rank 2:\n  rank 0 holds [0]\n  rank 1 holds [1]\n  rank 2 holds [2]\n  rank 3 holds [3]"},
       {"reduce_scatter", "--count 1",
        "after reduce_scatter(sum):\n  rank 0 holds [6]\n  rank 1 holds [10]\n  rank 2 holds [14]\n  rank 3 holds [18]"},
+      {"alltoall", "--count 1",  // (shm across hosts: the pairwise exchange over the network)
+       "after alltoall:\n  rank 0 holds [0 10 20 30]\n  rank 1 holds [1 11 21 31]\n  rank 2 holds [2 12 22 32]"},
       {"barrier", "", "first departure after the last arrival: the barrier held"},
       {"model_parallel", "", "y = 50 (computed on one rank: 50)"},  // Σ (r+1)(2r+1), r = 0..3
   };
