@@ -1,0 +1,265 @@
+#include "parallel/cp/ring_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "comm/error.hpp"
+#include "nn/autograd.hpp"
+#include "nn/gemm.hpp"
+#include "nn/profile.hpp"
+
+namespace parallel {
+namespace {
+
+// The ring's messages on the cp group's tagged lane: keys and values, and (backward) their gradients.
+constexpr int kBlockTag = 7311, kGradientTag = 7312;
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+// The sizes of one call, and where a head's columns are in each buffer.
+struct Layout {
+  int64_t B, S, C, H, hs, T, half;  // half = S/2: one chunk
+  float scale;
+  // qkv [B,S,3C]: q at h·hs, k at C + h·hs, v at 2C + h·hs; kv [B,S,2C]: k at h·hs, v at C + h·hs.
+  int64_t qkv_row(int64_t b, int64_t s) const { return (b * S + s) * 3 * C; }
+  int64_t kv_row(int64_t b, int64_t s) const { return (b * S + s) * 2 * C; }
+  int64_t y_row(int64_t b, int64_t s) const { return (b * S + s) * C; }
+};
+
+// Which chunk of the whole sequence a half of a shard is (0: its first, 1: its second).
+int64_t chunk_of(const ContextShard& shard, int half) {
+  return half == 0 ? shard.rank : 2 * int64_t{shard.ranks} - 1 - shard.rank;
+}
+
+// One (query half, key half) pair: [half, half] scores of this head, masked by position.
+// Returns false when every key is later than every query (the pair is skipped).
+bool scores(const Layout& L, const float* q, int64_t ldq, const float* k, int64_t ldk, int64_t q_chunk,
+            int64_t k_chunk, float* S) {
+  if (k_chunk > q_chunk) return false;
+  nn::gemm(false, true, L.half, L.half, L.hs, L.scale, q, ldq, k, ldk, 0.0f, S, L.half);
+  if (k_chunk == q_chunk)  // the diagonal chunk: key j after query t is the future
+    for (int64_t t = 0; t < L.half; ++t) std::fill(S + t * L.half + t + 1, S + (t + 1) * L.half, kMasked);
+  return true;
+}
+
+// The dropout factors of the pair's weights: row t is query position p_q + t, keys p_k … p_k + half − 1.
+void factors(const Layout& L, const nn::DropoutMask& mask, int64_t b, int64_t h, int64_t q_chunk, int64_t k_chunk,
+             float* F) {
+  for (int64_t t = 0; t < L.half; ++t)
+    mask.factors(b, h * L.T * L.T + (q_chunk * L.half + t) * L.T + k_chunk * L.half, L.half, F + t * L.half);
+}
+
+// Per-thread scratch of a pair's [half, half] matrices.
+float* scratch(int which, std::size_t count) {
+  thread_local std::vector<float> buffers[3];
+  if (buffers[which].size() < count) buffers[which].resize(count);
+  return buffers[which].data();
+}
+
+// Forward of one key/value block (rank `source`'s) into the running m, l, o of every (b, h).
+void forward_block(const Layout& L, const float* qkv, const float* kv, const ContextShard& mine,
+                   const ContextShard& source, const nn::DropoutMask* mask, float* m, float* l, float* o) {
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t b = 0; b < L.B; ++b)
+    for (int64_t h = 0; h < L.H; ++h) {
+      float* S = scratch(0, static_cast<std::size_t>(L.half * L.half));
+      float* F = mask ? scratch(1, static_cast<std::size_t>(L.half * L.half)) : nullptr;
+      for (int qa = 0; qa < 2; ++qa)
+        for (int kb = 0; kb < 2; ++kb) {
+          const int64_t q_chunk = chunk_of(mine, qa), k_chunk = chunk_of(source, kb);
+          const float* q = qkv + L.qkv_row(b, qa * L.half) + h * L.hs;
+          const float* k = kv + L.kv_row(b, kb * L.half) + h * L.hs;
+          const float* v = k + L.C;
+          if (!scores(L, q, 3 * L.C, k, 2 * L.C, q_chunk, k_chunk, S)) continue;
+          if (F) factors(L, *mask, b, h, q_chunk, k_chunk, F);
+          for (int64_t t = 0; t < L.half; ++t) {  // the online softmax, row by row
+            const int64_t row = (b * L.H + h) * L.S + qa * L.half + t;
+            float* s = S + t * L.half;
+            const float block_max = *std::max_element(s, s + L.half);
+            const float m_new = std::max(m[row], block_max), alpha = std::exp(m[row] - m_new);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < L.half; ++j) {
+              const float e = s[j] == kMasked ? 0.0f : std::exp(s[j] - m_new);
+              sum += e;
+              s[j] = F ? e * F[t * L.half + j] : e;  // the weight as it multiplies v
+            }
+            l[row] = l[row] * alpha + sum;
+            m[row] = m_new;
+            float* o_row = o + L.y_row(b, qa * L.half + t) + h * L.hs;
+            for (int64_t d = 0; d < L.hs; ++d) o_row[d] *= alpha;
+          }
+          // o[qa rows] += weights · v[kb rows]
+          nn::gemm(false, false, L.half, L.hs, L.half, 1.0f, S, L.half, v, 2 * L.C, 1.0f,
+                   o + L.y_row(b, qa * L.half) + h * L.hs, L.C);
+        }
+    }
+}
+
+// Backward of one block: dq (this rank's) and dkv (the block's, travelling) accumulate.
+void backward_block(const Layout& L, const float* qkv, const float* kv, const float* dy, const float* lse,
+                    const float* D, const ContextShard& mine, const ContextShard& source, const nn::DropoutMask* mask,
+                    float* dq, float* dkv) {
+  // Heads write disjoint columns of dq and dkv; samples disjoint rows.
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t b = 0; b < L.B; ++b)
+    for (int64_t h = 0; h < L.H; ++h) {
+      float* P = scratch(0, static_cast<std::size_t>(L.half * L.half));
+      float* F = mask ? scratch(1, static_cast<std::size_t>(L.half * L.half)) : nullptr;
+      float* dS = scratch(2, static_cast<std::size_t>(L.half * L.half));
+      for (int qa = 0; qa < 2; ++qa)
+        for (int kb = 0; kb < 2; ++kb) {
+          const int64_t q_chunk = chunk_of(mine, qa), k_chunk = chunk_of(source, kb);
+          const float* q = qkv + L.qkv_row(b, qa * L.half) + h * L.hs;
+          const float* k = kv + L.kv_row(b, kb * L.half) + h * L.hs;
+          const float* v = k + L.C;
+          const float* dy_rows = dy + L.y_row(b, qa * L.half) + h * L.hs;
+          float* dq_rows = dq + L.qkv_row(b, qa * L.half) + h * L.hs;
+          float* dk_rows = dkv + L.kv_row(b, kb * L.half) + h * L.hs;
+          float* dv_rows = dk_rows + L.C;
+          if (!scores(L, q, 3 * L.C, k, 2 * L.C, q_chunk, k_chunk, P)) continue;
+          if (F) factors(L, *mask, b, h, q_chunk, k_chunk, F);
+          for (int64_t t = 0; t < L.half; ++t) {  // P = e^(s − lse), and the weights as they multiplied v
+            const float row_lse = lse[(b * L.H + h) * L.S + qa * L.half + t];
+            for (int64_t j = 0; j < L.half; ++j) {
+              float& p = P[t * L.half + j];
+              p = p == kMasked ? 0.0f : std::exp(p - row_lse);
+              dS[t * L.half + j] = F ? p * F[t * L.half + j] : p;
+            }
+          }
+          // dv[kb rows] += weightsᵀ · dy[qa rows]
+          nn::gemm(true, false, L.half, L.hs, L.half, 1.0f, dS, L.half, dy_rows, L.C, 1.0f, dv_rows, 2 * L.C);
+          // dP = dy · vᵀ, through the dropout; dS = P ⊙ (dP − D)
+          nn::gemm(false, true, L.half, L.half, L.hs, 1.0f, dy_rows, L.C, v, 2 * L.C, 0.0f, dS, L.half);
+          for (int64_t t = 0; t < L.half; ++t) {
+            const float row_D = D[(b * L.H + h) * L.S + qa * L.half + t];
+            for (int64_t j = 0; j < L.half; ++j) {
+              float& ds = dS[t * L.half + j];
+              ds = P[t * L.half + j] * ((F ? ds * F[t * L.half + j] : ds) - row_D);
+            }
+          }
+          // dq[qa rows] += dS · k / √hs,  dk[kb rows] += dSᵀ · q / √hs
+          nn::gemm(false, false, L.half, L.hs, L.half, L.scale, dS, L.half, k, 2 * L.C, 1.0f, dq_rows, 3 * L.C);
+          nn::gemm(true, false, L.half, L.hs, L.half, L.scale, dS, L.half, q, 3 * L.C, 1.0f, dk_rows, 2 * L.C);
+        }
+    }
+}
+
+// This rank's keys and values, [B,S,2C].
+std::vector<float> keys_and_values(const Layout& L, const float* qkv) {
+  std::vector<float> kv(static_cast<std::size_t>(L.B * L.S * 2 * L.C));
+  for (int64_t b = 0; b < L.B; ++b)
+    for (int64_t s = 0; s < L.S; ++s) std::copy_n(qkv + L.qkv_row(b, s) + L.C, 2 * L.C, kv.data() + L.kv_row(b, s));
+  return kv;
+}
+
+// One hop round the ring: `out` to rank + 1, `in` from rank − 1. Started now, finished by wait().
+struct Hop {
+  comm::Work sent, received;
+  void wait() {
+    sent.wait();
+    received.wait();
+  }
+};
+Hop start_hop(comm::Communicator& cp, std::span<const float> out, std::span<float> in, int tag) {
+  const int c = cp.size(), next = (cp.rank() + 1) % c, previous = (cp.rank() + c - 1) % c;
+  Hop hop;
+  hop.received = cp.irecv(in, previous, tag);
+  hop.sent = cp.isend(out, next, tag);
+  return hop;
+}
+
+// Goes round the ring once: calls visit(block, source) for every rank's block, starting with
+// this rank's own; the next block is posted before the current one is visited (`overlap`), or
+// exchanged after it.
+template <class Visit>
+void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overlap, Visit visit) {
+  const int c = cp.size();
+  std::vector<float> next(block.size());
+  for (int step = 0; step < c; ++step) {
+    const int source = (cp.rank() - step + c) % c;
+    const bool more = step + 1 < c;
+    Hop hop;
+    if (more && overlap) hop = start_hop(cp, block, next, kBlockTag);
+    visit(block, source);
+    if (more && !overlap) hop = start_hop(cp, block, next, kBlockTag);
+    if (more) {
+      hop.wait();
+      block.swap(next);
+    }
+  }
+}
+
+}  // namespace
+
+nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMask& dropout, const ContextShard& shard,
+                          comm::Communicator& cp, bool overlap) {
+  if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0 || qkv.size(1) != shard.length())
+    comm::fail("ring attention: qkv {} is not {} positions of q, k, v of {} heads", nn::shape_string(qkv.shape()),
+               shard.length(), n_head);
+  const int64_t B = qkv.size(0), S = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
+  const Layout L{B, S, C, n_head, hs, shard.T, S / 2, 1.0f / std::sqrt(static_cast<float>(hs))};
+  const nn::DropoutMask* mask = dropout.active() ? &dropout : nullptr;
+  // q·kᵀ and P·v over the causal half of every rank's S×T: as one rank's kernel counts.
+  nn::profile::Scope scope("attention core (ring)", 0, 4.0 * B * S * (shard.T / 2.0) * C);
+
+  const bool track = nn::autograd::needs_grad({&qkv});
+  nn::Tensor y = nn::Tensor::zeros({B, S, C}, track);
+  const auto rows = static_cast<std::size_t>(B * n_head * S);
+  auto lse = std::make_shared<std::vector<float>>(rows, kMasked);  // m first, then m + log l
+  std::vector<float> l(rows, 0.0f);
+  round_the_ring(cp, keys_and_values(L, qkv.data()), overlap, [&](const std::vector<float>& kv, int source) {
+    forward_block(L, qkv.data(), kv.data(), shard, shard.of_rank(source), mask, lse->data(), l.data(), y.data());
+  });
+  for (int64_t b = 0; b < B; ++b)  // y = o / l, lse = m + log l
+    for (int64_t h = 0; h < n_head; ++h)
+      for (int64_t s = 0; s < S; ++s) {
+        const auto row = static_cast<std::size_t>((b * n_head + h) * S + s);
+        float* y_row = y.data() + L.y_row(b, s) + h * hs;
+        for (int64_t d = 0; d < hs; ++d) y_row[d] /= l[row];
+        (*lse)[row] += std::log(l[row]);
+      }
+  if (!track) return y;
+
+  nn::autograd::record([qkv, y, lse, L, shard, dropout, overlap, &cp]() {
+    nn::profile::Scope backward_scope("attention core (ring)", 0, 8.0 * L.B * L.S * (L.T / 2.0) * L.C);
+    const nn::DropoutMask* mask = dropout.active() ? &dropout : nullptr;
+    // D_t = Σ_d dy_td · y_td per (b, h, t): softmax's backward needs rowsum(dP ⊙ P), which it is.
+    std::vector<float> D(lse->size(), 0.0f);
+    for (int64_t b = 0; b < L.B; ++b)
+      for (int64_t h = 0; h < L.H; ++h)
+        for (int64_t s = 0; s < L.S; ++s) {
+          float sum = 0.0f;
+          for (int64_t d = 0; d < L.hs; ++d) {
+            const int64_t at = L.y_row(b, s) + h * L.hs + d;
+            sum += y.grad()[at] * y.data()[at];
+          }
+          D[static_cast<std::size_t>((b * L.H + h) * L.S + s)] = sum;
+        }
+    std::vector<float> dq(static_cast<std::size_t>(qkv.numel()), 0.0f);
+    // The block's dK, dV travel with it; after the last block one more hop brings each home.
+    std::vector<float> dkv(static_cast<std::size_t>(L.B * L.S * 2 * L.C), 0.0f), incoming(dkv.size());
+    const int c = cp.size();
+    round_the_ring(cp, keys_and_values(L, qkv.data()), overlap, [&](const std::vector<float>& kv, int source) {
+      backward_block(L, qkv.data(), kv.data(), y.grad(), lse->data(), D.data(), shard, shard.of_rank(source), mask,
+                     dq.data(), dkv.data());
+      if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
+        start_hop(cp, dkv, incoming, kGradientTag).wait();
+        dkv.swap(incoming);
+      }
+    });
+    auto [dqkv, accumulate] = qkv.grad_target();
+    for (int64_t b = 0; b < L.B; ++b)
+      for (int64_t s = 0; s < L.S; ++s) {
+        float* to = dqkv + L.qkv_row(b, s);
+        const float* from_q = dq.data() + L.qkv_row(b, s);
+        const float* from_kv = dkv.data() + L.kv_row(b, s);
+        for (int64_t i = 0; i < L.C; ++i) to[i] = (accumulate ? to[i] : 0.0f) + from_q[i];
+        for (int64_t i = 0; i < 2 * L.C; ++i) to[L.C + i] = (accumulate ? to[L.C + i] : 0.0f) + from_kv[i];
+      }
+  });
+  return y;
+}
+
+}  // namespace parallel
