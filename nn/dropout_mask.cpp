@@ -18,6 +18,13 @@ DropoutMask DropoutMask::shifted(int64_t samples, int64_t elements) const {
 // Each Philox draw gives four 32-bit words, each word two 16-bit halves: eight elements per
 // draw (half the draws of one element per word; p is then kept to within 2⁻¹⁷).
 void DropoutMask::factors(int64_t row, int64_t first, int64_t n, float* out) const {
+  if (jump_at < 0 || first + n <= jump_at) return factors_of_run(row, first, n, out);
+  if (first >= jump_at) return factors_of_run(row, first + jump, n, out);
+  factors_of_run(row, first, jump_at - first, out);  // the first run's part, then the second's
+  factors_of_run(row, jump_at + jump, first + n - jump_at, out + (jump_at - first));
+}
+
+void DropoutMask::factors_of_run(int64_t row, int64_t first, int64_t n, float* out) const {
   // A half below round(p·2¹⁶) drops the element: with probability p' = threshold/2¹⁶, so the
   // survivors are scaled by 1/(1 − p') and the expected value stays exactly the input's.
   const auto threshold = static_cast<uint32_t>(std::lround(std::ldexp(static_cast<double>(p), 16)));

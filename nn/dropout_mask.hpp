@@ -29,6 +29,10 @@ struct DropoutMask {
   int64_t site = 0;           // which dropout of the model (nn/gpt.hpp: dropout_site)
   int64_t first_sample = 0;   // row 0 of the tensor is this sample of the step's global batch
   int64_t first_element = 0;  // each row is a slice of its sample's whole tensor, from here
+  // A slice of two runs of the whole (context parallelism's two chunks of a sequence): the
+  // row's elements from jump_at on lie `jump` elements further on in the whole. -1: one run.
+  int64_t jump_at = -1;
+  int64_t jump = 0;
 
   bool active() const { return p > 0.0f; }
   // The same mask for a tensor whose rows start `samples` later and whose slices start
@@ -37,6 +41,9 @@ struct DropoutMask {
   // The factors of elements [first, first + n) of row `row`: 0 where dropped, 1/(1 − p) where
   // kept, p rounded to a multiple of 2⁻¹⁶ (first and n in the row's own numbering).
   void factors(int64_t row, int64_t first, int64_t n, float* out) const;
+
+ private:
+  void factors_of_run(int64_t row, int64_t first, int64_t n, float* out) const;  // one run: no jump inside
 };
 
 }  // namespace nn

@@ -176,8 +176,6 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const Comp
     ln_f_group_ = indices_from(ln_f_first);
     if (!part_.embedding) ln_f_group_.push_back(0);  // this stage's wte serves only lm_head, in the same group
   }
-  positions_.resize(config_.block_size);
-  std::iota(positions_.begin(), positions_.end(), 0);
 }
 
 std::vector<NamedTensor> GPT::state_dict() const {
@@ -243,8 +241,14 @@ DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, Drop
 }
 
 Tensor GPT::maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer) {
-  const int64_t S = x.size(1), first_position = layers_->first_stream_position(S, training_);  // x [B,S,C]
-  return dropout(x, dropout_mask(config_.dropout, training_, batch, which, layer, first_position * x.size(2)));
+  const int64_t S = x.size(1), C = x.size(2);  // x [B,S,C]
+  const GPTLayers::StreamPlace place = layers_->stream_place(S, training_);
+  DropoutMask mask = dropout_mask(config_.dropout, training_, batch, which, layer, place.first * C);
+  if (place.second >= 0) {  // two runs of positions: the second half's elements lie further on
+    mask.jump_at = S / 2 * C;
+    mask.jump = (place.second - place.first - S / 2) * C;
+  }
+  return dropout(x, mask);
 }
 
 Shape GPT::activation_shape(int64_t B, int64_t T) const {
@@ -289,11 +293,15 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
   mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
   // The stream's positions: all T, or this rank's S of them under sequence parallelism.
-  const int64_t S = layers_->stream_length(T, training_), first = layers_->first_stream_position(S, training_);
+  const int64_t S = layers_->stream_length(T, training_);
+  const GPTLayers::StreamPlace place = layers_->stream_place(S, training_);
+  std::vector<int32_t> positions(static_cast<std::size_t>(S));  // the stream's, in the sequence
+  for (int64_t s = 0; s < S; ++s)
+    positions[static_cast<std::size_t>(s)] =
+        static_cast<int32_t>(place.second < 0 || s < S / 2 ? place.first + s : place.second + s - S / 2);
   begin_use(0);
-  Tensor tok = layers_->token_embedding(wte_, ids, B, T, training_);                          // [B,S,C]
-  Tensor pos = embedding(wpe_, std::span(positions_).subspan(static_cast<size_t>(first), static_cast<size_t>(S)),
-                         {S});                                                                  // [S,C]
+  Tensor tok = layers_->token_embedding(wte_, ids, B, T, training_);  // [B,S,C]
+  Tensor pos = embedding(wpe_, positions, {S});                         // [S,C]
   end_use(0);
   return maybe_dropout(add(tok, pos), dropout_batch_, DropoutSite::embedding, 0);
 }
@@ -362,11 +370,13 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
   h = layers.column_linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn", precision, training);  // [B,T,3C/W]
   // The heads held here, and their part of the sample's attention weights [n_head,T,T] for the mask.
   const int heads = layers.local_heads(config_.n_head);
-  const int64_t T = h.size(1), first_element = int64_t{layers.first_head(config_.n_head)} * T * T;
+  const int64_t T = layers.sequence_length(h.size(1), training);  // the whole sequence, wherever its rows are
+  const int64_t first_element = int64_t{layers.first_head(config_.n_head)} * T * T;
   const DropoutMask weights_mask =
       dropout_mask(config_.dropout, training, batch, DropoutSite::attention_weights, layer, first_element);
-  auto attention_core = [this, heads, weights_mask](const Tensor& qkv) {
-    return attention(qkv, heads, weights_mask, modes_.attention, modes_.precision);  // [B,T,3C/W] → [B,T,C/W]
+  auto attention_core = [this, heads, weights_mask, training](const Tensor& qkv) {
+    return layers_->attention(qkv, heads, weights_mask, modes_.attention, modes_.precision,
+                              training);  // [B,T,3C/W] → [B,T,C/W]
   };
   h = modes_.recompute == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);     // [B,T,C/W]
   h = maybe_dropout(layers.row_linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj", precision, training),

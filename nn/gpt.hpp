@@ -239,7 +239,6 @@ class GPT {
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<BlockWeights> blocks_;  // the blocks it owns, in model order
   std::vector<int> block_ids_;        // their global numbers
-  std::vector<int32_t> positions_;  // 0, 1, …, block_size−1
   bool training_ = true;
   DropoutBatch dropout_batch_;
   GradReadyHook grad_ready_hook_;

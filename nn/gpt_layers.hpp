@@ -8,10 +8,14 @@
 //   parameter at init   the whole tensor                this rank's slice of it, by its role
 //   attention heads     all n_head                      n_head/W, from head rank·n_head/W
 //   residual stream     [B,T,C]                         [B,T/W,C] while training with SP
+//   attention           nn::attention over all T        the same, on its heads
 //   column_linear       x·Wᵀ + b          [B,T,out]     f(x)·W_rᵀ + b_r        [B,T,out/W]
 //   row_linear          x·Wᵀ + b          [B,T,out]     g(x_r·W_rᵀ) + b        [B,T,out]
 //   token_embedding     wte[ids]                        Σ over ranks of its vocabulary rows
 //   cross_entropy       over V logits                   over V/W logits per rank, reduced
+//
+// Context parallelism (parallel::ContextParallelLayers) wraps either: the stream holds T/c
+// positions of every sequence, attention goes round the cp group.
 //
 // A column layer's output feeds a row layer's input (c_attn → attention → c_proj, c_fc →
 // GELU → mlp.c_proj); lm_head is a column layer over wte's rows.
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "nn/gemm.hpp"  // Precision
+#include "nn/ops.hpp"   // attention, DropoutMask
 #include "nn/tensor.hpp"
 
 namespace nn {
@@ -72,6 +77,24 @@ class GPTLayers {
   // first_stream_position(S). `training`: sequence parallelism shards only while training.
   virtual int64_t stream_length(int64_t T, bool training) const = 0;
   virtual int64_t first_stream_position(int64_t S, bool training) const = 0;
+  // Where the stream's S positions lie in the sequence: one run from `first`, or (context
+  // parallelism's load balance, parallel/cp/context_shard.hpp) S/2 from `first` and S/2 from
+  // `second`.
+  struct StreamPlace {
+    int64_t first = 0;
+    int64_t second = -1;  // -1: one run
+  };
+  virtual StreamPlace stream_place(int64_t S, bool training) const { return {first_stream_position(S, training), -1}; }
+  // The whole sequence's length when attention's input holds `rows` positions (c·rows under
+  // context parallelism while training).
+  virtual int64_t sequence_length(int64_t rows, bool /*training*/) const { return rows; }
+  // Causal self-attention of the heads held here, qkv [B,rows,3C'] → [B,rows,C'] (nn::attention;
+  // under context parallelism ring or Ulysses attention over the cp group). `dropout`: these
+  // heads' weights' mask at their place in the whole [H,T,T].
+  virtual Tensor attention(const Tensor& qkv, int heads, const DropoutMask& dropout, AttentionKernel kernel,
+                           Precision precision, bool /*training*/) {
+    return nn::attention(qkv, heads, dropout, kernel, precision);
+  }
 
   // wte (this process's rows) and ids [B,T] → the token embeddings of the stream's positions [B,S,C].
   virtual Tensor token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,

@@ -9,28 +9,44 @@
 
 namespace parallel {
 
-Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp) {
-  if (dp < 1 || pp < 1 || tp < 1 || dp * pp * tp != world.size())
-    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
-                                       world.size(), dp, pp, tp, dp * pp * tp));
-  const int r = world.rank(), d = r / (pp * tp), p = r / tp % pp, t = r % tp;
+namespace {
+struct Coordinates {
+  int d, p, k, t;  // dp, pp, cp, tp
+};
+Coordinates coordinates(int r, int pp, int cp, int tp) { return {r / (pp * cp * tp), r / (cp * tp) % pp, r / tp % cp, r % tp}; }
+}  // namespace
+
+Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp) {
+  if (dp < 1 || pp < 1 || tp < 1 || cp < 1 || dp * pp * cp * tp != world.size()) {
+    if (cp == 1)
+      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
+                                         world.size(), dp, pp, tp, dp * pp * tp));
+    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {}: run D·P·C·T ranks",
+                                       world.size(), dp, pp, cp, tp, dp * pp * cp * tp));
+  }
+  const auto [d, p, k, t] = coordinates(world.rank(), pp, cp, tp);
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
-  // initialisation runs the three (collective) splits in this order on every rank.
+  // initialisation runs the four (collective) splits in this order on every rank.
   return Grid{dp,
               pp,
+              cp,
               tp,
               d,
               p,
+              k,
               t,
-              world.split(r / tp, t),       // tp_group: same (dp, pp)
-              world.split(d * tp + t, p),   // pp_group: same (dp, tp)
-              world.split(p * tp + t, d)};  // dp_group: same (pp, tp)
+              world.split(world.rank() / tp, t),       // tp_group: same (dp, pp, cp)
+              world.split((d * pp + p) * tp + t, k),   // cp_group: same (dp, pp, tp)
+              world.split((d * cp + k) * tp + t, p),   // pp_group: same (dp, cp, tp)
+              world.split(p * tp + t, d * cp + k)};    // dp_group: same (pp, tp)
 }
 
 std::string Grid::describe(int world_rank) const {
-  const int d = world_rank / (pp * tp), p = world_rank / tp % pp, t = world_rank % tp;
-  if (tp == 1) return fmt::format("rank {} = dp {} · pp {}", world_rank, d, p);
-  return fmt::format("rank {} = dp {} · pp {} · tp {}", world_rank, d, p, t);
+  const auto [d, p, k, t] = coordinates(world_rank, pp, cp, tp);
+  std::string text = fmt::format("rank {} = dp {} · pp {}", world_rank, d, p);
+  if (cp > 1) text += fmt::format(" · cp {}", k);
+  if (tp > 1) text += fmt::format(" · tp {}", t);
+  return text;
 }
 
 std::string Grid::layout(int world_size) const {

@@ -1,6 +1,6 @@
-// The ranks of a job as a grid of coordinates (dp, pp, tp), tensor-parallel rank fastest:
+// The ranks of a job as a grid of coordinates (dp, pp, cp, tp), tensor-parallel rank fastest:
 //
-//   world rank = (dp_rank · pp + pp_rank) · tp + tp_rank
+//   world rank = ((dp_rank · pp + pp_rank) · cp + cp_rank) · tp + tp_rank
 //
 //   --dp 2 --pp 2 --tp 2, 8 ranks:   rank 0 = dp 0 · pp 0 · tp 0    rank 1 = dp 0 · pp 0 · tp 1
 //                                    rank 2 = dp 0 · pp 1 · tp 0    rank 3 = dp 0 · pp 1 · tp 1
@@ -8,11 +8,15 @@
 //
 // Why this order: tensor-parallel ranks talk most (two all-reduces of every block's
 // activations, forward and backward), so they are neighbours — on one node, ideally one
-// NVLink island; pipeline neighbours exchange one activation per micro-batch; data-parallel
-// replicas only meet once per step, for the gradients. Each rank is in three groups, each
-// from Communicator::split: tp_group (same dp, pp: one stage's tensor-parallel ranks),
-// pp_group (same dp, tp: one pipeline, passing activations along) and dp_group (same pp, tp:
-// the replicas of the same shard, averaging its gradients).
+// NVLink island; context-parallel ranks next (keys and values round the ring in every
+// layer, forward and backward: parallel/cp/); pipeline neighbours exchange one activation per
+// micro-batch; data-parallel replicas only meet once per step, for the gradients. Each rank is
+// in four groups, each from Communicator::split: tp_group (same dp, pp, cp: one stage's
+// tensor-parallel ranks), cp_group (same dp, pp, tp: the ranks sharing one sequence),
+// pp_group (same dp, cp, tp: one pipeline, passing activations along) and dp_group (same pp,
+// tp: every rank that holds the same parameters — the dp replicas and, in each, the cp ranks,
+// whose gradients are averaged together in one collective: a cp rank's loss is the mean over
+// its positions, so the average over cp is the mean over the whole sequence).
 #pragma once
 #include <string>
 
@@ -21,15 +25,18 @@
 namespace parallel {
 
 struct Grid {
-  int dp = 1, pp = 1, tp = 1;
-  int dp_rank = 0, pp_rank = 0, tp_rank = 0;
+  int dp = 1, pp = 1, cp = 1, tp = 1;
+  int dp_rank = 0, pp_rank = 0, cp_rank = 0, tp_rank = 0;
   comm::Communicator tp_group;
+  comm::Communicator cp_group;
   comm::Communicator pp_group;
-  comm::Communicator dp_group;
+  comm::Communicator dp_group;  // dp × cp ranks: the same parameters
 
-  // Throws comm::UsageError naming the sizes when the world size is not dp · pp · tp.
-  static Grid make(comm::Communicator& world, int dp, int pp, int tp);
-  // "rank 5 = dp 1 · pp 0 · tp 1"; without the tp part when tp = 1 ("rank 3 = dp 1 · pp 1").
+  // Throws comm::UsageError naming the sizes when the world size is not dp · pp · cp · tp.
+  static Grid make(comm::Communicator& world, int dp, int pp, int tp, int cp = 1);
+  // The rank that speaks for its replica's data (writes, samples): dp 0, cp 0.
+  bool first_replica() const { return dp_rank == 0 && cp_rank == 0; }
+  // "rank 5 = dp 1 · pp 0 · tp 1"; the cp part only when cp > 1, the tp part only when tp > 1.
   std::string describe(int world_rank) const;
   // Every rank, comma-separated, for the log's "layout:" line.
   std::string layout(int world_size) const;

@@ -13,15 +13,20 @@
 #include "parallel/pp/inference.hpp"
 #include "parallel/pp/stage.hpp"
 #include "parallel/pp/tied_embedding.hpp"
+#include "parallel/cp/context_parallel_layers.hpp"
 #include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
 
 namespace trainers {
 
 void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size) {
-  if (s.dp * s.pp * s.tp != world_size)
-    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
-                                       world_size, s.dp, s.pp, s.tp, s.dp * s.pp * s.tp));
+  if (s.dp * s.pp * s.cp * s.tp != world_size) {
+    if (s.cp == 1)
+      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
+                                         world_size, s.dp, s.pp, s.tp, s.dp * s.pp * s.tp));
+    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {}: run D·P·C·T ranks",
+                                       world_size, s.dp, s.pp, s.cp, s.tp, s.dp * s.pp * s.cp * s.tp));
+  }
   if (config.n_head % s.tp != 0)
     throw comm::UsageError(
         fmt::format("--n-head {} is not divisible by --tp {}: each tensor-parallel rank runs n_head / tp whole heads",
@@ -31,6 +36,17 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
   if (s.sequence_parallel && config.block_size % s.tp != 0)
     throw comm::UsageError(
         fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}", config.block_size, s.tp));
+  if (s.cp > 1 && config.block_size % (2 * s.cp) != 0)
+    throw comm::UsageError(fmt::format("--cp {}: --block-size {} does not split into 2·cp = {} equal chunks (each cp "
+                                       "rank holds two, one from each end)",
+                                       s.cp, config.block_size, 2 * s.cp));
+  if (s.cp > 1 && s.cp_attention == parallel::CpAttention::ulysses && config.n_head / s.tp % s.cp != 0)
+    throw comm::UsageError(fmt::format("--cp-attention ulysses: the {} heads of each tp rank do not split over --cp {} "
+                                       "(--cp-attention ring, or a cp dividing them)",
+                                       config.n_head / s.tp, s.cp));
+  if (s.cp > 1 && s.sequence_parallel)
+    throw comm::UsageError("--cp with --sequence-parallel is not built: use --cp with --tp alone (both shard the "
+                           "sequence: cp's positions would be cut again over tp)");
   chunk_layers(s, config.n_layer);  // throws on a bad split
 }
 
@@ -55,10 +71,11 @@ std::vector<int> chunk_layers(const GridShape& s, int n_layer) {
 
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
                      const nn::ComputeModes& modes)
-    : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp)),
+    : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp, shape.cp)),
       layers(chunk_layers(shape, config.n_layer)),
       model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes,
-             parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel)) {}
+             parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
+                                             grid.cp_group, shape.cp_attention)) {}
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
   std::optional<nn::GPT> whole;
@@ -68,7 +85,7 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
     whole_optimizer.emplace(whole->parameters(), optimizer ? optimizer->config() : nn::AdamWConfig{});
   }
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(dir, *whole, optimizer ? &*whole_optimizer : nullptr); });
-  if (grid.dp_rank == 0)
+  if (grid.first_replica())
     parallel::distribute_checkpoint(model_, optimizer, grid, whole ? &*whole : nullptr,
                                     whole_optimizer ? &*whole_optimizer : nullptr);
   broadcast_over_replicas(optimizer);
@@ -76,11 +93,11 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
 
 void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
                      nn::CheckpointWriter& writer) {
-  if (grid.dp_rank == 0) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
+  if (grid.first_replica()) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
-  if (grid.dp == 1) return;
+  if (grid.dp_group.size() == 1) return;  // (the dp replicas and their cp ranks)
   std::vector<nn::NamedTensor> pieces = parameters();
   parallel::broadcast_state(pieces, optimizer, grid.dp_group);
 }
@@ -109,7 +126,7 @@ float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, p
   // overlapped averager has sent most of it during backward already.
   if (averager)
     averager->finish();
-  else if (grid.dp > 1)
+  else if (grid.dp_group.size() > 1)  // dp × cp: the mean over replicas and over each sequence's positions
     parallel::average_gradients(pieces, grid.dp_group, wire);
   model_.sum_replicated_grads();                              // sequence parallelism: each rank's positions' share
   parallel::sum_tied_embedding_grads(model_, grid.pp_group);  // the first and last stage's copies
@@ -134,7 +151,7 @@ class LoadedGrid final : public LoadedModel {
                            grid_model_.grid.dp_group);
   }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
-    return grid_model_.grid.dp_rank == 0 ? grid_model_.sample(vocabulary, o, stream) : "";  // the first replica samples
+    return grid_model_.grid.first_replica() ? grid_model_.sample(vocabulary, o, stream) : "";  // the first replica samples
   }
 
  private:
@@ -165,6 +182,8 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
 }
 
 std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::grid_groups() const {
+  if (grid_.cp > 1)
+    return {{"tp", &grid_.tp_group}, {"cp", &grid_.cp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
   return {{"tp", &grid_.tp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
 }
 
@@ -190,7 +209,7 @@ double GridStrategy::full_val_loss() {
 }
 
 void GridStrategy::print_sample(int64_t step) {
-  if (o_.sample_tokens == 0 || grid_.dp_rank != 0) return;  // the first replica samples; the others go on
+  if (o_.sample_tokens == 0 || !grid_.first_replica()) return;  // the first replica samples; the others go on
   say_sample(step, grid_model_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step)), world_);
 }
 

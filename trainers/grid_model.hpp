@@ -2,7 +2,7 @@
 // model — and what the grid trainers (train_pp, train_tp, train_3d) do with it beyond the
 // step itself: load and save the one nanoGPT checkpoint, evaluate, sample, finish gradients.
 //
-//   grid:   (dp, pp, tp), tp fastest (parallel/grid.hpp)
+//   grid:   (dp, pp, cp, tp), tp fastest (parallel/grid.hpp)
 //   model:  one nn::GPT, whatever the layout: pipeline stage pp_rank's part of it
 //           (parallel::stage_part), each big matmul split over the stage's tp group by its
 //           layers (parallel::make_gpt_layers: tensor-parallel ones, or whole ones when tp = 1)
@@ -16,6 +16,7 @@
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
+#include "parallel/cp/context_parallel_layers.hpp"  // CpAttention
 #include "parallel/grid.hpp"
 #include "trainers/evaluation.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
@@ -28,14 +29,17 @@ namespace trainers {
 
 struct GridShape {
   int dp = 1, pp = 1, tp = 1;
+  int cp = 1;  // context parallelism (train_3d --cp): each rank T/cp positions of every sequence
+  parallel::CpAttention cp_attention = parallel::CpAttention::ring;
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
   int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
 };
 
-// Refuses, in one line, what cannot be built: a world size other than dp·pp·tp, n_head not
+// Refuses, in one line, what cannot be built: a world size other than dp·pp·cp·tp, n_head not
 // divisible by tp, sequence parallelism with tp = 1 or block_size not divisible by tp, more
-// stages than blocks.
+// stages than blocks; block_size not divisible by 2·cp, Ulysses with heads per tp rank not
+// divisible by cp, cp with sequence parallelism.
 void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_size);
 // The blocks of each of the pp·V chunks in model order (V = 1: of each stage): --stage-layers,
 // or even. Throws comm::UsageError naming the rule (V > 1 needs pp ≥ 2, a block per chunk).

@@ -61,7 +61,7 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
     if (averager_) averager_->before_backward(m == s_.micro_batches - 1);  // armed for the last one
   };
   // One replica: nothing to average (and no bf16 wire to round the gradients through).
-  if (grid_.dp > 1)
+  if (grid_.dp_group.size() > 1)  // the dp replicas and their cp ranks
     averager_ = parallel::make_gradient_averager(o_.ddp, parallel::GradientSource::of(grid_model_.model()),
                                                  grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
                                                  o_.grad_comm);
@@ -73,7 +73,7 @@ StrategyFacts PipelineStrategy::facts() const {
                       .step_batch = {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size},
                       .groups = grid_groups()};
   for (int r = 0; r < world_.size(); ++r) {
-    const int stage = r / grid_.tp % grid_.pp;  // the grid's order: tp fastest, then pp
+    const int stage = r / (grid_.tp * grid_.cp) % grid_.pp;  // the grid's order: tp fastest, then cp, then pp
     facts.trace_rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") +
                                (stage == grid_.pp - 1 ? " (head)" : ""));
   }

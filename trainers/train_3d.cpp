@@ -1,10 +1,14 @@
-// train_3d: data × pipeline × tensor parallelism (the lecture's "3D parallelism") of a GPT on
-// tiny Shakespeare.
+// train_3d: data × pipeline × context × tensor parallelism (the lecture's "3D parallelism", and
+// the fourth dimension, context) of a GPT on tiny Shakespeare.
 //
 //   mpiexec -n 8 build/trainers/train_3d --dp 2 --pp 2 --tp 2 --n-layer 4 --micro-batches 4
 //   mpiexec -n 4 build/trainers/train_3d --pp 2 --tp 2 --sequence-parallel
+//   mpiexec -n 4 build/trainers/train_3d --cp 4 --cp-attention ring     # T/4 positions per rank
 //
-// The ranks form a grid (parallel/grid.hpp), tp fastest. Each rank holds pipeline stage
+// The ranks form a grid (parallel/grid.hpp), tp fastest, then cp. With --cp each rank of a
+// replica's cp group holds its load-balanced T/cp positions of every sequence while training, and
+// attention goes round the group (parallel/cp/context_parallel_layers.hpp); the gradients are
+// averaged over dp × cp in one collective. Each rank holds pipeline stage
 // pp_rank's blocks, and of those, tp_rank's slice of every big matmul (parallel/tp/tensor_parallel_layers.hpp).
 // Each step:
 //   1. the replica's batch (dp_rank's share of the global batch) is cut into M micro-batches
@@ -16,7 +20,9 @@
 //   3. the global norm summed over the pipeline (each element once), clipped, AdamW
 // The loop, data, evaluation, samples, checkpoints and logs are the shared trainer parts; the
 // checkpoint is one whole nanoGPT-named model.safetensors (trainers/grid_model.hpp).
+#include <map>
 #include <memory>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -42,8 +48,9 @@ class ThreeDParallel final : public PipelineStrategy {
     const nn::GPTConfig& c = run_.start.config;
     StrategyFacts facts = PipelineStrategy::facts();
     facts.layout = {
-        fmt::format("train_3d: {} ranks = dp {} × pp {} × tp {}{}, schedule {}{}, {} micro-batches of {}{}",
-                    world_.size(), grid_.dp, grid_.pp, grid_.tp, shape_.sequence_parallel ? " (sequence parallel)" : "",
+        fmt::format("train_3d: {} ranks = dp {} × pp {}{} × tp {}{}, schedule {}{}, {} micro-batches of {}{}",
+                    world_.size(), grid_.dp, grid_.pp, cp_note(), grid_.tp,
+                    shape_.sequence_parallel ? " (sequence parallel)" : "",
                     parallel::name_of(s_.schedule), virtual_stages_note(), s_.micro_batches,
                     o_.batch_size / s_.micro_batches,
                     parallel::wire_note(o_.grad_comm)),
@@ -57,6 +64,13 @@ class ThreeDParallel final : public PipelineStrategy {
   }
 
  private:
+  // " × cp 2 (ring attention, 32 of 64 positions per rank)", or nothing without context parallelism.
+  std::string cp_note() const {
+    if (grid_.cp == 1) return "";
+    return fmt::format(" × cp {} ({} attention, {} of {} positions per rank)", grid_.cp,
+                       parallel::kCpAttentionNames[static_cast<std::size_t>(shape_.cp_attention)], T() / grid_.cp, T());
+  }
+
   GridShape shape_;
 };
 
@@ -75,15 +89,26 @@ int main(int argc, char** argv) {
     app.add_option("--tp", shape.tp, "tensor-parallel ranks per stage (must divide n_head)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
+    app.add_option("--cp", shape.cp,
+                   "context-parallel ranks per sequence: each holds T/cp of its positions (load-balanced chunks), "
+                   "attention goes round them")
+        ->check(comm::cli::whole(1))
+        ->capture_default_str();
+    app.add_option("--cp-attention", shape.cp_attention, "how attention sees the other cp ranks' positions")
+        ->transform(CLI::CheckedTransformer(
+            std::map<std::string, parallel::CpAttention>{{"ring", parallel::CpAttention::ring},
+                                                         {"ulysses", parallel::CpAttention::ulysses}},
+            CLI::ignore_case))
+        ->default_str("ring");
     app.add_flag("--sequence-parallel", shape.sequence_parallel,
                  "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
     app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
     add_schedule_flags(app, s);
   };
-  program.layout_flags = {"--dp",           "--pp",       "--tp",           "--sequence-parallel",
-                          "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
+  program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention",
+                          "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions& o, comm::Communicator& world) {
-    if (world.size() != shape.dp * shape.pp * shape.tp) check_grid(shape, o.model, world.size());
+    if (world.size() != shape.dp * shape.pp * shape.cp * shape.tp) check_grid(shape, o.model, world.size());
   };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
     shape.virtual_stages = s.virtual_stages;

@@ -1,0 +1,70 @@
+#include "parallel/cp/context_parallel_layers.hpp"
+
+#include "comm/error.hpp"
+#include "parallel/cp/ring_attention.hpp"
+#include "parallel/cp/ulysses_attention.hpp"
+
+namespace parallel {
+
+ContextParallelLayers::ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
+                                             CpAttention algorithm, bool overlap)
+    : inner_(std::move(inner)), cp_(cp), algorithm_(algorithm), overlap_(overlap) {}
+
+int64_t ContextParallelLayers::stream_length(int64_t T, bool training) const {
+  return training ? ContextShard::of(T, cp_.size(), cp_.rank()).length() : inner_->stream_length(T, training);
+}
+
+int64_t ContextParallelLayers::first_stream_position(int64_t S, bool training) const {
+  return training ? stream_place(S, training).first : inner_->first_stream_position(S, training);
+}
+
+nn::GPTLayers::StreamPlace ContextParallelLayers::stream_place(int64_t S, bool training) const {
+  if (!training) return inner_->stream_place(S, training);
+  const ContextShard shard{S * cp_.size(), cp_.size(), cp_.rank()};
+  return {shard.position(0), shard.position(S / 2)};  // chunks r and 2c−1−r
+}
+
+int64_t ContextParallelLayers::sequence_length(int64_t rows, bool training) const {
+  return training ? rows * cp_.size() : rows;
+}
+
+std::vector<int32_t> ContextParallelLayers::mine(std::span<const int32_t> whole, int64_t B, int64_t T) const {
+  const ContextShard shard = ContextShard::of(T, cp_.size(), cp_.rank());
+  std::vector<int32_t> rows;
+  rows.reserve(static_cast<std::size_t>(B * shard.length()));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < shard.length(); ++s) rows.push_back(whole[static_cast<std::size_t>(b * T + shard.position(s))]);
+  return rows;
+}
+
+nn::Tensor ContextParallelLayers::token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B,
+                                                  int64_t T, bool training) {
+  if (!training) return inner_->token_embedding(wte, ids, B, T, training);
+  const std::vector<int32_t> picked = mine(ids, B, T);
+  return inner_->token_embedding(wte, picked, B, T / cp_.size(), training);
+}
+
+nn::Tensor ContextParallelLayers::attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout,
+                                            nn::AttentionKernel kernel, nn::Precision precision, bool training) {
+  if (!training) return inner_->attention(qkv, heads, dropout, kernel, precision, training);
+  const ContextShard shard = ContextShard::of(qkv.size(1) * cp_.size(), cp_.size(), cp_.rank());
+  if (algorithm_ == CpAttention::ulysses)
+    return ulysses_attention(qkv, heads, dropout, kernel, precision, shard, cp_);
+  return ring_attention(qkv, heads, dropout, shard, cp_, overlap_);
+}
+
+nn::Tensor ContextParallelLayers::cross_entropy(const nn::Tensor& logits, std::span<const int32_t> targets) {
+  const int64_t B = logits.size(0), rows = logits.size(1);
+  if (static_cast<int64_t>(targets.size()) == B * rows) return inner_->cross_entropy(logits, targets);  // whole
+  const int64_t T = static_cast<int64_t>(targets.size()) / B;  // the rank's positions' targets
+  const std::vector<int32_t> picked = mine(targets, B, T);
+  return inner_->cross_entropy(logits, picked);
+}
+
+std::shared_ptr<nn::GPTLayers> with_context_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
+                                                     CpAttention algorithm) {
+  if (cp.size() == 1) return inner;
+  return std::make_shared<ContextParallelLayers>(std::move(inner), cp, algorithm);
+}
+
+}  // namespace parallel

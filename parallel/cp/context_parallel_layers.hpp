@@ -1,0 +1,91 @@
+// Context parallelism as a layers implementation of nn::GPT (nn/gpt_layers.hpp): the same one
+// GPT, whose residual stream holds this rank's T/c positions of every sequence (the
+// load-balanced shard, context_shard.hpp) while training, and whose attention goes round the
+// cp group — ring attention or Ulysses. Everything else in a block is position-wise, so it
+// runs unchanged on the rank's positions; the linears are the inner layers' (whole, or
+// tensor-parallel without sequence parallelism), the loss is the mean over the rank's positions
+// (the gradients averaged over cp, with dp, make the mean over the whole sequence).
+//
+//   stream          [B, T/c, C]: positions of chunks r and 2c−1−r (their ids, their wpe rows,
+//                   their dropout masks at their place in the whole)
+//   attention       ring_attention or ulysses_attention over cp, heads as the inner layers hold
+//   cross_entropy   the targets of this rank's positions
+//
+// Evaluation and sampling (not training) run the whole sequence on every rank of the group:
+// no attention to split, nothing to gain for short sequences, the same answer everywhere.
+#pragma once
+#include <memory>
+#include <string_view>
+#include <array>
+
+#include "comm/communicator.hpp"
+#include "nn/gpt_layers.hpp"
+#include "parallel/cp/context_shard.hpp"
+
+namespace parallel {
+
+// --cp-attention: how attention sees the other ranks' positions.
+enum class CpAttention { ring, ulysses };
+inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "ulysses"};
+
+class ContextParallelLayers final : public nn::GPTLayers {
+ public:
+  ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp, CpAttention algorithm,
+                        bool overlap = true);
+
+  nn::Tensor keep(const nn::Tensor& whole, nn::ParameterRole role) override { return inner_->keep(whole, role); }
+  bool is_cut(nn::ParameterRole role) const override { return inner_->is_cut(role); }
+  std::vector<float> shard(nn::ParameterRole role, const nn::Shape& whole_shape,
+                           std::span<const float> whole) const override {
+    return inner_->shard(role, whole_shape, whole);
+  }
+  std::vector<float> gather(nn::ParameterRole role, const nn::Shape& mine_shape,
+                            std::span<const float> mine) const override {
+    return inner_->gather(role, mine_shape, mine);
+  }
+  nn::Shape whole_shape(nn::ParameterRole role, const nn::Shape& mine_shape) const override {
+    return inner_->whole_shape(role, mine_shape);
+  }
+  double sum_over_group(double mine) const override { return inner_->sum_over_group(mine); }
+  void sum_replicated_grads(std::span<const nn::Tensor> replicated) override {
+    inner_->sum_replicated_grads(replicated);
+  }
+  int local_heads(int n_head) const override { return inner_->local_heads(n_head); }
+  int first_head(int n_head) const override { return inner_->first_head(n_head); }
+
+  int64_t stream_length(int64_t T, bool training) const override;
+  int64_t first_stream_position(int64_t S, bool training) const override;
+  StreamPlace stream_place(int64_t S, bool training) const override;
+  int64_t sequence_length(int64_t rows, bool training) const override;
+  nn::Tensor token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
+                             bool training) override;
+  nn::Tensor column_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias, const char* family,
+                           nn::Precision precision, bool training) override {
+    return inner_->column_linear(x, weight, bias, family, precision, training);
+  }
+  nn::Tensor row_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias, const char* family,
+                        nn::Precision precision, bool training) override {
+    return inner_->row_linear(x, weight, bias, family, precision, training);
+  }
+  nn::Tensor attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout, nn::AttentionKernel kernel,
+                       nn::Precision precision, bool training) override;
+  nn::Tensor cross_entropy(const nn::Tensor& logits, std::span<const int32_t> targets) override;
+  void gather_vocabulary(std::span<const float> mine, std::span<float> whole) override {
+    inner_->gather_vocabulary(mine, whole);
+  }
+
+ private:
+  // The rows of this rank's positions of every sequence: [B,T] → [B,S].
+  std::vector<int32_t> mine(std::span<const int32_t> whole, int64_t B, int64_t T) const;
+
+  std::shared_ptr<nn::GPTLayers> inner_;
+  comm::Communicator& cp_;
+  CpAttention algorithm_;
+  bool overlap_;
+};
+
+// `inner` under context parallelism over `cp`, or `inner` itself when cp has one rank.
+std::shared_ptr<nn::GPTLayers> with_context_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
+                                                     CpAttention algorithm);
+
+}  // namespace parallel
