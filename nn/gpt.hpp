@@ -130,6 +130,7 @@ class GPT {
   const GPTPart& part() const { return part_; }
   // What computes its linears, embedding and loss, and on which slice (whole, or tensor-parallel).
   const GPTLayers& layers() const { return *layers_; }
+  GPTLayers& layers() { return *layers_; }
   // wte, the tied embedding (this process's rows of it): the embedding's, or the head's copy on
   // a last pipeline stage; undefined when this part has neither.
   Tensor tied_embedding() const { return wte_; }

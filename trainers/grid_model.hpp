@@ -64,6 +64,10 @@ class GridModel {
   nn::GPT& model() { return model_; }
   const nn::GPT& model() const { return model_; }
   std::vector<nn::NamedTensor> parameters() const { return model_.parameters(); }  // the optimizer's order
+  // The model's context-parallel layers, or null without --cp.
+  parallel::ContextParallelLayers* context_parallel_layers() {
+    return dynamic_cast<parallel::ContextParallelLayers*>(&model_.layers());
+  }
 
   // Reads a checkpoint on world rank 0 (a bad file: one line on every rank) and gives every
   // rank of every replica its piece; `optimizer` may be null (weights only).

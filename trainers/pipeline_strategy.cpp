@@ -82,6 +82,8 @@ StrategyFacts PipelineStrategy::facts() const {
 
 void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
   stage_.skip_sends = step == s_.skip_send_at_step && world_.rank() == o_.crash_rank;
+  if (parallel::ContextParallelLayers* cp = grid_model_.context_parallel_layers())
+    cp->skip_ring = step == s_.skip_ring_at_step && world_.rank() == o_.crash_rank;
   {
     Timed data(clock, Phase::data);
     sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)

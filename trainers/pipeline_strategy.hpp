@@ -22,6 +22,7 @@ struct ScheduleOptions {
   int micro_batches = 4;
   int virtual_stages = 1;  // V chunks of blocks per stage: interleaved 1F1B when V > 1
   int skip_send_at_step = -1;  // testing (train_pp): rank --crash-rank skips its sends at this step
+  int skip_ring_at_step = -1;  // testing (train_3d --cp): rank --crash-rank skips the attention ring at this step
 };
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
 // One line for --micro-batches that do not divide --batch-size, for --grad-accum (the

@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
                  "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
     app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
     add_schedule_flags(app, s);
+    app.add_option("--skip-ring-at-step", s.skip_ring_at_step,
+                   "testing: rank --crash-rank computes attention alone (skips the cp ring) at this step")
+        ->check(comm::cli::whole(0));
   };
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};

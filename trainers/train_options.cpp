@@ -175,8 +175,9 @@ void finish_train_options(CLI::App& app, TrainOptions& o) {
     if (o.explicit_flags.count(f.flag) > 0) o.explicit_model_flags.push_back(f.field);
   // --crash-rank only says which rank a fault hits: alone it would do nothing, silently.
   if (o.explicit_flags.count("--crash-rank") && !o.explicit_flags.count("--crash-at-step") &&
-      !o.explicit_flags.count("--skip-send-at-step"))
-    usage("--crash-rank {} does nothing without --crash-at-step (or train_pp's --skip-send-at-step), which says when",
+      !o.explicit_flags.count("--skip-send-at-step") && !o.explicit_flags.count("--skip-ring-at-step"))
+    usage("--crash-rank {} does nothing without --crash-at-step (or train_pp's --skip-send-at-step, train_3d's "
+          "--skip-ring-at-step), which says when",
           o.crash_rank);
   try {
     o.model.validate();
@@ -310,7 +311,7 @@ std::vector<std::string> relaunch_flags(const TrainOptions& o) {
   static const std::set<std::string> not_again = {
       "--resume",        "--out-dir",    "--data-dir",           "--text",      "--init-from",
       "--eval-only",     "--sample-only", "--crash-at-step",     "--crash-rank", "--crash-in-checkpoint",
-      "--skip-send-at-step", "--trace"};
+      "--skip-send-at-step", "--skip-ring-at-step", "--trace"};
   const std::vector<std::string> kept = kept_flags(o);
   std::vector<std::string> words;
   for (const std::string& flag : o.explicit_flags) {

@@ -46,7 +46,7 @@ nn::Tensor ContextParallelLayers::token_embedding(const nn::Tensor& wte, std::sp
 
 nn::Tensor ContextParallelLayers::attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout,
                                             nn::AttentionKernel kernel, nn::Precision precision, bool training) {
-  if (!training) return inner_->attention(qkv, heads, dropout, kernel, precision, training);
+  if (!training || skip_ring) return inner_->attention(qkv, heads, dropout, kernel, precision, training);
   const ContextShard shard = ContextShard::of(qkv.size(1) * cp_.size(), cp_.size(), cp_.rank());
   if (algorithm_ == CpAttention::ulysses)
     return ulysses_attention(qkv, heads, dropout, kernel, precision, shard, cp_);

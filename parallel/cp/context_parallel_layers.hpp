@@ -74,6 +74,10 @@ class ContextParallelLayers final : public nn::GPTLayers {
     inner_->gather_vocabulary(mine, whole);
   }
 
+  // Testing (train_3d --skip-ring-at-step): this rank attends to its own positions alone, as a
+  // rank that skips the ring would; its peers wait for it, and the watchdog names it.
+  bool skip_ring = false;
+
  private:
   // The rows of this rank's positions of every sequence: [B,T] → [B,S].
   std::vector<int32_t> mine(std::span<const int32_t> whole, int64_t B, int64_t T) const;

@@ -1,0 +1,101 @@
+// train_3d --cp end to end, under mpiexec: context parallelism (ring attention and Ulysses, cp 2
+// and 4) alone and with dp, pp and tp ends where one process with the same global batch ends,
+// dropout on; its checkpoint is the one model file train_dp evaluates alike; a resumed run is
+// bit-identical; a cp rank that skips the ring is named with its group; bad input is one line.
+#include <tuple>
+#include <vector>
+
+#include "trainer_test_util.hpp"
+
+namespace {
+
+CommandResult train_3d(int ranks, const std::string& args) { return run_trainer(TRAIN_3D, ranks, args); }
+CommandResult train_dp(int ranks, const std::string& args) { return run_trainer(TRAIN_DP, ranks, args); }
+
+constexpr float kTolerance = 2e-5f;  // float sums in another order (as the other equivalence tests)
+
+// 4 heads (Ulysses over cp 4), 4 blocks (2 stages), block size 16 (2·cp chunks for cp 2 and 4),
+// dropout on and the default random sampling.
+std::string common() {
+  return tiny(shakespeareish(), "data", 4) + " --n-head 4 --dropout 0.1 --max-iters 4 --batch-size 4";
+}
+
+fs::path reference(int B) {
+  const std::string name = fmt::format("cp_ref_b{}", B);
+  if (!fs::exists(checkpoint(name) / "model.safetensors"))
+    REQUIRE(train_dp(1, tiny(shakespeareish(), "data", 4) +
+                            fmt::format(" --n-head 4 --dropout 0.1 --max-iters 4 --batch-size {} --out-dir {}", B,
+                                        out(name)))
+                .status == 0);
+  return checkpoint(name);
+}
+
+std::string val_loss_full(const std::string& output) {
+  const auto at = output.find("val_loss_full=");
+  REQUIRE(at != std::string::npos);
+  return output.substr(at + 14, 8);
+}
+
+}  // namespace
+
+TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, with dp, pp and tp, end where one process ends") {
+  struct Layout {
+    int dp, pp, cp, tp;
+    const char* attention;
+  };
+  for (Layout l : {Layout{1, 1, 2, 1, "ring"}, Layout{1, 1, 2, 1, "ulysses"}, Layout{1, 1, 4, 1, "ring"},
+                   Layout{1, 1, 4, 1, "ulysses"}, Layout{2, 1, 2, 1, "ring"}, Layout{1, 2, 2, 1, "ulysses"},
+                   Layout{1, 1, 2, 2, "ring"}, Layout{1, 2, 2, 2, "ulysses"}}) {
+    const std::string name = fmt::format("cp_d{}p{}c{}t{}_{}", l.dp, l.pp, l.cp, l.tp, l.attention);
+    const int N = l.dp * l.pp * l.cp * l.tp;
+    auto r = train_3d(N, common() + fmt::format(" --dp {} --pp {} --cp {} --tp {} --cp-attention {} "
+                                                "--micro-batches 2 --out-dir {}",
+                                                l.dp, l.pp, l.cp, l.tp, l.attention, out(name)));
+    REQUIRE(r.status == 0);
+    const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
+    INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
+    CHECK(diff <= kTolerance);
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("{} attention, {} of 16 positions per rank", l.attention,
+                                                     16 / l.cp)));
+    if (N == 8) CHECK_THAT(r.output, Catch::Contains("rank 5 = dp 0 · pp 1 · cp 0 · tp 1"));
+  }
+  SECTION("the comparison has teeth: another seed ends far away") {
+    REQUIRE(train_3d(2, common() + " --cp 2 --seed 7 --out-dir " + out("cp_seed7")).status == 0);
+    CHECK(max_difference(checkpoint("cp_seed7"), reference(4)) > 100 * kTolerance);
+  }
+}
+
+TEST_CASE("a cp checkpoint: train_dp evaluates it alike, and a resumed run is bit-identical") {
+  const std::string run = common() + " --cp 2 --ckpt-interval 2 --lr-decay-iters 4";
+  REQUIRE(train_3d(2, run + " --out-dir " + out("cp_straight")).status == 0);
+  REQUIRE(train_3d(2, run + " --max-iters 2 --out-dir " + out("cp_resumed")).status == 0);
+  REQUIRE(train_3d(2, run + " --resume --out-dir " + out("cp_resumed")).status == 0);
+  CHECK(same_bytes(checkpoint("cp_straight") / "model.safetensors", checkpoint("cp_resumed") / "model.safetensors"));
+  const std::string from = " --eval-only --init-from " + checkpoint("cp_straight").string();
+  auto dp = train_dp(1, tiny(shakespeareish(), "data", 4) + " --n-head 4" + from);
+  auto cp = train_3d(2, tiny(shakespeareish(), "data", 4) + " --n-head 4 --cp 2" + from);
+  REQUIRE(dp.status == 0);
+  REQUIRE(cp.status == 0);
+  CHECK(val_loss_full(dp.output) == val_loss_full(cp.output));
+}
+
+TEST_CASE("a cp rank that skips the attention ring is named, with its group, by the watchdog") {
+  auto r = train_3d(2, common() + " --cp 2 --max-iters 4 --timeout 3 --skip-ring-at-step 2 --crash-rank 1 "
+                                  "--out-dir " + out("cp_skip"));
+  CHECK(r.status == 3);
+  // Rank 0 waits in the ring for rank 1, which went on to the step's gradient average; the
+  // group is the grid's second split of the world (tp, cp, pp, dp): the cp group.
+  CHECK_THAT(r.output, Catch::Contains("[watchdog] diagnosis: rank 0 waits to receive from rank 1"));
+  CHECK_THAT(r.output, Catch::Contains("on 'world/split1:0' (count"));
+  CHECK_THAT(r.output, Catch::Contains("rank 1 is waiting in a different call, allreduce"));
+}
+
+TEST_CASE("bad context-parallel input: one line, exit status 2") {
+  const std::string run = common() + " --out-dir " + out("cp_bad");
+  usage_failure(train_3d(3, run + " --cp 3"), "--cp 3: --block-size 16 does not split into 2·cp = 6 equal chunks");
+  usage_failure(train_3d(3, run + " --cp 3 --block-size 24 --cp-attention ulysses"),
+                "--cp-attention ulysses: the 4 heads of each tp rank do not split over --cp 3");
+  usage_failure(train_3d(4, run + " --cp 2 --tp 2 --sequence-parallel"), "--cp with --sequence-parallel is not built");
+  usage_failure(train_3d(2, run + " --cp 4"), "2 ranks cannot be --dp 1 × --pp 1 × --cp 4 × --tp 1 = 4");
+  usage_failure(train_3d(2, run + " --cp 2 --cp-attention sideways"), "--cp-attention");
+}
