@@ -44,7 +44,8 @@ TEST_CASE("bus bandwidth factors are nccl-tests'") {
   CHECK(bench::collective("broadcast").bus_factor(4) == Approx(1.0));
   CHECK(bench::collective("reduce").bus_factor(4) == Approx(1.0));
   CHECK(bench::collective("sendrecv").bus_factor(4) == Approx(1.0));
-  CHECK_THROWS_AS(bench::collective("alltoall"), comm::Error);
+  CHECK(bench::collective("alltoall").bus_factor(4) == Approx(0.75));  // all but the block a rank keeps
+  CHECK_THROWS_AS(bench::collective("alltoallw"), comm::Error);
 }
 
 TEST_CASE("buffer shapes: per-rank sizes for allreduce, whole n-block sizes for allgather") {
@@ -114,12 +115,12 @@ TEST_CASE("#wrong is zero for the right answer and counts each planted error") {
 
 TEST_CASE("each collective's record: its forms, and its arguments as comm/types.hpp says") {
   CHECK(bench::collective_names() == std::vector<std::string>{"allreduce", "reduce", "broadcast", "allgather", "gather",
-                                                              "scatter", "reduce_scatter", "sendrecv"});
+                                                              "scatter", "reduce_scatter", "alltoall", "sendrecv"});
   for (const char* name : {"allreduce", "reduce", "allgather", "broadcast"}) {
     INFO(name);
     CHECK(bench::collective(name).has_in_place_form());
   }
-  for (const char* name : {"gather", "scatter", "reduce_scatter", "sendrecv"}) {
+  for (const char* name : {"gather", "scatter", "reduce_scatter", "alltoall", "sendrecv"}) {
     INFO(name);
     CHECK_FALSE(bench::collective(name).has_in_place_form());
   }
@@ -134,4 +135,16 @@ TEST_CASE("each collective's record: its forms, and its arguments as comm/types.
   CHECK(root.recv == 300);
   CHECK(other.recv == 0);
   CHECK(other.send == 100);
+  // alltoall: every rank sends and receives all n blocks; block b of the result is rank b's for it.
+  const bench::Shape all = bench::collective("alltoall").shape(1200, DataType::f32, 3, 1, 0);
+  CHECK(all.send == 300);
+  CHECK(all.recv == 300);
+  CHECK(all.per_rank == 100);
+  bench::Case a2a;
+  a2a.collective = &bench::collective("alltoall");
+  std::vector<float> got(300);
+  for (std::size_t i = 0; i < got.size(); ++i) got[i] = bench::input<float>(static_cast<int>(i / 100), 100 + i % 100, a2a.op);
+  CHECK(bench::count_wrong<float>(a2a, 1, 3, 100, got) == 0);
+  got[250] += 1.0f;
+  CHECK(bench::count_wrong<float>(a2a, 1, 3, 100, got) == 1);
 }

@@ -142,8 +142,8 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
   // The same rank count with one layout flag typed again: the refusal names what came back.
   usage_failure(train_3d(4, common() + " --resume --tp 4 --out-dir " + out("3d_ctrl_c")),
                 "4 ranks cannot be --dp 1 × --pp 2 × --tp 4 = 8: run D·P·T ranks (from the checkpoint: --dp 1 --pp 2 "
-                "--sequence-parallel true --schedule 1f1b --micro-batches 2 --virtual-stages 1; a flag typed again changes "
-                "it)");
+                "--cp 1 --cp-attention ring --sequence-parallel true --schedule 1f1b --micro-batches 2 --virtual-stages "
+                "1; a flag typed again changes it)");
 }
 
 TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and under another layout") {

@@ -75,7 +75,7 @@ GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn
       layers(chunk_layers(shape, config.n_layer)),
       model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes,
              parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
-                                             grid.cp_group, shape.cp_attention)) {}
+                                             grid.cp_group, shape.cp_attention, shape.cp_overlap)) {}
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
   std::optional<nn::GPT> whole;

@@ -1,4 +1,4 @@
-// What one rank of a DP × PP × TP job holds — its place in the grid and its piece of the
+// What one rank of a DP × PP × CP × TP job holds — its place in the grid and its piece of the
 // model — and what the grid trainers (train_pp, train_tp, train_3d) do with it beyond the
 // step itself: load and save the one nanoGPT checkpoint, evaluate, sample, finish gradients.
 //
@@ -31,6 +31,7 @@ struct GridShape {
   int dp = 1, pp = 1, tp = 1;
   int cp = 1;  // context parallelism (train_3d --cp): each rank T/cp positions of every sequence
   parallel::CpAttention cp_attention = parallel::CpAttention::ring;
+  bool cp_overlap = true;  // ring attention: the next block's transfer posted before the current block's compute
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
   int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
@@ -85,7 +86,7 @@ class GridModel {
   // This stage's Σ g², the tied embedding counted once (on the first stage), summed over the
   // pipeline: the global norm, every element of the whole model counted once.
   float global_grad_norm();
-  // After backward, for every layout: the average over the dp replicas — `averager`'s,
+  // After backward, for every layout: the average over the dp replicas (and their cp ranks) — `averager`'s,
   // overlapped with backward (train_pp, train_3d), or one blocking allreduce after it (null
   // with dp > 1) — the sequence-parallel replicated gradients summed over tp, the tied
   // embedding over first and last stage; then the global norm, clipping to max_norm. Returns
@@ -98,7 +99,7 @@ class GridModel {
 };
 
 // What every grid trainer does the same way around the step: AdamW on this rank's piece,
-// evaluation and samples by the first replica, the checkpoint, the traffic of the three groups.
+// evaluation and samples by the first replica, the checkpoint, the traffic of its groups.
 class GridStrategy : public Strategy {
  public:
   GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed);
@@ -113,7 +114,7 @@ class GridStrategy : public Strategy {
 
  protected:
   int T() const { return run_.start.config.block_size; }
-  // The three groups' traffic, named "tp", "pp", "dp" (StrategyFacts::groups).
+  // The groups' traffic, named "tp", "cp" (with cp > 1), "pp", "dp" (StrategyFacts::groups).
   std::vector<std::pair<std::string, const comm::Communicator*>> grid_groups() const;
   void verify_tied_copies();  // check mode: collective over the pipeline
   const RunStart& run_;

@@ -123,7 +123,7 @@ RunStart begin_run(TrainOptions& o, comm::Communicator& world) {
   run.checkpoint_dir = fs::path(o.out_dir) / "checkpoint";
   if (o.resume && !fs::exists(run.checkpoint_dir) && !fs::exists(run.checkpoint_dir.string() + ".prev"))
     throw comm::UsageError(fmt::format("--resume: there is no checkpoint in {}", run.checkpoint_dir.string()));
-  if (o.crash_at_step >= 0 && o.crash_rank >= N)
+  if (o.explicit_flags.count("--crash-rank") && o.crash_rank >= N)  // (with --crash-at-step or a skip-at-step)
     throw comm::UsageError(
         fmt::format("--crash-rank {} does not exist: the job has ranks 0 to {}", o.crash_rank, N - 1));
   on_rank0_then_agree(world, [&] {

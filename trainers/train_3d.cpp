@@ -16,11 +16,10 @@
 //      train_pp); every stage's forward and backward run on its tp group (f/g all-reduces, or
 //      with --sequence-parallel all-gathers and reduce-scatters)
 //   2. gradients: the sequence-parallel replicated ones summed over tp, the tied embedding
-//      over first and last stage, everything averaged over the dp replicas
+//      over first and last stage, everything averaged over the dp replicas and their cp ranks
 //   3. the global norm summed over the pipeline (each element once), clipped, AdamW
 // The loop, data, evaluation, samples, checkpoints and logs are the shared trainer parts; the
 // checkpoint is one whole nanoGPT-named model.safetensors (trainers/grid_model.hpp).
-#include <map>
 #include <memory>
 #include <string>
 
@@ -78,7 +77,8 @@ class ThreeDParallel final : public PipelineStrategy {
 
 int main(int argc, char** argv) {
   Program program{
-      "train_3d: data × pipeline × tensor parallel GPT training (mpiexec -n D·P·T train_3d --dp D --pp P --tp T)"};
+      "train_3d: data × pipeline × context × tensor parallel GPT training (mpiexec -n D·P·C·T train_3d --dp D --pp P "
+      "--cp C --tp T)"};
   program.defaults.out_dir = "out/train_3d";
   program.defaults.model.n_layer = 4;  // enough blocks for 4 stages
   GridShape shape;
@@ -94,12 +94,13 @@ int main(int argc, char** argv) {
                    "attention goes round them")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
-    app.add_option("--cp-attention", shape.cp_attention, "how attention sees the other cp ranks' positions")
-        ->transform(CLI::CheckedTransformer(
-            std::map<std::string, parallel::CpAttention>{{"ring", parallel::CpAttention::ring},
-                                                         {"ulysses", parallel::CpAttention::ulysses}},
-            CLI::ignore_case))
-        ->default_str("ring");
+    comm::cli::add_choice(app, "--cp-attention", shape.cp_attention, parallel::kCpAttentionNames,
+                          "how attention sees the other cp ranks' positions: ring (keys and values round the cp ring) "
+                          "or ulysses (two all-to-alls)");
+    app.add_option("--cp-overlap", shape.cp_overlap,
+                   "ring attention: post the next block's keys and values before computing the current block (1), "
+                   "or exchange them after it (0); the same results either way")
+        ->capture_default_str();
     app.add_flag("--sequence-parallel", shape.sequence_parallel,
                  "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
     app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');

@@ -62,9 +62,9 @@ nn::Tensor ContextParallelLayers::cross_entropy(const nn::Tensor& logits, std::s
 }
 
 std::shared_ptr<nn::GPTLayers> with_context_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
-                                                     CpAttention algorithm) {
+                                                     CpAttention algorithm, bool overlap) {
   if (cp.size() == 1) return inner;
-  return std::make_shared<ContextParallelLayers>(std::move(inner), cp, algorithm);
+  return std::make_shared<ContextParallelLayers>(std::move(inner), cp, algorithm, overlap);
 }
 
 }  // namespace parallel

@@ -89,7 +89,8 @@ class ContextParallelLayers final : public nn::GPTLayers {
 };
 
 // `inner` under context parallelism over `cp`, or `inner` itself when cp has one rank.
+// `overlap`: ring attention posts the next block's transfer before computing the current one.
 std::shared_ptr<nn::GPTLayers> with_context_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
-                                                     CpAttention algorithm);
+                                                     CpAttention algorithm, bool overlap = true);
 
 }  // namespace parallel

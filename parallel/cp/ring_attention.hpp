@@ -21,9 +21,10 @@
 // (h, query position, key position) in the whole [H,T,T]: every layout drops the same weights.
 // The sums run in another order than one rank's softmax: equal within rounding, not bit for bit.
 //
-// Per layer and rank: 2(c−1) transfers of K and V ([B,S,2C]) forward and backward, and c of
+// Per layer and rank: c−1 transfers of K and V ([B,S,2C]) forward, c−1 again backward and c of
 // dK, dV; with `overlap` the next block's K and V are posted (isend/irecv) before the current
-// block is computed, and move while it computes where the transport progresses on its own.
+// block is computed, and move while it computes where the transport progresses on its own
+// (the dK, dV hop waits for the block's compute: it is not overlapped).
 #pragma once
 #include "comm/communicator.hpp"
 #include "nn/dropout_mask.hpp"

@@ -11,10 +11,10 @@
 //
 // Backward is the same path reversed: the gradients go through the two all-to-alls the other
 // way. Each head is computed whole, as on one rank, with its dropout mask at its place in the
-// whole [H,T,T] weights: the result is one rank's, bit for bit. Per layer and rank it moves 4
-// all-to-alls of B·S·C (q, k, v in; y out; then their gradients), (c−1)/c of each leaving the
-// rank — independent of c per rank, which is why it scales within a node; it needs H divisible
-// by c (refused otherwise).
+// whole [H,T,T] weights: the result is one rank's, bit for bit. Per layer and rank, forward
+// moves 3·B·S·C elements in (q, k, v) and B·S·C out (y), backward as much again, (c−1)/c of
+// each leaving the rank: for a fixed S per rank the bytes do not grow with c, which is why it
+// scales within a node. It needs the heads divisible by c (refused otherwise).
 #pragma once
 #include "comm/communicator.hpp"
 #include "nn/dropout_mask.hpp"
