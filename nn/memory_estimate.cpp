@@ -10,14 +10,17 @@ double parameter_count(const GPTConfig& c) {
   return static_cast<double>(c.vocab_size) * C + c.block_size * C + L * per_block + C * (1 + bias);
 }
 
-MemoryEstimate estimate_memory(const GPTConfig& c, int64_t batch_size, bool training) {
+MemoryEstimate estimate_memory(const GPTConfig& c, int64_t batch_size, bool training, ContextShape context) {
   constexpr double kFloat = 4;
   const double P = parameter_count(c), B = static_cast<double>(batch_size), T = c.block_size, C = c.n_embd;
-  const double per_token = c.n_layer * (18 * C + 2.0 * c.n_head * T) + 4 * C + 2.0 * c.vocab_size;
+  const bool sharded = training && context.ranks > 1;  // (evaluation runs the whole sequence on every rank)
+  const double attention = sharded && context.ring_attention ? 0.0 : 2.0 * c.n_head * T;
+  const double per_token = c.n_layer * (18 * C + attention) + 4 * C + 2.0 * c.vocab_size;
+  const double tokens = B * T / (sharded ? context.ranks : 1);
   MemoryEstimate e;
   e.parameter_bytes = kFloat * P;
   e.state_bytes = training ? kFloat * 4 * P : 0;
-  e.activation_bytes = kFloat * B * T * per_token * (training ? 2 : 1);
+  e.activation_bytes = kFloat * tokens * per_token * (training ? 2 : 1);
   return e;
 }
 

@@ -68,6 +68,14 @@ double head_activation_floats_per_token(const GPTConfig& config, Precision preci
 double weight_cast_bytes(const GPTConfig& config, Precision precision, int blocks, int tp = 1, bool with_head = true);
 
 // `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
-MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training);
+// Under context parallelism (`context` ranks per sequence) a rank keeps T/context positions of
+// each sequence; with ring attention (`ring_attention`) none of the attention weights (the
+// n_head·T per token: it keeps a log-sum-exp per row), with Ulysses those of its heads over
+// the whole T (the same per token, for 1/context of the tokens).
+struct ContextShape {
+  int ranks = 1;
+  bool ring_attention = false;
+};
+MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training, ContextShape context = {});
 
 }  // namespace nn

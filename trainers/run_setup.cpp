@@ -61,8 +61,8 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
 // times the ranks on a node exceeds what the node has — one line instead of std::bad_alloc
 // or the kernel's OOM killer after minutes.
 void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world,
-                  int zero_stage) {
-  nn::MemoryEstimate need = nn::estimate_memory(config, batch_size, training);
+                  int zero_stage, nn::ContextShape context) {
+  nn::MemoryEstimate need = nn::estimate_memory(config, batch_size, training, context);
   if (zero_stage > 0) {  // what a rank keeps, by the ZeRO formula
     const double P = nn::parameter_count(config), N = world.size();
     need.parameter_bytes = zero_stage == 3 ? 4 * P / N : 4 * P;

@@ -19,6 +19,7 @@
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
 #include "nn/gpt.hpp"
+#include "nn/memory_estimate.hpp"  // ContextShape
 #include "trainers/out_dir_lock.hpp"
 #include "trainers/output_checks.hpp"
 #include "trainers/rank_agreement.hpp"
@@ -43,9 +44,10 @@ comm::Communicator& start_trainer(comm::Runtime& runtime, const comm::Options& c
 
 // Refuses, on every rank alike, a configuration whose estimated memory (nn::estimate_memory)
 // times the ranks on a node exceeds what the node has. With ZeRO (zero_stage 1-3) the
-// parameters and training state are those of the stage's formula over world's ranks.
+// parameters and training state are those of the stage's formula over world's ranks; under
+// context parallelism (`context`) the activations those of a rank's positions.
 void check_memory(const nn::GPTConfig& config, int batch_size, bool training, comm::Communicator& world,
-                  int zero_stage = 0);
+                  int zero_stage = 0, nn::ContextShape context = {});
 
 // The same start on every replica: parallel/dp/replicas.hpp.
 

@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
     check_schedule(run.options, s, "train_3d", shape.pp);
     shape.virtual_stages = s.virtual_stages;
     check_layout(run, [&] { check_grid(shape, run.start.config, world.size()); });
-    check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
+    check_memory(run.start.config, run.options.batch_size, /*training=*/true, world, 0,
+                 {shape.cp, shape.cp_attention == parallel::CpAttention::ring});
     return std::make_unique<ThreeDParallel>(run, world, shape, s);
   };
   return run_trainer(argc, argv, program);
