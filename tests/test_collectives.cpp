@@ -171,8 +171,10 @@ void all_collectives(Communicator& ref, Communicator& comm, std::size_t count, b
     });
   }
   same_as_reference<T>(ref, comm, [&](Communicator& c) {  // (no in-place form)
-    auto data = inputs<T>(me, count * un);
-    std::vector<T> out(count * un);
+    // Blocks of count/n (rounded up): a buffer of about `count`, as the others move.
+    const std::size_t block = (count + un - 1) / un;
+    auto data = inputs<T>(me, block * un);
+    std::vector<T> out(block * un);
     c.alltoall(std::span<const T>(data), std::span(out));
     return out;
   });
