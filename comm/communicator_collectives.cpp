@@ -166,6 +166,10 @@ void Communicator::run_alltoallv(const void* send, std::size_t send_size, Blocks
   for (const std::string& problem : {blocks_problem(send_blocks, n, send_size, "send"),
                                      blocks_problem(recv_blocks, n, recv_size, "recv")})
     if (!problem.empty()) usage_error(OpKind::alltoallv, problem);
+  const auto me = static_cast<std::size_t>(rank_);
+  if (send_blocks.counts[me] != recv_blocks.counts[me])  // the block a rank keeps: no peer needed to see it
+    usage_error(OpKind::alltoallv, fmt::format("this rank sends itself {} elements but expects {}",
+                                               send_blocks.counts[me], recv_blocks.counts[me]));
   const std::size_t es = size_of(type), send_bytes = send_size * es, recv_bytes = recv_size * es;
   if (overlaps(send, send_bytes, recv, recv_bytes))
     usage_error(OpKind::alltoallv, "the send and receive buffers overlap (an all-to-all has no in-place form here)");
@@ -249,9 +253,9 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
   collective(kind, count, type, op, -1, [&](const Transport&, const OpCall& call) {
     // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
     const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
+    work.start_ns_ = now_ns();  // before: a backend's start may run the whole operation
     work.op_ = start(async);
     work.call_ = call;
-    work.start_ns_ = now_ns();
   });
   return work;
 }

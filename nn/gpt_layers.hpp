@@ -74,7 +74,8 @@ class GPTLayers {
   virtual int first_head(int n_head) const = 0;
 
   // The residual stream holds S = stream_length(T) of a sequence's T positions, from position
-  // first_stream_position(S). `training`: sequence parallelism shards only while training.
+  // first_stream_position(S) — or, under context parallelism, in the two runs stream_place
+  // says. `training`: sequence parallelism and context parallelism shard only while training.
   virtual int64_t stream_length(int64_t T, bool training) const = 0;
   virtual int64_t first_stream_position(int64_t S, bool training) const = 0;
   // Where the stream's S positions lie in the sequence: one run from `first`, or (context

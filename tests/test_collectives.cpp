@@ -823,6 +823,14 @@ TEST_CASE("argument mistakes are errors naming the collective", "[collectives][e
                                     std::span<const std::size_t>(displs), std::span(out),
                                     std::span<const std::size_t>(counts), std::span<const std::size_t>(displs)),
                     Catch::Contains("alltoallv") && Catch::Contains("expected one per rank"));
+  std::vector<std::size_t> more = counts;  // this rank's own block: 2 sent, 3 expected
+  more[static_cast<std::size_t>(world.rank())] = 3;
+  std::vector<float> wide(2 * un + 1);
+  CHECK_THROWS_WITH(world.alltoallv(std::span<const float>(blocks), std::span<const std::size_t>(counts),
+                                    std::span<const std::size_t>(displs), std::span(wide),
+                                    std::span<const std::size_t>(more),
+                                    std::span<const std::size_t>(comm::packed_displacements(more))),
+                    Catch::Contains("sends itself 2 elements but expects 3"));
   std::vector<std::size_t> past = displs;
   past.back() = 2 * un;  // the last block starts 1 before the end and needs 2
   CHECK_THROWS_WITH(world.alltoallv(std::span<const float>(blocks), std::span<const std::size_t>(counts),

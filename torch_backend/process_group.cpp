@@ -359,7 +359,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::alltoall(std::vector<at::Te
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     require_cpu(inputs[i], "all_to_all");
     require_cpu(outputs[i], "all_to_all");
-    TORCH_CHECK(inputs[i].scalar_type() == outputs[i].scalar_type(), "nanodist: all_to_all: types differ");
+    // One type for all: the parts travel as one buffer (comm's alltoallv).
+    TORCH_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[i].scalar_type() == inputs[0].scalar_type(),
+                "nanodist: all_to_all: every input and output tensor must have one type (", inputs[0].scalar_type(),
+                "), tensor ", i, " is ", inputs[i].scalar_type(), " → ", outputs[i].scalar_type());
   }
   const auto me = static_cast<std::size_t>(getRank());
   TORCH_CHECK(inputs[me].numel() == outputs[me].numel(), "nanodist: all_to_all: this rank sends itself ",

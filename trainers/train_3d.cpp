@@ -73,6 +73,20 @@ class ThreeDParallel final : public PipelineStrategy {
   GridShape shape_;
 };
 
+// What context parallelism does not combine with, in one line each: ring attention computes in
+// fp32 with its own kernel (a bf16 or naive-kernel model would no longer match one process), and
+// --skip-ring-at-step needs a ring.
+void check_context_modes(const GridShape& shape, const ScheduleOptions& s, const nn::ComputeModes& modes) {
+  const bool ring = shape.cp > 1 && shape.cp_attention == parallel::CpAttention::ring;
+  if (ring && modes.precision == nn::Precision::bf16)
+    throw comm::UsageError("--cp-attention ring computes attention in fp32: with --precision bf16 use "
+                           "--cp-attention ulysses (the model's own kernel)");
+  if (ring && modes.attention == nn::AttentionKernel::naive)
+    throw comm::UsageError("--cp-attention ring has its own kernel: with --attention naive use --cp-attention ulysses");
+  if (s.skip_ring_at_step >= 0 && !ring)
+    throw comm::UsageError("--skip-ring-at-step needs a ring: --cp 2 or more with --cp-attention ring");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +137,7 @@ int main(int argc, char** argv) {
     check_schedule(run.options, s, "train_3d", shape.pp);
     shape.virtual_stages = s.virtual_stages;
     check_layout(run, [&] { check_grid(shape, run.start.config, world.size()); });
+    check_context_modes(shape, s, compute_modes(run.options));
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world, 0,
                  {shape.cp, shape.cp_attention == parallel::CpAttention::ring});
     return std::make_unique<ThreeDParallel>(run, world, shape, s);

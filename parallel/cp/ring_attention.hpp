@@ -34,7 +34,8 @@
 namespace parallel {
 
 // qkv [B, S, 3C] of n_head heads (q | k | v), this rank's positions → y [B, S, C]. `dropout`:
-// the mask of these heads' weights as whole attention would use it. Products in fp32.
+// the mask of these heads' weights as whole attention would use it. Products in fp32, with this
+// file's own kernel (train_3d refuses it with --precision bf16 or --attention naive).
 nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMask& dropout, const ContextShard& shard,
                           comm::Communicator& cp, bool overlap = true);
 
