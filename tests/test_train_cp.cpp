@@ -84,10 +84,13 @@ TEST_CASE("a cp rank that skips the attention ring is named, with its group, by 
                                   "--out-dir " + out("cp_skip"));
   CHECK(r.status == 3);
   // Rank 0 waits in the ring for rank 1, which went on to the step's gradient average; the
-  // group is the grid's second split of the world (tp, cp, pp, dp): the cp group.
-  CHECK_THAT(r.output, Catch::Contains("[watchdog] diagnosis: rank 0 waits to receive from rank 1"));
-  CHECK_THAT(r.output, Catch::Contains("on 'world/split1:0' (count"));
-  CHECK_THAT(r.output, Catch::Contains("rank 1 is waiting in a different call, allreduce"));
+  // group is the grid's second split of the world (tp, cp, pp, dp): the cp group. Whichever
+  // rank's deadline passes first reports, so the diagnosis comes in one of two forms.
+  CHECK_THAT(r.output, Catch::Contains("[watchdog] diagnosis: rank 0 waits to receive from rank 1") ||
+                           Catch::Contains("[watchdog] diagnosis: rank 1 called allreduce"));
+  CHECK_THAT(r.output, Catch::Contains("recv #") && Catch::Contains("on 'world/split1:0' (count"));
+  CHECK_THAT(r.output, Catch::Contains("rank 1 is waiting in a different call, allreduce") ||
+                           Catch::Contains("rank 0 is waiting in a different call, recv"));
 }
 
 TEST_CASE("bad context-parallel input: one line, exit status 2") {
