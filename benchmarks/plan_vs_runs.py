@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """`nanodist plan`'s predictions against the trainers' own logs, on this machine: for each layout
 below (DP, ZeRO 1-3, recompute, PP with 1F1B, GPipe and interleaving, TP with and without SP,
-3D, bf16), the planner's memory of the rank that holds most and its step time beside what the
+3D, bf16, context parallelism by ring and Ulysses, alone and with DP, PP, TP), the planner's memory of the rank that holds most and its step time beside what the
 trainer measures — its "memory rank R (allocator)" lines (the step's peak, largest over ranks)
 and the median of its step times after warm-up.
 
-    python3 benchmarks/plan_vs_runs.py [--steps 30] [--markdown] [--rows quick]
+    python3 benchmarks/plan_vs_runs.py [--steps 30] [--markdown] [--rows quick|cp]
     python3 benchmarks/plan_vs_runs.py --rows quick --steps 3 --check-memory 5   # the ctest
 
 --check-memory P exits 1 naming every row whose memory misses by more than P percent."""
@@ -47,9 +47,19 @@ ROWS = [
     ("tp 2 selective", "--tp 2 --sequence-parallel 0 --recompute selective --micro-batch 12", 12, "gpt-bench-a", "fp32"),
     ("3D dp 2 × pp 2 × tp 2", "--dp 2 --pp 2 --tp 2 --sequence-parallel 0 --schedule 1f1b --micro-batch 3", 24,
      "gpt-bench-a", "fp32"),
+    ("cp 2 ring", "--cp 2 --cp-attention ring --micro-batch 12", 12, "gpt-bench-a", "fp32"),
+    ("cp 2 Ulysses", "--cp 2 --cp-attention ulysses --micro-batch 12", 12, "gpt-bench-a", "fp32"),
+    ("cp 4 ring", "--cp 4 --cp-attention ring --micro-batch 12", 12, "gpt-bench-a", "fp32"),
+    ("cp 4 Ulysses", "--cp 4 --cp-attention ulysses --micro-batch 12", 12, "gpt-bench-a", "fp32"),
+    ("cp 2 ring, T 256", "--cp 2 --cp-attention ring --micro-batch 4 --block-size 256", 4, "gpt-bench-a", "fp32"),
+    ("cp 2 Ulysses, T 256", "--cp 2 --cp-attention ulysses --micro-batch 4 --block-size 256", 4, "gpt-bench-a", "fp32"),
+    ("dp 2 × cp 2 ring", "--dp 2 --cp 2 --cp-attention ring --micro-batch 6", 12, "gpt-bench-a", "fp32"),
+    ("pp 2 × cp 2 ring", "--pp 2 --cp 2 --cp-attention ring --schedule 1f1b --micro-batch 3", 12, "gpt-bench-a", "fp32"),
+    ("cp 2 × tp 2 Ulysses", "--tp 2 --cp 2 --cp-attention ulysses --sequence-parallel 0 --micro-batch 12", 12,
+     "gpt-bench-a", "fp32"),
 ]
 QUICK = ["main job (dp 2)", "ZeRO-3 on 4", "dp 2 full", "pp 2 1F1B", "pp 2 interleaved v2", "tp 2 + SP",
-         "3D dp 2 × pp 2 × tp 2"]
+         "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses"]
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3, "TiB": 1024 ** 4}
 MEMORY_LINE = re.compile(r"memory rank (\d+) \(allocator\): parameters ([\d.]+) (\w+), gradients ([\d.]+) (\w+), "
@@ -77,12 +87,12 @@ def plan(nanodist, flags, batch, model, precision, ranks):
 
 
 def ranks_of(flags):
-    degree = {k: 1 for k in ("dp", "tp", "pp")}
+    degree = {k: 1 for k in ("dp", "tp", "pp", "cp")}
     for k in degree:
         m = re.search(rf"--{k} (\d+)", flags)
         if m:
             degree[k] = int(m.group(1))
-    return degree["dp"] * degree["tp"] * degree["pp"]
+    return degree["dp"] * degree["tp"] * degree["pp"] * degree["cp"]
 
 
 def run(build, mpiexec, command, data_dir, steps, tmp):
@@ -124,13 +134,15 @@ def main():
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
     parser.add_argument("--mpiexec", default="mpiexec")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--rows", choices=["all", "quick"], default="all")
+    parser.add_argument("--rows", choices=["all", "quick", "cp"], default="all",
+                        help="every row, the ctest's few, or context parallelism's")
     parser.add_argument("--markdown", action="store_true", help="a table for docs/planning.md")
     parser.add_argument("--check-memory", type=float, help="exit 1 if a row's memory misses by more than this %%")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     nanodist = os.path.join(args.build_dir, "planning", "nanodist")
-    rows = [r for r in ROWS if args.rows == "all" or r[0] in QUICK]
+    rows = [r for r in ROWS if args.rows == "all" or (args.rows == "quick" and r[0] in QUICK)
+            or (args.rows == "cp" and "cp " in r[0])]
     results, misses = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags, batch, model, precision in rows:

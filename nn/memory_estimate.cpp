@@ -25,7 +25,7 @@ MemoryEstimate estimate_memory(const GPTConfig& c, int64_t batch_size, bool trai
 }
 
 double block_activation_floats_per_token(const GPTConfig& c, int64_t T, Recompute recompute, Precision precision,
-                                         int tp, bool sequence_parallel) {
+                                         int tp, bool sequence_parallel, ContextShape context) {
   const double C = c.n_embd, H = c.n_head, t = tp, r = sequence_parallel ? tp : 1;  // r divides the replicated
   const double dropout = c.dropout > 0.0f ? 1.0 : 0.0, bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
   if (recompute == Recompute::full) return C / r;  // the block's input
@@ -38,7 +38,11 @@ double block_activation_floats_per_token(const GPTConfig& c, int64_t T, Recomput
   // Under bf16 the linears' input copies (C + C/t + C + 4C/t)/2 and attention's qkv copy 3C/(2t).
   const double attention_weights = recompute == Recompute::selective ? 0 : H * static_cast<double>(T) / t;
   const double qkv_copy = recompute == Recompute::selective ? 0 : 1.5 * C / t;
-  return (tp > 1 ? 4 * C : 0) + 6 * C / r + 12 * C / t + attention_weights + 4 / r + 2 * C * dropout / r +
+  // Context parallelism: the ring keeps a log-sum-exp per row and head instead of the weights;
+  // Ulysses' two trades keep their inputs' q|k|v (3C) and their heads' output (C).
+  const bool ring = context.ranks > 1 && context.ring_attention, ulysses = context.ranks > 1 && !ring;
+  const double attention = ring ? H / t : attention_weights + (ulysses ? 4 * C / t : 0);
+  return (tp > 1 ? 4 * C : 0) + 6 * C / r + 12 * C / t + attention + 4 / r + 2 * C * dropout / r +
          bf16 * (C + 2.5 * C / t + qkv_copy);
 }
 

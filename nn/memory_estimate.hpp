@@ -40,6 +40,15 @@ double parameter_count(const GPTConfig& config);
 // GPT::flops_per_token without building the model (for trainers that hold only a slice).
 double flops_per_token(const GPTConfig& config, int64_t T);
 
+// Context parallelism (`ranks` per sequence, each keeping T/ranks positions of every sequence):
+// with ring attention (`ring_attention`) none of the attention weights (the n_head·T per token:
+// it keeps a log-sum-exp per row), with Ulysses those of its heads over the whole T (the same
+// per token, for 1/ranks of the tokens) and the two all-to-alls' copies.
+struct ContextShape {
+  int ranks = 1;
+  bool ring_attention = false;
+};
+
 // What the tape keeps after one forward pass of a micro-batch of B sequences of T tokens, in
 // one process (docs/memory.md derives it op by op), as floats per token:
 //   per block  none       18C + n_head·T + 4 (+ 2C with dropout) (+ 5C of bf16 copies)
@@ -55,8 +64,12 @@ double kept_activation_bytes(const GPTConfig& config, int64_t B, int64_t T, Reco
 //                (+ C + 4C/tp of bf16 copies)                 s = tp with SP, else 1
 //   selective  the same without n_head·T/tp (and 1.5C/tp of the bf16 copies)
 //   full       C/s
+// Under context parallelism (per token of the rank's T/c positions; T the whole sequence):
+//   ring       the attention weights n_head·T/tp become the log-sum-exp, n_head/tp
+//   Ulysses    + 4C/tp: the all-to-all's input q|k|v and its heads' output, kept by the trades
 double block_activation_floats_per_token(const GPTConfig& config, int64_t T, Recompute recompute,
-                                         Precision precision, int tp = 1, bool sequence_parallel = false);
+                                         Precision precision, int tp = 1, bool sequence_parallel = false,
+                                         ContextShape context = {});
 
 // The parts outside the blocks, floats per token of a micro-batch of B sequences (a pipeline's
 // first stage keeps the embedding's, its last the head's); s = tp under sequence parallelism,
@@ -68,14 +81,7 @@ double head_activation_floats_per_token(const GPTConfig& config, Precision preci
 double weight_cast_bytes(const GPTConfig& config, Precision precision, int blocks, int tp = 1, bool with_head = true);
 
 // `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
-// Under context parallelism (`context` ranks per sequence) a rank keeps T/context positions of
-// each sequence; with ring attention (`ring_attention`) none of the attention weights (the
-// n_head·T per token: it keeps a log-sum-exp per row), with Ulysses those of its heads over
-// the whole T (the same per token, for 1/context of the tokens).
-struct ContextShape {
-  int ranks = 1;
-  bool ring_attention = false;
-};
+// Under context parallelism a rank keeps T/context positions of each sequence.
 MemoryEstimate estimate_memory(const GPTConfig& config, int64_t batch_size, bool training, ContextShape context = {});
 
 }  // namespace nn

@@ -11,6 +11,7 @@ std::string name_of(Algorithm algorithm) {
     case Algorithm::tree: return "tree";
     case Algorithm::hierarchical: return "hierarchical";
     case Algorithm::point_to_point: return "send/recv";
+    case Algorithm::pairwise: return "pairwise";
     case Algorithm::none: break;
   }
   return "none";
@@ -66,6 +67,11 @@ CollectiveCost reduce_scatter_cost(const GroupShape& group, double bytes, const 
                                                        ring_gather_seconds(k, bytes / g, machine.inter_node)});
   }
   return best;
+}
+
+CollectiveCost alltoall_cost(const GroupShape& group, double bytes, const Machine& machine) {
+  if (group.size <= 1 || bytes <= 0) return {};
+  return {Algorithm::pairwise, ring_gather_seconds(group.size, bytes, flat_link(group, machine))};
 }
 
 CollectiveCost send_cost(bool inside_a_node, double bytes, const Machine& machine) {

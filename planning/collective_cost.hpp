@@ -6,6 +6,8 @@
 //   tree allreduce        2⌈log₂n⌉ steps of S          2⌈log₂n⌉·(α + S/bw)  (reduce, then broadcast)
 //   ring reduce-scatter   (n−1) steps of S/n           (n−1)·α + (n−1)/n · S/bw   (S: the whole buffer)
 //   ring allgather        the same
+//   pairwise all-to-all   (n−1) steps of S/n           (n−1)·α + (n−1)/n · S/bw   (S: what a rank sends
+//                                                       and keeps, docs/alltoall.md)
 //   send/recv             one message                  α + S/bw
 //
 // The tree wins for small S (fewer α), the ring for large S (each byte crosses once). Across
@@ -29,7 +31,7 @@ struct GroupShape {
   int nodes() const { return (size + per_node - 1) / per_node; }
 };
 
-enum class Algorithm { none, ring, tree, hierarchical, point_to_point };
+enum class Algorithm { none, ring, tree, hierarchical, point_to_point, pairwise };
 std::string name_of(Algorithm algorithm);
 
 struct CollectiveCost {
@@ -48,6 +50,8 @@ CollectiveCost reduce_scatter_cost(const GroupShape& group, double bytes, const 
 inline CollectiveCost allgather_cost(const GroupShape& group, double bytes, const Machine& machine) {
   return reduce_scatter_cost(group, bytes, machine);
 }
+// The pairwise exchange: every step crosses the group's slowest link (no hierarchy).
+CollectiveCost alltoall_cost(const GroupShape& group, double bytes, const Machine& machine);
 CollectiveCost send_cost(bool inside_a_node, double bytes, const Machine& machine);
 
 }  // namespace planning

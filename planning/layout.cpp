@@ -6,11 +6,30 @@ namespace planning {
 
 namespace {
 constexpr int kTrainersVocabulary = 65;  // tiny Shakespeare's characters
+
+// What train_3d refuses with --cp (trainers/train_3d.cpp), and the implementation planned.
+std::string context_parallel_impossible(const Layout& l, const Workload& w) {
+  const auto& c = w.model;
+  const int cp = l.cp, tp = l.tp;
+  if (w.implementation == Implementation::megatron)
+    return "the megatron implementation is planned without context parallelism (its 2021-22 papers had none)";
+  if (c.block_size % (2 * static_cast<int64_t>(cp)) != 0)
+    return fmt::format("context parallelism: 2 × cp {} does not divide the sequence of {} (two chunks a rank)", cp,
+                       c.block_size);
+  if (l.sequence_parallel) return "context parallelism with sequence parallelism is not built (train_3d refuses it)";
+  if (l.cp_attention == CpAttention::ulysses && (c.n_head / tp) % cp != 0)
+    return fmt::format("Ulysses: cp {} does not divide the {} heads of a tp rank", cp, c.n_head / tp);
+  if (l.cp_attention == CpAttention::ring && w.precision == nn::Precision::bf16)
+    return "ring attention computes in fp32 (its own kernel): with bf16 use Ulysses";
+  return "";
+}
+
 }  // namespace
 
 std::string Layout::describe(const Workload& w) const {
   std::string pipeline = pp > 1 ? fmt::format(" {}", name_of(schedule)) : "";
   if (virtual_stages > 1) pipeline += fmt::format(" v{}", virtual_stages);
+  if (cp > 1) pipeline += fmt::format(" · cp {} {}", cp, kCpAttentionNames[static_cast<std::size_t>(cp_attention)]);
   return fmt::format("dp {}{} · tp {}{} · pp {}{} · {} · {} × {}", dp, zero > 0 ? fmt::format(" zero{}", zero) : "",
                      tp, sequence_parallel ? " sp" : "", pp, pipeline, nn::name_of(recompute), micro_batch,
                      micro_batches(w));
@@ -18,8 +37,10 @@ std::string Layout::describe(const Workload& w) const {
 
 std::string Layout::impossible(const Workload& w) const {
   const auto& c = w.model;
-  if (dp < 1 || tp < 1 || pp < 1 || virtual_stages < 1 || micro_batch < 1) return "every degree must be ≥ 1";
-  if (ranks() != w.devices) return fmt::format("dp × tp × pp = {} is not the {} devices", ranks(), w.devices);
+  if (dp < 1 || tp < 1 || pp < 1 || cp < 1 || virtual_stages < 1 || micro_batch < 1)
+    return "every degree must be ≥ 1";
+  if (ranks() != w.devices)
+    return fmt::format("dp × tp × pp{} = {} is not the {} devices", cp > 1 ? " × cp" : "", ranks(), w.devices);
   if (c.n_head % tp != 0) return fmt::format("tp {} does not divide the {} heads", tp, c.n_head);
   if (virtual_stages > c.n_layer || c.n_layer % (static_cast<int64_t>(pp) * virtual_stages) != 0)
     return fmt::format("pp {} × v {} does not divide the {} blocks", pp, virtual_stages, c.n_layer);
@@ -36,7 +57,8 @@ std::string Layout::impossible(const Workload& w) const {
     return fmt::format("interleaved: the {} micro-batches are not a multiple of pp {}", micro_batches(w), pp);
   if (zero > 0 && w.implementation == Implementation::megatron)
     return "the megatron implementation is planned without ZeRO (Megatron-LM 2021 had none)";
-  if (zero > 0 && (tp > 1 || pp > 1)) return "nanodist's ZeRO runs with pure data parallelism (train_dp)";
+  if (zero > 0 && (tp > 1 || pp > 1 || cp > 1)) return "nanodist's ZeRO runs with pure data parallelism (train_dp)";
+  if (cp > 1) return context_parallel_impossible(*this, w);
   return "";
 }
 
@@ -49,21 +71,24 @@ std::string Layout::trainer_command(const Workload& w) const {
   const std::string common =
       fmt::format("{} --precision {} --recompute {}", model, nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
                   nn::name_of(recompute));
-  if (tp == 1 && pp == 1)
+  if (tp == 1 && pp == 1 && cp == 1)
     return fmt::format("mpiexec -n {} train_dp {} --zero {} --batch-size {} --grad-accum {}", ranks(), common, zero,
                        micro_batch, micro_batches(w));
   const int64_t replica_batch = w.global_batch / dp;
   const std::string pipeline = fmt::format("--schedule {} --virtual-stages {} --micro-batches {}",
                                            schedule == Schedule::gpipe ? "gpipe" : "1f1b", virtual_stages,
                                            micro_batches(w));
-  if (tp == 1)
+  if (tp == 1 && cp == 1)
     return fmt::format("mpiexec -n {} train_pp {} --dp {} --batch-size {} {}", ranks(), common, dp, replica_batch,
                        pipeline);
-  if (pp == 1 && dp == 1)
+  if (pp == 1 && dp == 1 && cp == 1)
     return fmt::format("mpiexec -n {} train_tp {}{} --batch-size {} --grad-accum {}", ranks(), common,
                        sequence_parallel ? " --sequence-parallel" : "", micro_batch, micro_batches(w));
-  return fmt::format("mpiexec -n {} train_3d {} --dp {} --pp {} --tp {}{} --batch-size {} {}", ranks(), common, dp, pp,
-                     tp, sequence_parallel ? " --sequence-parallel" : "", replica_batch, pipeline);
+  const std::string context =
+      cp > 1 ? fmt::format(" --cp {} --cp-attention {}", cp, kCpAttentionNames[static_cast<std::size_t>(cp_attention)])
+             : "";
+  return fmt::format("mpiexec -n {} train_3d {} --dp {} --pp {} --tp {}{}{} --batch-size {} {}", ranks(), common, dp,
+                     pp, tp, sequence_parallel ? " --sequence-parallel" : "", context, replica_batch, pipeline);
 }
 
 }  // namespace planning

@@ -1,7 +1,8 @@
-// One way to lay a workload on its devices: dp × tp × pp ranks (tensor-parallel ranks next
-// to each other, then the pipeline's stages, then the replicas: the trainers' grid,
-// parallel/grid.hpp), the pipeline's schedule and virtual stages, ZeRO's stage, what is
-// recomputed, and the micro-batch.
+// One way to lay a workload on its devices: dp × pp × cp × tp ranks (tensor-parallel ranks next
+// to each other, then the context-parallel ranks of a sequence, then the pipeline's stages, then
+// the replicas: the trainers' grid, parallel/grid.hpp), the pipeline's schedule and virtual
+// stages, how attention crosses the cp ranks, ZeRO's stage, what is recomputed, and the
+// micro-batch.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -17,8 +18,15 @@ enum class Schedule { gpipe, one_f_one_b, interleaved };
 inline constexpr std::array<std::string_view, 3> kScheduleNames = {"gpipe", "1f1b", "interleaved"};
 inline std::string_view name_of(Schedule s) { return kScheduleNames[static_cast<std::size_t>(s)]; }
 
+// How attention sees the other context-parallel ranks' positions (parallel/cp/): keys and
+// values round a ring, or two all-to-alls between a sequence shard and a head shard.
+enum class CpAttention { ring, ulysses };
+inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "ulysses"};
+
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
+  int cp = 1;  // context-parallel ranks per sequence (train_3d --cp), each with T/cp positions
+  CpAttention cp_attention = CpAttention::ring;
   int virtual_stages = 1;  // chunks of blocks per stage (interleaved 1F1B when > 1)
   Schedule schedule = Schedule::one_f_one_b;
   bool sequence_parallel = false;
@@ -26,14 +34,19 @@ struct Layout {
   nn::Recompute recompute = nn::Recompute::none;
   int micro_batch = 1;  // sequences per micro-batch
 
-  int64_t ranks() const { return static_cast<int64_t>(dp) * tp * pp; }
+  int64_t ranks() const { return static_cast<int64_t>(dp) * tp * pp * cp; }
+  // The ranks that average each weight's gradient: the replicas and their cp ranks.
+  int64_t gradient_group() const { return static_cast<int64_t>(dp) * cp; }
+  // Positions of a sequence one rank holds.
+  int64_t positions(const Workload& w) const { return w.model.block_size / cp; }
   // Micro-batches a replica runs per step (train_dp: accumulation steps; a pipeline: M).
   int64_t micro_batches(const Workload& w) const { return w.global_batch / (static_cast<int64_t>(dp) * micro_batch); }
-  // "dp 2 · tp 2 sp · pp 2 1f1b · zero 0 · recompute none · 4 × 3"
+  // "dp 2 · tp 2 sp · pp 2 1f1b · none · 4 × 3" (" · cp 2 ring" after pp with context parallelism)
   std::string describe(const Workload& w) const;
   // Why this layout cannot run the workload ("" when it can): the degrees' product, the heads
   // tp must divide, the blocks the stages share, the batch the micro-batches share, and what
-  // the implementation supports (nanodist: ZeRO with pure data parallelism only).
+  // the implementation supports (nanodist: ZeRO with pure data parallelism only; context
+  // parallelism's sequence split, Ulysses' heads, and what train_3d refuses with it).
   std::string impossible(const Workload& w) const;
   // The nanodist command that runs it, for this machine's runs (docs/planning.md); "" when the
   // model's vocabulary is not the trainers' (65 characters).

@@ -23,12 +23,16 @@ int64_t micro_batches_in_flight(const Workload& w, const Layout& l, int stage) {
 namespace {
 
 // nanodist: what forward keeps per micro-batch on the stage, and the step's cast weights.
+nn::ContextShape context_of(const Layout& l) {
+  return {.ranks = l.cp, .ring_attention = l.cp_attention == CpAttention::ring};
+}
+
 double nanodist_activations(const Workload& w, const Layout& l, int stage, int64_t in_flight) {
   const auto& c = w.model;
-  const double tokens = static_cast<double>(l.micro_batch) * c.block_size;
+  const double tokens = static_cast<double>(l.micro_batch) * l.positions(w);  // the rank's, of a micro-batch
   const int blocks = c.n_layer / l.pp, chunks = l.virtual_stages;
   const double per_block = nn::block_activation_floats_per_token(c, c.block_size, l.recompute, w.precision, l.tp,
-                                                                  l.sequence_parallel);
+                                                                  l.sequence_parallel, context_of(l));
   // A chunk micro-batch keeps its chunk's blocks; the embedding and the head come with the
   // first and the last chunk, in flight as often as whole micro-batches are.
   const double micro_batches = std::ceil(static_cast<double>(in_flight) / chunks);
@@ -43,21 +47,24 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int64
 // what the allocator reports, docs/planning.md).
 double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters) {
   const auto& c = w.model;
-  const double tokens = static_cast<double>(l.micro_batch) * c.block_size, C = c.n_embd;
+  const double tokens = static_cast<double>(l.micro_batch) * l.positions(w), C = c.n_embd;
   // Backward's working set: the last block's MLP hidden gradient [B,T,4C/t] and its attention
-  // weights' gradient [B, n_head/t, T, T] in flight at once.
-  const double working_set = 4 * tokens * (4 * C + static_cast<double>(c.n_head) * c.block_size) / l.tp;
+  // weights' gradient [B, n_head/t, T, T] in flight at once. Under context parallelism, per
+  // position of the rank's T/c: Ulysses' heads see all T keys (n_head·T/t), the ring's one
+  // (query chunk, key chunk) pair at a time T/(2c) of them.
+  const double keys = l.cp > 1 && l.cp_attention == CpAttention::ring ? c.block_size / (2.0 * l.cp) : c.block_size;
+  const double working_set = 4 * tokens * (4 * C + c.n_head * keys) / l.tp;
   double bytes = working_set;
   // Full recompute: one block's replay (what it keeps without recompute), and the replay's own
   // backward working set.
   if (l.recompute == nn::Recompute::full)
     bytes += working_set + 4 * tokens *
                                nn::block_activation_floats_per_token(c, c.block_size, nn::Recompute::none, w.precision,
-                                                                     l.tp, l.sequence_parallel);
+                                                                     l.tp, l.sequence_parallel, context_of(l));
   const bool accumulates = l.micro_batches(w) > 1 && l.pp == 1;
   // Replicated gradients averaged over dp: train_dp's accumulation keeps the micro-steps' sum
   // beside the bucket being filled; a pipeline's replicas average a flat copy.
-  if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.dp > 1 && l.pp > 1))) bytes += 4 * rank_parameters;
+  if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.gradient_group() > 1 && l.pp > 1))) bytes += 4 * rank_parameters;
   // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
   if (l.zero == 3 && l.dp > 1) bytes += 4 * rank_parameters;
   // A pipeline's received activation and gradient, [B,T,C] each.
@@ -74,11 +81,12 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
   if (w.implementation == Implementation::nanodist) {
     const parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P, l.dp);
     m.parameters = held.parameters;
-    // The gradients are made in backward (train_dp's buckets hold them from the start). Where
-    // the peak comes before backward has made any — GPipe's, after every forward; one
-    // micro-batch under tensor parallelism, at the end of its forward — they are not in it.
+    // The gradients are made in backward (the averaging's buckets hold them from the start).
+    // Where the peak comes before backward has made any — GPipe's, after every forward; one
+    // micro-batch under tensor parallelism with nothing to average, at the end of its
+    // forward — they are not in it.
     const bool made_after_the_peak = (l.pp > 1 && l.schedule == Schedule::gpipe) ||
-                                     (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1);
+                                     (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1 && l.gradient_group() == 1);
     m.gradients = made_after_the_peak ? 0 : held.gradients;
     m.optimizer = held.optimizer;
     m.activations = nanodist_activations(w, l, stage, in_flight);

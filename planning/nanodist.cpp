@@ -5,6 +5,7 @@
 //   nanodist plan --model gpt-1.7b --machine a100-80gb --devices 32 --global-batch 512
 //       --implementation megatron --precision bf16
 //   nanodist plan --model gpt-bench-b --devices 8 --global-batch 64 --tp 2 --json
+//   nanodist plan --model main-job --block-size 8192 --devices 4 --global-batch 4 --cp 4
 //
 // Exit status: 0 with the table, 1 when no layout fits (the table shows the closest), 2 for
 // bad input (one line).
@@ -37,8 +38,9 @@ struct PlanOptions {
   int64_t global_batch = 12;
   int devices = 1;
   LayoutChoices choices;
-  int dp = 0, tp = 0, pp = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
+  int dp = 0, tp = 0, pp = 0, cp = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
   Schedule schedule = Schedule::one_f_one_b;
+  CpAttention cp_attention = CpAttention::ring;
   nn::Recompute recompute = nn::Recompute::none;
   int sequence_parallel = 0, bias = 0;  // 0 or 1
   int top = 10;
@@ -59,7 +61,9 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
   const Layout& l = p.layout;
   const RankMemory& m = p.memory;
   const StepTime& t = p.time;
-  return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages},
+  return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp},
+          {"cp_attention", kCpAttentionNames[static_cast<std::size_t>(l.cp_attention)]},
+          {"virtual_stages", l.virtual_stages},
           {"schedule", name_of(l.schedule)}, {"sequence_parallel", l.sequence_parallel}, {"zero", l.zero},
           {"recompute", nn::name_of(l.recompute)}, {"micro_batch", l.micro_batch},
           {"micro_batches", l.micro_batches(w)}, {"layout", l.describe(w)}, {"command", l.trainer_command(w)},
@@ -67,9 +71,10 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
           {"memory", {{"stage", m.stage}, {"parameters", m.parameters}, {"gradients", m.gradients},
                       {"optimizer", m.optimizer}, {"activations", m.activations}, {"buffers", m.buffers},
                       {"total", m.total()}}},
-          {"time", {{"compute", t.compute}, {"tp", t.tp}, {"pp", t.pp}, {"bubble", t.bubble},
+          {"time", {{"compute", t.compute}, {"tp", t.tp}, {"cp", t.cp}, {"cp_overlapped", t.cp_overlapped},
+                    {"pp", t.pp}, {"bubble", t.bubble},
                     {"dp_exposed", t.dp_exposed}, {"dp_overlapped", t.dp_overlapped}, {"optimizer", t.optimizer},
-                    {"time_sharing", t.time_sharing}, {"tp_algorithm", t.tp_algorithm}, {"dp_algorithm", t.dp_algorithm}, {"total", t.total()}}},
+                    {"time_sharing", t.time_sharing}, {"tp_algorithm", t.tp_algorithm}, {"cp_algorithm", t.cp_algorithm}, {"dp_algorithm", t.dp_algorithm}, {"total", t.total()}}},
           {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}};
 }
 
@@ -92,19 +97,19 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
              counts.fit == 0 ? std::string("none fits: the smallest first")
              : static_cast<int>(layouts.size()) > top ? fmt::format("the first {} by predicted step time", top)
                                                       : std::string("by predicted step time"));
-  fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
-             "#", "layout (dp · tp · pp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
-             "activ.", "buffers", "step", "compute", "tp", "pp", "bubble", "dp exposed/hidden", "optim", "turns", "tokens/s",
-             "MFU");
+  fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
+             "#", "layout (dp · tp · pp · cp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
+             "activ.", "buffers", "step", "compute", "tp", "cp", "pp", "bubble", "dp exposed/hidden", "optim", "turns",
+             "tokens/s", "MFU");
   int row = 0;
   for (const auto& p : layouts) {
     if (row++ >= top) break;
     const RankMemory& m = p.memory;
     const StepTime& t = p.time;
-    fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
+    fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
                row, p.layout.describe(w), bytes_text(m.total()), bytes_text(m.parameters), bytes_text(m.gradients),
                bytes_text(m.optimizer), bytes_text(m.activations), bytes_text(m.buffers), seconds(t.total()),
-               seconds(t.compute), seconds(t.tp), seconds(t.pp), seconds(t.bubble),
+               seconds(t.compute), seconds(t.tp), seconds(t.cp), seconds(t.pp), seconds(t.bubble),
                seconds(t.dp_exposed) + " / " + seconds(t.dp_overlapped), seconds(t.optimizer), seconds(t.time_sharing),
                p.tokens_per_s,
                100 * p.mfu, p.fits ? "" : "  does not fit");
@@ -141,6 +146,9 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--dp", o.dp, "fix the data-parallel degree")->check(whole(1));
   app.add_option("--tp", o.tp, "fix the tensor-parallel degree")->check(whole(1));
   app.add_option("--pp", o.pp, "fix the pipeline stages")->check(whole(1));
+  app.add_option("--cp", o.cp, "fix the context-parallel degree (ranks per sequence)")->check(whole(1));
+  comm::cli::add_choice(app, "--cp-attention", o.cp_attention, kCpAttentionNames,
+                        "fix how attention crosses the cp ranks: ring or ulysses");
   app.add_option("--virtual-stages", o.virtual_stages, "fix the chunks per stage (> 1: interleaved)")->check(whole(1, 64));
   comm::cli::add_choice(app, "--schedule", o.schedule, kScheduleNames, "fix the pipeline schedule");
   app.add_option("--sequence-parallel", o.sequence_parallel, "fix sequence parallelism (0 or 1)")->check(whole(0, 1));
@@ -177,6 +185,8 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (given("--dp")) ch.dp = o.dp;
   if (given("--tp")) ch.tp = o.tp;
   if (given("--pp")) ch.pp = o.pp;
+  if (given("--cp")) ch.cp = o.cp;
+  if (given("--cp-attention")) ch.cp_attention = o.cp_attention;
   if (given("--virtual-stages")) ch.virtual_stages = o.virtual_stages;
   if (given("--schedule")) ch.schedule = o.schedule;
   if (given("--sequence-parallel")) ch.sequence_parallel = o.sequence_parallel == 1;
@@ -186,10 +196,14 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   std::vector<PlannedLayout> layouts = sweep(w, machine, ch);
   if (layouts.empty()) {
     // Say why, from the layout the fixed flags describe (the sweep's defaults elsewhere).
-    const int dp = ch.dp.value_or(1), tp = ch.tp.value_or(1), pp = ch.pp.value_or(1);
-    if (tp > w.devices || pp > w.devices || w.devices % (static_cast<int64_t>(tp) * pp) != 0)
-      throw Error(fmt::format("no layout can run this: tp {} × pp {} does not divide the {} devices", tp, pp, w.devices));
-    const Layout example{.dp = ch.dp ? dp : static_cast<int>(w.devices / (static_cast<int64_t>(tp) * pp)), .tp = tp, .pp = pp,
+    const int dp = ch.dp.value_or(1), tp = ch.tp.value_or(1), pp = ch.pp.value_or(1), cp = ch.cp.value_or(1);
+    const int64_t tp_pp_cp = static_cast<int64_t>(std::min(tp, w.devices + 1)) * std::min(pp, w.devices + 1) *
+                             std::min(cp, w.devices + 1);  // (each at most 2^20 + 1: no overflow)
+    if (tp > w.devices || pp > w.devices || cp > w.devices || w.devices % tp_pp_cp != 0)
+      throw Error(fmt::format("no layout can run this: tp {} × pp {}{} does not divide the {} devices", tp, pp,
+                              cp > 1 ? fmt::format(" × cp {}", cp) : "", w.devices));
+    const Layout example{.dp = ch.dp ? dp : static_cast<int>(w.devices / tp_pp_cp), .tp = tp, .pp = pp, .cp = cp,
+                         .cp_attention = ch.cp_attention.value_or(CpAttention::ring),
                          .virtual_stages = ch.virtual_stages.value_or(1),
                          .schedule = ch.schedule.value_or(ch.virtual_stages.value_or(1) > 1 ? Schedule::interleaved
                                                                                             : Schedule::one_f_one_b),

@@ -39,10 +39,16 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
   std::vector<PlannedLayout> all;
   if (ch.tp && (*ch.tp < 1 || *ch.tp > w.devices)) return all;
   if (ch.pp && (*ch.pp < 1 || *ch.pp > w.devices)) return all;
+  if (ch.cp && (*ch.cp < 1 || *ch.cp > w.devices)) return all;
   for (int tp : either(ch.tp, divisors(w.devices, c.n_head)))
-    for (int pp : either(ch.pp, divisors(w.devices / tp, c.n_layer))) {
-      if (w.devices % (static_cast<int64_t>(tp) * pp) != 0) continue;
-      const int dp = static_cast<int>(w.devices / (static_cast<int64_t>(tp) * pp));
+    for (int pp : either(ch.pp, divisors(w.devices / tp, c.n_layer)))
+      for (int cp : either(ch.cp, divisors(w.devices / (static_cast<int64_t>(tp) * pp), c.block_size / 2)))
+        for (CpAttention attention :
+             either(ch.cp_attention, cp > 1 ? std::vector<CpAttention>{CpAttention::ring, CpAttention::ulysses}
+                                            : std::vector<CpAttention>{CpAttention::ring})) {
+      const int64_t tp_pp_cp = static_cast<int64_t>(tp) * pp * cp;
+      if (w.devices % tp_pp_cp != 0) continue;
+      const int dp = static_cast<int>(w.devices / tp_pp_cp);
       if (ch.dp && *ch.dp != dp) continue;
       std::vector<int> chunks{1};
       if (pp > 1)
@@ -52,14 +58,16 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
         for (Schedule schedule :
              either(ch.schedule, std::vector<Schedule>{Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved}))
           for (bool sp : either(ch.sequence_parallel, tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}))
-            for (int zero : either(ch.zero, tp == 1 && pp == 1 && dp > 1 && w.implementation == Implementation::nanodist
+            for (int zero : either(ch.zero, tp == 1 && pp == 1 && cp == 1 && dp > 1 &&
+                                                    w.implementation == Implementation::nanodist
                                                 ? std::vector<int>{0, 1, 2, 3}
                                                 : std::vector<int>{0}))
               for (nn::Recompute r : either(ch.recompute, std::vector<nn::Recompute>{nn::Recompute::none, nn::Recompute::selective,
                                                                                      nn::Recompute::full}))
                 for (int b : either(ch.micro_batch, divisors(w.global_batch / dp, ch.max_micro_batch))) {
-                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .virtual_stages = v, .schedule = schedule,
-                                 .sequence_parallel = sp, .zero = zero, .recompute = r, .micro_batch = b};
+                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .cp_attention = attention,
+                                 .virtual_stages = v, .schedule = schedule, .sequence_parallel = sp, .zero = zero,
+                                 .recompute = r, .micro_batch = b};
                   if (l.impossible(w).empty()) all.push_back(evaluate(w, l, machine));
                 }
     }

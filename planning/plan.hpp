@@ -14,8 +14,9 @@
 namespace planning {
 
 struct LayoutChoices {
-  std::optional<int> dp, tp, pp, virtual_stages, zero, micro_batch;
+  std::optional<int> dp, tp, pp, cp, virtual_stages, zero, micro_batch;
   std::optional<Schedule> schedule;
+  std::optional<CpAttention> cp_attention;
   std::optional<bool> sequence_parallel;
   std::optional<nn::Recompute> recompute;
   int max_micro_batch = 64;  // the sweep's largest micro-batch (a fixed --micro-batch may exceed it)

@@ -23,21 +23,49 @@ double replay_flops(const nn::GPTConfig& c, nn::Recompute recompute) {
   return 0;
 }
 
-// How the ranks of each group sit on the nodes (the grid: tp fastest, then pp, then dp): a
-// group of `size` ranks `stride` apart has devices_per_node / stride of them on a node (at
-// least 1), so it spans more than one node as soon as size × stride exceeds a node.
+// How the ranks of each group sit on the nodes (the grid: tp fastest, then cp, then pp, then
+// dp): a group of `size` ranks `stride` apart has devices_per_node / stride of them on a node
+// (at least 1), so it spans more than one node as soon as size × stride exceeds a node. The
+// gradients' group is the replicas and their cp ranks (dp × cp).
 struct Groups {
-  GroupShape tp, pp, dp;
-  bool pp_inside_a_node = true;
+  GroupShape tp, cp, pp, dp;
+  bool pp_inside_a_node = true, cp_inside_a_node = true;
 };
 Groups groups_of(const Layout& l, const Machine& m) {
   auto shape = [&](int size, int64_t stride) {
     if (m.ranks_share_devices) return GroupShape{size, size};  // a CPU: one node
     return GroupShape{size, static_cast<int>(std::clamp<int64_t>(m.devices_per_node / stride, 1, size))};
   };
-  Groups g{shape(l.tp, 1), shape(l.pp, l.tp), shape(l.dp, static_cast<int64_t>(l.tp) * l.pp)};
+  const int64_t tp_cp = static_cast<int64_t>(l.tp) * l.cp;
+  Groups g{shape(l.tp, 1), shape(l.cp, l.tp), shape(l.pp, tp_cp), shape(l.dp, tp_cp * l.pp)};
+  g.dp = GroupShape{l.dp * l.cp, g.dp.per_node * g.cp.per_node};
   g.pp_inside_a_node = g.pp.nodes() == 1;
+  g.cp_inside_a_node = g.cp.nodes() == 1;
   return g;
+}
+
+// Context parallelism's transfers for one micro-batch on a stage of `blocks` blocks: those
+// hidden behind attention's compute (`attention_s`: the stage's attention core) and the rest.
+struct ContextTransfers {
+  double exposed = 0, hidden = 0;
+  Algorithm algorithm = Algorithm::none;
+};
+ContextTransfers context_transfers(const Workload& w, const Layout& l, const Groups& groups, const Machine& machine,
+                                   double blocks, double attention_s) {
+  if (l.cp == 1) return {};
+  const double c = l.cp, C = w.model.n_embd;
+  const double position_bytes = static_cast<double>(l.micro_batch) * l.positions(w) * 4 / l.tp;  // a float each
+  if (l.cp_attention == CpAttention::ulysses) {
+    // q|k|v [b,T/c,3C/t] there and back, the output [b,T/c,C/t] there and back.
+    const double trades = 2 * (alltoall_cost(groups.cp, 3 * C * position_bytes, machine).seconds +
+                               alltoall_cost(groups.cp, C * position_bytes, machine).seconds);
+    return {.exposed = blocks * trades, .hidden = 0, .algorithm = Algorithm::pairwise};
+  }
+  // The ring: K and V [b,T/c,2C/t] c−1 times forward and c−1 backward (the next block's moving
+  // while this one computes), dK and dV c times after each block's backward.
+  const double hop = send_cost(groups.cp_inside_a_node, 2 * C * position_bytes, machine).seconds;
+  const double kv = blocks * 2 * (c - 1) * hop, kept_hidden = std::min(kv, attention_s);
+  return {.exposed = kv - kept_hidden + blocks * c * hop, .hidden = kept_hidden, .algorithm = Algorithm::point_to_point};
 }
 
 
@@ -73,18 +101,21 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   const double m = static_cast<double>(l.micro_batches(w)), v = l.virtual_stages, p = l.pp;
   const double tokens = static_cast<double>(l.micro_batch) * c.block_size;  // a micro-batch's
   const double activation_bytes = w.implementation == Implementation::megatron ? 2 : 4;
-  const double message = tokens * c.n_embd * activation_bytes;  // one [b,T,C] activation
+  const double message = tokens / l.cp * c.n_embd * activation_bytes;  // one [b,T/c,C] activation
   const double blocks = static_cast<double>(c.n_layer) / l.pp;
 
-  // One micro-batch on the busiest stage (the last: its blocks and the head).
-  const double flops = tokens * (blocks * (3 * block_forward_flops(c) + replay_flops(c, l.recompute)) +
-                                 3 * head_forward_flops(c)) / l.tp;
+  // One micro-batch on the busiest stage (the last: its blocks and the head), the rank's
+  // positions of it (T/c under context parallelism: each still attends to all T, so attention's
+  // 4·T·C per position stays).
+  const double rank_tokens = tokens / l.cp;
+  const double flops = rank_tokens * (blocks * (3 * block_forward_flops(c) + replay_flops(c, l.recompute)) +
+                                      3 * head_forward_flops(c)) / l.tp;
   // A device's achieved rate (on a CPU mpiexec binds each rank to a core, its threads share it).
   double compute_mb = flops / machine.achieved_flops(w.precision);
   // A block's fixed cost per micro-batch (a replayed block pays its forward's share again).
   compute_mb += blocks * machine.block_overhead_s * (l.recompute == nn::Recompute::full ? 4.0 / 3.0 : 1.0);
   if (machine.memory_bytes_per_s > 0)
-    compute_mb += tokens * blocks * elementwise_bytes_per_token(w, l) / machine.memory_bytes_per_s;
+    compute_mb += rank_tokens * blocks * elementwise_bytes_per_token(w, l) / machine.memory_bytes_per_s;
 
   // Tensor parallelism: per block 2 forward + 2 backward (+ 2 replayed) all-reduces of the
   // activation; the embedding's and lm_head's input gradient: 2 more.
@@ -103,15 +134,23 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     const double bytes = w.implementation == Implementation::megatron ? message / l.tp : message;
     pp_mb = 2 * v * send_cost(groups.pp_inside_a_node, bytes, machine).seconds;
   }
-  const double stage_mb = compute_mb + tp_mb + pp_mb;
+  // Context parallelism: attention's share of the compute (forward, backward and a replay)
+  // is what the ring's K and V can hide behind.
+  const double attention_s = rank_tokens * blocks * 3 * attention_core_forward_flops(c) / l.tp /
+                             machine.achieved_flops(w.precision);
+  const ContextTransfers cp_mb = context_transfers(w, l, groups, machine, blocks, attention_s);
+  if (l.cp > 1) t.cp_algorithm = name_of(cp_mb.algorithm);
+  const double stage_mb = compute_mb + tp_mb + cp_mb.exposed + pp_mb;
   t.compute = m * compute_mb;
   t.tp = m * tp_mb;
+  t.cp = m * cp_mb.exposed;
+  t.cp_overlapped = m * cp_mb.hidden;
   t.pp = m * pp_mb;
   t.bubble = l.pp > 1 ? (p - 1) / v * stage_mb : 0;
 
-  // Data parallelism over the replicas.
+  // Data parallelism over the replicas (and each one's cp ranks: they hold the same weights).
   const double P = rank_parameter_count(c, l.tp, l.pp, l.pp - 1);
-  if (l.dp > 1) {
+  if (l.gradient_group() > 1) {
     const double gradient_bytes = P * (w.implementation == Implementation::megatron ? 2 : 4);
     const double backward_of_last = compute_mb * 2.0 / 3.0;  // the last micro-step's backward
     if (l.zero == 0) {
@@ -149,7 +188,7 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   // A rank idle in the bubble lends its core to another, so the turns absorb the bubble first;
   // communication hidden behind compute still copies on a core of the CPU, so it counts.
   if (machine.ranks_share_devices && l.ranks() > machine.devices_per_node) {
-    const double busy = t.total() - t.bubble + t.dp_overlapped;
+    const double busy = t.total() - t.bubble + t.dp_overlapped + t.cp_overlapped;
     t.time_sharing =
         std::max(0.0, busy * static_cast<double>(l.ranks()) / machine.devices_per_node - t.total());
   }

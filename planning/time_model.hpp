@@ -8,9 +8,14 @@
 //   tp          a block's two all-reduces forward and two backward of a [b,T,C] activation
 //               (sequence parallelism: reduce-scatter + all-gather, the same bytes), two
 //               more when the block is replayed; the embedding's and the head's
+//   cp          context parallelism, per block and micro-batch: ring attention sends the rank's
+//               K and V ([b,T/c,2C/t]) c−1 times forward and again backward, hidden behind
+//               the attention it computes meanwhile where they fit, and dK, dV c times (not
+//               hidden); Ulysses four all-to-alls (q|k|v and the output, forward and backward),
+//               never hidden
 //   pp          a send forward and one backward per micro-batch and chunk
 //   bubble      (p − 1)/v of a micro-batch's stage time (GPipe and 1F1B alike)
-//   dp          the gradients' allreduce (ZeRO: reduce-scatter and all-gather) — hidden
+//   dp          the gradients' allreduce over dp × cp (ZeRO: reduce-scatter and all-gather) — hidden
 //               behind backward where the trainer overlaps it (bucketed averaging: all but
 //               the last bucket; ZeRO-3: its prefetched gathers behind compute)
 //   optimizer   AdamW over the rank's shard
@@ -30,14 +35,16 @@ namespace planning {
 struct StepTime {
   double compute = 0;        // forward, backward and the replay, seconds
   double tp = 0;             // tensor-parallel collectives (never hidden)
+  double cp = 0;             // context parallelism's transfers not hidden by attention's compute
+  double cp_overlapped = 0;  // … hidden (the ring's K and V)
   double pp = 0;             // the pipeline's sends
   double bubble = 0;         // the pipeline's idle slots
   double dp_exposed = 0;     // gradient averaging (or ZeRO's collectives) not hidden by compute
   double dp_overlapped = 0;  // … hidden behind backward
   double optimizer = 0;
   double time_sharing = 0;   // a CPU with more ranks than cores: waiting for a core
-  std::string tp_algorithm, dp_algorithm;  // the algorithm each group's collective uses
-  double total() const { return compute + tp + pp + bubble + dp_exposed + optimizer + time_sharing; }
+  std::string tp_algorithm, cp_algorithm, dp_algorithm;  // the algorithm each group's collective uses
+  double total() const { return compute + tp + cp + pp + bubble + dp_exposed + optimizer + time_sharing; }
 };
 
 // Training FLOPs of one token through the whole model, forward + backward (+ the replay).

@@ -247,6 +247,90 @@ TEST_CASE("layouts that cannot run say why", "[planning]") {
         "pp 2 × v 1073741824 does not divide the 2 blocks");
 }
 
+TEST_CASE("context parallelism: the rank's T/c positions, the ring's and Ulysses' transfers, the refusals",
+          "[planning]") {
+  Workload w = main_job(4, 8);
+  w.model.block_size = 1024;
+  const auto& c = w.model;
+  const Layout one{.dp = 4, .micro_batch = 2};
+  const Layout ring{.dp = 1, .cp = 4, .cp_attention = CpAttention::ring, .micro_batch = 2};
+  const Layout ulysses{.dp = 1, .cp = 4, .cp_attention = CpAttention::ulysses, .micro_batch = 2};
+  REQUIRE(ring.impossible(w).empty());
+  REQUIRE(ulysses.impossible(w).empty());
+  // What a rank keeps is nn/memory_estimate's block formula for its 2 × 256 positions.
+  for (const Layout& l : {ring, ulysses}) {
+    const nn::ContextShape shape{.ranks = 4, .ring_attention = l.cp_attention == CpAttention::ring};
+    const double tokens = 2.0 * 256;
+    const double kept = 4 * tokens *
+                        (c.n_layer * nn::block_activation_floats_per_token(c, 1024, Recompute::none, w.precision, 1,
+                                                                           false, shape) +
+                         nn::embedding_activation_floats_per_token(c, 2) + nn::head_activation_floats_per_token(c, w.precision));
+    CHECK(stage_memory(w, l, 0).activations == Approx(kept));
+  }
+  // The ring keeps no T² (a log-sum-exp a row): its activations fall by more than c; Ulysses'
+  // keep its heads' weights over all T, so they fall by less.
+  const double whole = stage_memory(w, one, 0).activations;
+  CHECK(stage_memory(w, ring, 0).activations < whole / 4);
+  CHECK(stage_memory(w, ulysses, 0).activations > whole / 4);
+  CHECK(stage_memory(w, ulysses, 0).activations < whole / 2);
+
+  // Ulysses: four all-to-alls a block and micro-batch (4 of them), never hidden; the ring: K
+  // and V c − 1 hops forward and backward (hidden behind attention where they fit), dK, dV c hops.
+  const Machine m = machine_preset("a100-80gb");
+  const GroupShape group{.size = 4, .per_node = 8};
+  const double position_bytes = 2.0 * 256 * 4, C = c.n_embd;
+  const double trades = 2 * (alltoall_cost(group, 3 * C * position_bytes, m).seconds +
+                             alltoall_cost(group, C * position_bytes, m).seconds);
+  const StepTime u = step_time(w, ulysses, m), r = step_time(w, ring, m);
+  CHECK(u.cp == Approx(4 * c.n_layer * trades));
+  CHECK(u.cp_overlapped == 0);
+  CHECK(u.cp_algorithm == "pairwise");
+  const double hop = send_cost(true, 2 * C * position_bytes, m).seconds;
+  CHECK(r.cp + r.cp_overlapped == Approx(4 * c.n_layer * (2 * 3 + 4) * hop));
+  CHECK(r.cp >= 4 * c.n_layer * 4 * hop * (1 - 1e-12));
+  CHECK(r.cp_algorithm == "send/recv");
+  // The all-to-all in the α–β model: (n − 1) steps of S/n.
+  const Link& link = m.intra_node;
+  CHECK(alltoall_cost(group, 8e6, m).seconds == Approx(3 * link.latency_s + 0.75 * 8e6 / link.bytes_per_s));
+  // Each rank computes 1/c of the tokens: the compute falls by c with the same batch.
+  CHECK(u.compute == Approx(step_time(w, Layout{.dp = 1, .cp = 1, .micro_batch = 2}, m).compute / 4).epsilon(0.01));
+
+  // The sweep tries cp and both algorithms; the command is train_3d's.
+  bool saw_ring = false, saw_ulysses = false;
+  for (const auto& p : sweep(w, machine_preset("this-cpu"), {})) {
+    saw_ring |= p.layout.cp > 1 && p.layout.cp_attention == CpAttention::ring;
+    saw_ulysses |= p.layout.cp > 1 && p.layout.cp_attention == CpAttention::ulysses;
+  }
+  CHECK(saw_ring);
+  CHECK(saw_ulysses);
+  LayoutChoices fixed;
+  fixed.cp = 2;
+  fixed.cp_attention = CpAttention::ulysses;
+  for (const auto& p : sweep(w, machine_preset("this-cpu"), fixed)) {
+    CHECK(p.layout.cp == 2);
+    CHECK(p.layout.cp_attention == CpAttention::ulysses);
+  }
+  CHECK(ring.describe(w) == "dp 1 · tp 1 · pp 1 · cp 4 ring · none · 2 × 4");
+  CHECK(ring.trainer_command(w).find("train_3d") != std::string::npos);
+  CHECK(ring.trainer_command(w).find("--cp 4 --cp-attention ring --batch-size 8") != std::string::npos);
+
+  // What train_3d refuses, the planner refuses in the same terms.
+  Workload odd = w;
+  odd.model.block_size = 1020;
+  CHECK(ring.impossible(odd) == "context parallelism: 2 × cp 4 does not divide the sequence of 1020 (two chunks a rank)");
+  CHECK(Layout{.dp = 1, .cp = 8, .cp_attention = CpAttention::ulysses, .micro_batch = 2}.impossible(main_job(8, 8)) ==
+        "Ulysses: cp 8 does not divide the 4 heads of a tp rank");
+  CHECK(Layout{.dp = 1, .tp = 2, .cp = 2, .sequence_parallel = true, .micro_batch = 2}.impossible(w) ==
+        "context parallelism with sequence parallelism is not built (train_3d refuses it)");
+  Workload bf16 = w;
+  bf16.precision = nn::Precision::bf16;
+  CHECK(ring.impossible(bf16) == "ring attention computes in fp32 (its own kernel): with bf16 use Ulysses");
+  CHECK(ulysses.impossible(bf16).empty());
+  CHECK(Layout{.dp = 2, .cp = 2, .micro_batch = 2}.impossible(main_job(8, 8)) ==
+        "dp × tp × pp × cp = 4 is not the 8 devices");
+  CHECK(Layout{.dp = 1, .cp = 1 << 30}.impossible(w) == "dp × tp × pp × cp = 1073741824 is not the 4 devices");
+}
+
 TEST_CASE("machine files: round trip, and a missing or bad field named", "[planning]") {
   const Machine a100 = machine_preset("a100-80gb");
   const Machine back = Machine::from_json(a100.to_json());
