@@ -48,12 +48,12 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int64
 double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters) {
   const auto& c = w.model;
   const double tokens = static_cast<double>(l.micro_batch) * l.positions(w), C = c.n_embd;
-  // Backward's working set: the last block's MLP hidden gradient [B,T,4C/t] and its attention
-  // weights' gradient [B, n_head/t, T, T] in flight at once. Under context parallelism, per
-  // position of the rank's T/c: Ulysses' heads see all T keys (n_head·T/t), the ring's one
-  // (query chunk, key chunk) pair at a time T/(2c) of them.
-  const double keys = l.cp > 1 && l.cp_attention == CpAttention::ring ? c.block_size / (2.0 * l.cp) : c.block_size;
-  const double working_set = 4 * tokens * (4 * C + c.n_head * keys) / l.tp;
+  // Backward's working set: the last block's gradients in flight at once — its MLP hidden
+  // [B,T,4C/t] and its attention's q|k|v and output, ≈ 2C/t more. The attention kernels work
+  // one (sample, head) at a time in per-thread scratch outside the tensors' allocator (the
+  // fused one a [T,T] dP, the ring's [T/(2c), T/(2c)] pairs): no n_head·T² term. Under context
+  // parallelism it is per position of the rank's T/c.
+  const double working_set = 4 * tokens * 6 * C / l.tp;
   double bytes = working_set;
   // Full recompute: one block's replay (what it keeps without recompute), and the replay's own
   // backward working set.

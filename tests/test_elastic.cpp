@@ -93,6 +93,15 @@ TEST_CASE("train_pp and train_tp: a stage or a slice killed, restarted from the 
   same_end("tp_straight", "tp_killed");
 }
 
+TEST_CASE("train_3d with --cp 2: a rank of the ring killed, restarted on the same layout: byte-identical") {
+  const std::string context = " --cp 2 --cp-attention ring";
+  REQUIRE(run_trainer(TRAIN_3D, 2, run_settings("cp_straight") + context).status == 0);
+  auto r = launcher("-n 2", TRAIN_3D, run_settings("cp_killed") + context + crash(seeded_step(15), 1));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1"));
+  same_end("cp_straight", "cp_killed");
+}
+
 TEST_CASE("ZeRO-3: the writer killed half-way through a checkpoint, the previous one serves: byte-identical") {
   const std::string zero = " --zero 3";
   REQUIRE(run_trainer(TRAIN_DP, 3, run_settings("zero_straight") + zero).status == 0);

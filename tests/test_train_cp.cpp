@@ -30,12 +30,6 @@ fs::path reference(int B) {
   return checkpoint(name);
 }
 
-std::string val_loss_full(const std::string& output) {
-  const auto at = output.find("val_loss_full=");
-  REQUIRE(at != std::string::npos);
-  return output.substr(at + 14, 8);
-}
-
 }  // namespace
 
 TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, with dp, pp and tp, end where one process ends") {
@@ -76,7 +70,7 @@ TEST_CASE("a cp checkpoint: train_dp evaluates it alike, and a resumed run is bi
   auto cp = train_3d(2, tiny(shakespeareish(), "data", 4) + " --n-head 4 --cp 2" + from);
   REQUIRE(dp.status == 0);
   REQUIRE(cp.status == 0);
-  CHECK(val_loss_full(dp.output) == val_loss_full(cp.output));
+  CHECK(printed_val_loss_full(dp.output) == printed_val_loss_full(cp.output));
 }
 
 TEST_CASE("a cp rank that skips the attention ring is named, with its group, by the watchdog") {

@@ -37,11 +37,7 @@ TEST_CASE("resume: T steps and then T resumed steps end bit-identical to 2T step
 TEST_CASE("eval-only prints the exact val loss (the same on any rank count) and sample-only prints text") {
   const std::string common = tiny(shakespeareish());
   REQUIRE(train_dp(2, common + " --max-iters 3 --out-dir " + out("eval")).status == 0);
-  auto value = [](const std::string& output) {
-    const auto at = output.find("val_loss_full=");
-    REQUIRE(at != std::string::npos);
-    return std::stod(output.substr(at + 14));
-  };
+  auto value = [](const std::string& output) { return std::stod(printed_val_loss_full(output)); };
   auto one = train_dp(1, common + " --eval-only --init-from " + checkpoint("eval").string());
   auto three = train_dp(3, common + " --eval-only --init-from " + checkpoint("eval").string());
   REQUIRE(one.status == 0);

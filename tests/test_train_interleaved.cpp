@@ -102,17 +102,12 @@ TEST_CASE("virtual stages: the checkpoint loads in train_dp alike, and --resume 
   for (const char* f : {"model.safetensors", "optimizer.safetensors"})
     CHECK(same_bytes(checkpoint("straight") / f, checkpoint("resumed") / f));
   // The layout is not in the weights: train_dp and an interleaved pipeline evaluate it alike.
-  auto value = [](const std::string& output) {
-    const auto at = output.find("val_loss_full=");
-    REQUIRE(at != std::string::npos);
-    return output.substr(at + 14, 8);
-  };
   const std::string eval = common(4) + " --eval-only --init-from " + checkpoint("straight").string();
   auto dp = train_dp(1, eval);
   auto pp = train_pp(2, eval + " --virtual-stages 2");
   REQUIRE(dp.status == 0);
   REQUIRE(pp.status == 0);
-  CHECK(value(dp.output) == value(pp.output));
+  CHECK(printed_val_loss_full(dp.output) == printed_val_loss_full(pp.output));
 }
 
 TEST_CASE("virtual stages: train_3d (pp 2 × tp 2, sequence parallel) ≡ one chunk per stage, bit for bit") {

@@ -75,16 +75,11 @@ TEST_CASE("the tied embedding stays identical, a pipeline checkpoint loads in tr
   REQUIRE(straight.status == 0);
   CHECK_THAT(straight.output, !Catch::Contains("differ"));
   // The same val_loss_full from train_dp (one whole model) and train_pp (3 stages).
-  auto value = [](const std::string& output) {
-    const auto at = output.find("val_loss_full=");
-    REQUIRE(at != std::string::npos);
-    return output.substr(at + 14, 8);
-  };
   auto dp = train_dp(2, common() + " --eval-only --init-from " + checkpoint("pp_straight").string());
   auto pp = train_pp(2, common() + " --eval-only --init-from " + checkpoint("pp_straight").string());
   REQUIRE(dp.status == 0);
   REQUIRE(pp.status == 0);
-  CHECK(value(dp.output) == value(pp.output));
+  CHECK(printed_val_loss_full(dp.output) == printed_val_loss_full(pp.output));
   // Samples through the pipeline: the last stage draws each token and sends it to all.
   auto sample = train_pp(
       3, "--sample-only --sample-tokens 30 --prompt 'the king' --init-from " + checkpoint("pp_straight").string());

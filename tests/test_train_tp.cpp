@@ -48,12 +48,6 @@ int calls(const std::string& output, const std::string& group, const std::string
   return std::stoi(m[1].str());
 }
 
-std::string val_loss_full(const std::string& output) {
-  const auto at = output.find("val_loss_full=");
-  REQUIRE(at != std::string::npos);
-  return output.substr(at + 14, 8);
-}
-
 }  // namespace
 
 TEST_CASE("train_tp on T = 2 and 4 ranks ends where one process ends, sequence parallelism too, no padding rows") {
@@ -160,8 +154,8 @@ TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and
   REQUIRE(dp.status == 0);
   REQUIRE(tp.status == 0);
   REQUIRE(three_d.status == 0);
-  CHECK(val_loss_full(dp.output) == val_loss_full(tp.output));
-  CHECK(val_loss_full(dp.output) == val_loss_full(three_d.output));
+  CHECK(printed_val_loss_full(dp.output) == printed_val_loss_full(tp.output));
+  CHECK(printed_val_loss_full(dp.output) == printed_val_loss_full(three_d.output));
   // And in every other layout and rank count: the windows' losses are summed in one order.
   const std::vector<std::pair<int, std::string>> layouts = {{2, std::string(TRAIN_DP)},
                                                             {3, std::string(TRAIN_DP)},
@@ -175,7 +169,7 @@ TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and
     auto r = run_command(mpirun(ranks, program, common() + from));
     INFO("mpiexec -n " << ranks << " " << program << "\n" << r.output);
     REQUIRE(r.status == 0);
-    CHECK(val_loss_full(r.output) == val_loss_full(dp.output));
+    CHECK(printed_val_loss_full(r.output) == printed_val_loss_full(dp.output));
   }
   // Samples: every tp rank draws the same token from the gathered logits.
   auto sample = train_tp(

@@ -159,6 +159,15 @@ inline CommandResult interrupt_until_noted(const std::string& command, const fs:
   return r;
 }
 
+// The exact loss over the whole validation split a run printed ("val_loss_full=3.652106"), as
+// text: layouts that evaluate the same model print the same digits.
+inline std::string printed_val_loss_full(const std::string& output) {
+  const std::string marker = "val_loss_full=";
+  const auto at = output.find(marker);
+  REQUIRE(at != std::string::npos);
+  return output.substr(at + marker.size(), 8);
+}
+
 // The step an interrupted run's note names: "interrupted at step S; …" → S (-1 if none).
 inline long interrupted_step(const std::string& output) {
   const std::string marker = "interrupted at step ";

@@ -33,22 +33,30 @@ int64_t chunk_of(const ContextShard& shard, int half) {
   return half == 0 ? shard.rank : 2 * int64_t{shard.ranks} - 1 - shard.rank;
 }
 
-// One (query half, key half) pair: [half, half] scores of this head, masked by position.
-// Returns false when every key is later than every query (the pair is skipped).
-bool scores(const Layout& L, const float* q, int64_t ldq, const float* k, int64_t ldk, int64_t q_chunk,
-            int64_t k_chunk, float* S) {
-  if (k_chunk > q_chunk) return false;
-  nn::gemm(false, true, L.half, L.half, L.hs, L.scale, q, ldq, k, ldk, 0.0f, S, L.half);
-  if (k_chunk == q_chunk)  // the diagonal chunk: key j after query t is the future
-    for (int64_t t = 0; t < L.half; ++t) std::fill(S + t * L.half + t + 1, S + (t + 1) * L.half, kMasked);
-  return true;
+// One (query half qa, key half kb) pair of sample b and head h: which chunks of the whole
+// sequence they are, and where their q rows (in qkv) and k, v rows (in the block) start.
+struct Pair {
+  int64_t q_chunk, k_chunk;
+  const float *q, *k, *v;
+};
+Pair pair_of(const Layout& L, const float* qkv, const float* kv, const ContextShard& mine, const ContextShard& source,
+             int64_t b, int64_t h, int qa, int kb) {
+  const float* k = kv + L.kv_row(b, kb * L.half) + h * L.hs;
+  return {chunk_of(mine, qa), chunk_of(source, kb), qkv + L.qkv_row(b, qa * L.half) + h * L.hs, k, k + L.C};
 }
 
-// The dropout factors of the pair's weights: row t is query position p_q + t, keys p_k … p_k + half − 1.
-void factors(const Layout& L, const nn::DropoutMask& mask, int64_t b, int64_t h, int64_t q_chunk, int64_t k_chunk,
-             float* F) {
-  for (int64_t t = 0; t < L.half; ++t)
-    mask.factors(b, h * L.T * L.T + (q_chunk * L.half + t) * L.T + k_chunk * L.half, L.half, F + t * L.half);
+// The pair's [half, half] scores q·kᵀ/√hs, masked by position, into S, and (with dropout) the
+// factors of its weights into F: row t is query position p_q + t, keys p_k … p_k + half − 1.
+// Returns false when every key is later than every query (the pair is skipped).
+bool open_pair(const Layout& L, const Pair& p, const nn::DropoutMask* mask, int64_t b, int64_t h, float* S, float* F) {
+  if (p.k_chunk > p.q_chunk) return false;
+  nn::gemm(false, true, L.half, L.half, L.hs, L.scale, p.q, 3 * L.C, p.k, 2 * L.C, 0.0f, S, L.half);
+  if (p.k_chunk == p.q_chunk)  // the diagonal chunk: key j after query t is the future
+    for (int64_t t = 0; t < L.half; ++t) std::fill(S + t * L.half + t + 1, S + (t + 1) * L.half, kMasked);
+  if (mask)
+    for (int64_t t = 0; t < L.half; ++t)
+      mask->factors(b, h * L.T * L.T + (p.q_chunk * L.half + t) * L.T + p.k_chunk * L.half, L.half, F + t * L.half);
+  return true;
 }
 
 // Per-thread scratch of a pair's [half, half] matrices.
@@ -68,12 +76,8 @@ void forward_block(const Layout& L, const float* qkv, const float* kv, const Con
       float* F = mask ? scratch(1, static_cast<std::size_t>(L.half * L.half)) : nullptr;
       for (int qa = 0; qa < 2; ++qa)
         for (int kb = 0; kb < 2; ++kb) {
-          const int64_t q_chunk = chunk_of(mine, qa), k_chunk = chunk_of(source, kb);
-          const float* q = qkv + L.qkv_row(b, qa * L.half) + h * L.hs;
-          const float* k = kv + L.kv_row(b, kb * L.half) + h * L.hs;
-          const float* v = k + L.C;
-          if (!scores(L, q, 3 * L.C, k, 2 * L.C, q_chunk, k_chunk, S)) continue;
-          if (F) factors(L, *mask, b, h, q_chunk, k_chunk, F);
+          const Pair pair = pair_of(L, qkv, kv, mine, source, b, h, qa, kb);
+          if (!open_pair(L, pair, F ? mask : nullptr, b, h, S, F)) continue;
           for (int64_t t = 0; t < L.half; ++t) {  // the online softmax, row by row
             const int64_t row = (b * L.H + h) * L.S + qa * L.half + t;
             float* s = S + t * L.half;
@@ -91,7 +95,7 @@ void forward_block(const Layout& L, const float* qkv, const float* kv, const Con
             for (int64_t d = 0; d < L.hs; ++d) o_row[d] *= alpha;
           }
           // o[qa rows] += weights · v[kb rows]
-          nn::gemm(false, false, L.half, L.hs, L.half, 1.0f, S, L.half, v, 2 * L.C, 1.0f,
+          nn::gemm(false, false, L.half, L.hs, L.half, 1.0f, S, L.half, pair.v, 2 * L.C, 1.0f,
                    o + L.y_row(b, qa * L.half) + h * L.hs, L.C);
         }
     }
@@ -110,16 +114,12 @@ void backward_block(const Layout& L, const float* qkv, const float* kv, const fl
       float* dS = scratch(2, static_cast<std::size_t>(L.half * L.half));
       for (int qa = 0; qa < 2; ++qa)
         for (int kb = 0; kb < 2; ++kb) {
-          const int64_t q_chunk = chunk_of(mine, qa), k_chunk = chunk_of(source, kb);
-          const float* q = qkv + L.qkv_row(b, qa * L.half) + h * L.hs;
-          const float* k = kv + L.kv_row(b, kb * L.half) + h * L.hs;
-          const float* v = k + L.C;
+          const Pair pair = pair_of(L, qkv, kv, mine, source, b, h, qa, kb);
+          if (!open_pair(L, pair, F ? mask : nullptr, b, h, P, F)) continue;
           const float* dy_rows = dy + L.y_row(b, qa * L.half) + h * L.hs;
           float* dq_rows = dq + L.qkv_row(b, qa * L.half) + h * L.hs;
           float* dk_rows = dkv + L.kv_row(b, kb * L.half) + h * L.hs;
           float* dv_rows = dk_rows + L.C;
-          if (!scores(L, q, 3 * L.C, k, 2 * L.C, q_chunk, k_chunk, P)) continue;
-          if (F) factors(L, *mask, b, h, q_chunk, k_chunk, F);
           for (int64_t t = 0; t < L.half; ++t) {  // P = e^(s − lse), and the weights as they multiplied v
             const float row_lse = lse[(b * L.H + h) * L.S + qa * L.half + t];
             for (int64_t j = 0; j < L.half; ++j) {
@@ -131,7 +131,7 @@ void backward_block(const Layout& L, const float* qkv, const float* kv, const fl
           // dv[kb rows] += weightsᵀ · dy[qa rows]
           nn::gemm(true, false, L.half, L.hs, L.half, 1.0f, dS, L.half, dy_rows, L.C, 1.0f, dv_rows, 2 * L.C);
           // dP = dy · vᵀ, through the dropout; dS = P ⊙ (dP − D)
-          nn::gemm(false, true, L.half, L.half, L.hs, 1.0f, dy_rows, L.C, v, 2 * L.C, 0.0f, dS, L.half);
+          nn::gemm(false, true, L.half, L.half, L.hs, 1.0f, dy_rows, L.C, pair.v, 2 * L.C, 0.0f, dS, L.half);
           for (int64_t t = 0; t < L.half; ++t) {
             const float row_D = D[(b * L.H + h) * L.S + qa * L.half + t];
             for (int64_t j = 0; j < L.half; ++j) {
@@ -140,8 +140,8 @@ void backward_block(const Layout& L, const float* qkv, const float* kv, const fl
             }
           }
           // dq[qa rows] += dS · k / √hs,  dk[kb rows] += dSᵀ · q / √hs
-          nn::gemm(false, false, L.half, L.hs, L.half, L.scale, dS, L.half, k, 2 * L.C, 1.0f, dq_rows, 3 * L.C);
-          nn::gemm(true, false, L.half, L.hs, L.half, L.scale, dS, L.half, q, 3 * L.C, 1.0f, dk_rows, 2 * L.C);
+          nn::gemm(false, false, L.half, L.hs, L.half, L.scale, dS, L.half, pair.k, 2 * L.C, 1.0f, dq_rows, 3 * L.C);
+          nn::gemm(true, false, L.half, L.hs, L.half, L.scale, dS, L.half, pair.q, 3 * L.C, 1.0f, dk_rows, 2 * L.C);
         }
     }
 }
@@ -224,7 +224,8 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
 
   nn::autograd::record([qkv, y, lse, L, shard, dropout, overlap, &cp]() {
     nn::profile::Scope backward_scope("attention core (ring)", 0, 8.0 * L.B * L.S * (L.T / 2.0) * L.C);
-    const nn::DropoutMask* mask = dropout.active() ? &dropout : nullptr;
+    // (the closure's own copy of the mask: the caller's may be gone when backward runs)
+    const nn::DropoutMask* kept_mask = dropout.active() ? &dropout : nullptr;
     // D_t = Σ_d dy_td · y_td per (b, h, t): softmax's backward needs rowsum(dP ⊙ P), which it is.
     std::vector<float> D(lse->size(), 0.0f);
     for (int64_t b = 0; b < L.B; ++b)
@@ -242,7 +243,7 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
     std::vector<float> dkv(static_cast<std::size_t>(L.B * L.S * 2 * L.C), 0.0f), incoming(dkv.size());
     const int c = cp.size();
     round_the_ring(cp, keys_and_values(L, qkv.data()), overlap, [&](const std::vector<float>& kv, int source) {
-      backward_block(L, qkv.data(), kv.data(), y.grad(), lse->data(), D.data(), shard, shard.of_rank(source), mask,
+      backward_block(L, qkv.data(), kv.data(), y.grad(), lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
                      dq.data(), dkv.data());
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
         start_hop(cp, dkv, incoming, kGradientTag).wait();
