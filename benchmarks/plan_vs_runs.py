@@ -60,6 +60,8 @@ ROWS = [
     ("pp 2 × cp 2 ring", "--pp 2 --cp 2 --cp-attention ring --schedule 1f1b --micro-batch 3", 12, "gpt-bench-a", "fp32"),
     ("cp 2 × tp 2 Ulysses", "--tp 2 --cp 2 --cp-attention ulysses --sequence-parallel 0 --micro-batch 12", 12,
      "gpt-bench-a", "fp32"),
+    ("cp 2 × tp 2 + SP ring", "--tp 2 --cp 2 --cp-attention ring --sequence-parallel 1 --micro-batch 12", 12,
+     "gpt-bench-a", "fp32"),
 ]
 QUICK = ["main job (dp 2)", "ZeRO-3 on 4", "dp 2 full", "pp 2 1F1B", "pp 2 interleaved v2", "tp 2 + SP",
          "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses"]

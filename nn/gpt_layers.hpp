@@ -78,6 +78,9 @@ class GPTLayers {
   // says. `training`: sequence parallelism and context parallelism shard only while training.
   virtual int64_t stream_length(int64_t T, bool training) const = 0;
   virtual int64_t first_stream_position(int64_t S, bool training) const = 0;
+  // How many ranks share the positions the stream's layers see whole (sequence parallelism's
+  // tp ranks, while training; 1 otherwise): attention's input holds stream_shards × S rows.
+  virtual int64_t stream_shards(bool /*training*/) const { return 1; }
   // Where the stream's S positions lie in the sequence: one run from `first`, or (context
   // parallelism's load balance, parallel/cp/context_shard.hpp) S/2 from `first` and S/2 from
   // `second`.

@@ -16,7 +16,10 @@ std::string context_parallel_impossible(const Layout& l, const Workload& w) {
   if (c.block_size % (2 * static_cast<int64_t>(cp)) != 0)
     return fmt::format("context parallelism: 2 × cp {} does not divide the sequence of {} (two chunks a rank)", cp,
                        c.block_size);
-  if (l.sequence_parallel) return "context parallelism with sequence parallelism is not built (train_3d refuses it)";
+  if (l.sequence_parallel && tp % 2 != 0)
+    return fmt::format("context parallelism with sequence parallelism needs an even tp (got {})", tp);
+  if (l.sequence_parallel && c.block_size / cp % tp != 0)
+    return fmt::format("sequence parallelism: tp {} does not divide a cp rank's {} positions", tp, c.block_size / cp);
   if (l.cp_attention == CpAttention::ulysses && (c.n_head / tp) % cp != 0)
     return fmt::format("Ulysses: cp {} does not divide the {} heads of a tp rank", cp, c.n_head / tp);
   if (l.cp_attention == CpAttention::ring && w.precision == nn::Precision::bf16)

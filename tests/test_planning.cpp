@@ -320,8 +320,13 @@ TEST_CASE("context parallelism: the rank's T/c positions, the ring's and Ulysses
   CHECK(ring.impossible(odd) == "context parallelism: 2 × cp 4 does not divide the sequence of 1020 (two chunks a rank)");
   CHECK(Layout{.dp = 1, .cp = 8, .cp_attention = CpAttention::ulysses, .micro_batch = 2}.impossible(main_job(8, 8)) ==
         "Ulysses: cp 8 does not divide the 4 heads of a tp rank");
-  CHECK(Layout{.dp = 1, .tp = 2, .cp = 2, .sequence_parallel = true, .micro_batch = 2}.impossible(w) ==
-        "context parallelism with sequence parallelism is not built (train_3d refuses it)");
+  CHECK(Layout{.dp = 1, .tp = 2, .cp = 2, .sequence_parallel = true, .micro_batch = 2}.impossible(w).empty());
+  Workload six = main_job(6, 8);
+  six.model.n_head = 6;
+  six.model.n_embd = 192;
+  six.model.block_size = 48;
+  CHECK(Layout{.dp = 1, .tp = 3, .cp = 2, .sequence_parallel = true, .micro_batch = 2}.impossible(six) ==
+        "context parallelism with sequence parallelism needs an even tp (got 3)");
   Workload bf16 = w;
   bf16.precision = nn::Precision::bf16;
   CHECK(ring.impossible(bf16) == "ring attention computes in fp32 (its own kernel): with bf16 use Ulysses");

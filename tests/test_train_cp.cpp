@@ -36,15 +36,19 @@ TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, with dp, pp and tp, end 
   struct Layout {
     int dp, pp, cp, tp;
     const char* attention;
+    bool sequence_parallel = false;  // each cp rank's positions cut again over tp
   };
   for (Layout l : {Layout{1, 1, 2, 1, "ring"}, Layout{1, 1, 2, 1, "ulysses"}, Layout{1, 1, 4, 1, "ring"},
                    Layout{1, 1, 4, 1, "ulysses"}, Layout{2, 1, 2, 1, "ring"}, Layout{1, 2, 2, 1, "ulysses"},
-                   Layout{1, 1, 2, 2, "ring"}, Layout{1, 2, 2, 2, "ulysses"}}) {
-    const std::string name = fmt::format("cp_d{}p{}c{}t{}_{}", l.dp, l.pp, l.cp, l.tp, l.attention);
+                   Layout{1, 1, 2, 2, "ring"}, Layout{1, 1, 2, 2, "ulysses", true},
+                   Layout{1, 2, 2, 2, "ring", true}}) {
+    const std::string name =
+        fmt::format("cp_d{}p{}c{}t{}{}_{}", l.dp, l.pp, l.cp, l.tp, l.sequence_parallel ? "sp" : "", l.attention);
     const int N = l.dp * l.pp * l.cp * l.tp;
-    auto r = train_3d(N, common() + fmt::format(" --dp {} --pp {} --cp {} --tp {} --cp-attention {} "
+    auto r = train_3d(N, common() + fmt::format(" --dp {} --pp {} --cp {} --tp {} --cp-attention {}{} "
                                                 "--micro-batches 2 --out-dir {}",
-                                                l.dp, l.pp, l.cp, l.tp, l.attention, out(name)));
+                                                l.dp, l.pp, l.cp, l.tp, l.attention,
+                                                l.sequence_parallel ? " --sequence-parallel" : "", out(name)));
     REQUIRE(r.status == 0);
     const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
     INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
@@ -92,7 +96,8 @@ TEST_CASE("bad context-parallel input: one line, exit status 2") {
   usage_failure(train_3d(3, run + " --cp 3"), "--cp 3: --block-size 16 does not split into 2·cp = 6 equal chunks");
   usage_failure(train_3d(3, run + " --cp 3 --block-size 24 --cp-attention ulysses"),
                 "--cp-attention ulysses: the 4 heads of each tp rank do not split over --cp 3");
-  usage_failure(train_3d(4, run + " --cp 2 --tp 2 --sequence-parallel"), "--cp with --sequence-parallel is not built");
+  usage_failure(train_3d(6, run + " --cp 2 --tp 3 --sequence-parallel --n-head 3 --n-embd 48 --block-size 24"),
+                "--cp with --sequence-parallel needs an even --tp (got 3)");
   usage_failure(train_3d(2, run + " --cp 4"), "2 ranks cannot be --dp 1 × --pp 1 × --cp 4 × --tp 1 = 4");
   usage_failure(train_3d(2, run + " --cp 2 --cp-attention sideways"), "--cp-attention");
   usage_failure(train_3d(2, run + " --cp 2 --precision bf16"), "--cp-attention ring computes attention in fp32");

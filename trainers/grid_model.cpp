@@ -44,9 +44,16 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
     throw comm::UsageError(fmt::format("--cp-attention ulysses: the {} heads of each tp rank do not split over --cp {} "
                                        "(--cp-attention ring, or a cp dividing them)",
                                        config.n_head / s.tp, s.cp));
-  if (s.cp > 1 && s.sequence_parallel)
-    throw comm::UsageError("--cp with --sequence-parallel is not built: use --cp with --tp alone (both shard the "
-                           "sequence: cp's positions would be cut again over tp)");
+  // Sequence parallelism cuts each cp rank's T/cp positions again over tp: each piece must lie
+  // within one of its two chunks (one run of positions), which an even tp gives.
+  if (s.cp > 1 && s.sequence_parallel && s.tp % 2 != 0)
+    throw comm::UsageError(fmt::format("--cp with --sequence-parallel needs an even --tp (got {}): each tp rank's share "
+                                       "of a cp rank's positions must lie within one of its two chunks",
+                                       s.tp));
+  if (s.cp > 1 && s.sequence_parallel && config.block_size / s.cp % s.tp != 0)
+    throw comm::UsageError(fmt::format("--cp {} with --sequence-parallel: the {} positions of a cp rank do not split "
+                                       "over --tp {}",
+                                       s.cp, config.block_size / s.cp, s.tp));
   chunk_layers(s, config.n_layer);  // throws on a bad split
 }
 

@@ -11,7 +11,8 @@ ContextParallelLayers::ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inne
     : inner_(std::move(inner)), cp_(cp), algorithm_(algorithm), overlap_(overlap) {}
 
 int64_t ContextParallelLayers::stream_length(int64_t T, bool training) const {
-  return training ? ContextShard::of(T, cp_.size(), cp_.rank()).length() : inner_->stream_length(T, training);
+  // The cp shard's T/c positions, cut again over tp under sequence parallelism.
+  return inner_->stream_length(training ? ContextShard::of(T, cp_.size(), cp_.rank()).length() : T, training);
 }
 
 int64_t ContextParallelLayers::first_stream_position(int64_t S, bool training) const {
@@ -20,8 +21,15 @@ int64_t ContextParallelLayers::first_stream_position(int64_t S, bool training) c
 
 nn::GPTLayers::StreamPlace ContextParallelLayers::stream_place(int64_t S, bool training) const {
   if (!training) return inner_->stream_place(S, training);
-  const ContextShard shard{S * cp_.size(), cp_.size(), cp_.rank()};
-  return {shard.position(0), shard.position(S / 2)};  // chunks r and 2c−1−r
+  const int64_t shard_length = S * inner_->stream_shards(training);  // the cp shard's positions
+  const ContextShard shard{shard_length * cp_.size(), cp_.size(), cp_.rank()};
+  if (S == shard_length) return {shard.position(0), shard.position(S / 2)};  // chunks r and 2c−1−r
+  // Sequence parallelism: this tp rank's piece of the shard, S positions from `local`.
+  const int64_t local = inner_->first_stream_position(S, training), half = shard_length / 2;
+  if (local < half && local + S > half)
+    comm::fail("context parallelism with sequence parallelism: positions {}…{} of the shard straddle its two chunks "
+               "(the tp degree must be even)", local, local + S - 1);
+  return {shard.position(local), -1};
 }
 
 int64_t ContextParallelLayers::sequence_length(int64_t rows, bool training) const {

@@ -3,11 +3,13 @@
 // load-balanced shard, context_shard.hpp) while training, and whose attention goes round the
 // cp group — ring attention or Ulysses. Everything else in a block is position-wise, so it
 // runs unchanged on the rank's positions; the linears are the inner layers' (whole, or
-// tensor-parallel without sequence parallelism), the loss is the mean over the rank's positions
-// (the gradients averaged over cp, with dp, make the mean over the whole sequence).
+// tensor-parallel, with or without sequence parallelism), the loss is the mean over the rank's
+// positions (the gradients averaged over cp, with dp, make the mean over the whole sequence).
 //
 //   stream          [B, T/c, C]: positions of chunks r and 2c−1−r (their ids, their wpe rows,
-//                   their dropout masks at their place in the whole)
+//                   their dropout masks at their place in the whole); under sequence
+//                   parallelism [B, T/(c·t), C], tp rank j's piece j of those T/c — within one
+//                   chunk when t is even (t odd is refused), so one run of positions
 //   attention       ring_attention or ulysses_attention over cp, heads as the inner layers hold
 //   cross_entropy   the targets of this rank's positions
 //
@@ -54,6 +56,7 @@ class ContextParallelLayers final : public nn::GPTLayers {
   int first_head(int n_head) const override { return inner_->first_head(n_head); }
 
   int64_t stream_length(int64_t T, bool training) const override;
+  int64_t stream_shards(bool training) const override { return inner_->stream_shards(training); }
   int64_t first_stream_position(int64_t S, bool training) const override;
   StreamPlace stream_place(int64_t S, bool training) const override;
   int64_t sequence_length(int64_t rows, bool training) const override;

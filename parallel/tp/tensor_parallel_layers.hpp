@@ -54,6 +54,7 @@ class TensorParallelLayers final : public nn::GPTLayers {
   int first_head(int n_head) const override { return tp_.rank() * local_heads(n_head); }
   int64_t stream_length(int64_t T, bool training) const override;
   int64_t first_stream_position(int64_t S, bool training) const override;
+  int64_t stream_shards(bool training) const override { return sharded(training) ? tp_.size() : 1; }
   nn::Tensor token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
                              bool training) override;
   nn::Tensor column_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias, const char* family,
