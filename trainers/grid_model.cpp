@@ -20,12 +20,13 @@
 namespace trainers {
 
 void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size) {
-  if (s.dp * s.pp * s.cp * s.tp != world_size) {
+  if (s.ranks() != world_size) {
     if (s.cp == 1)
-      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
-                                         world_size, s.dp, s.pp, s.tp, s.dp * s.pp * s.tp));
-    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {}: run D·P·C·T ranks",
-                                       world_size, s.dp, s.pp, s.cp, s.tp, s.dp * s.pp * s.cp * s.tp));
+      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {:.0f}: run D·P·T ranks",
+                                         world_size, s.dp, s.pp, s.tp, s.ranks()));
+    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {:.0f}: run D·P·C·T "
+                                       "ranks",
+                                       world_size, s.dp, s.pp, s.cp, s.tp, s.ranks()));
   }
   if (config.n_head % s.tp != 0)
     throw comm::UsageError(

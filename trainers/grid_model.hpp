@@ -35,12 +35,14 @@ struct GridShape {
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
   int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
+  // dp·pp·cp·tp, exact (in a double: the product of four ints overflows an int).
+  double ranks() const { return static_cast<double>(dp) * pp * cp * tp; }
 };
 
 // Refuses, in one line, what cannot be built: a world size other than dp·pp·cp·tp, n_head not
 // divisible by tp, sequence parallelism with tp = 1 or block_size not divisible by tp, more
 // stages than blocks; block_size not divisible by 2·cp, Ulysses with heads per tp rank not
-// divisible by cp, cp with sequence parallelism.
+// divisible by cp, cp with sequence parallelism and an odd tp or one not dividing T/cp.
 void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_size);
 // The blocks of each of the pp·V chunks in model order (V = 1: of each stage): --stage-layers,
 // or even. Throws comm::UsageError naming the rule (V > 1 needs pp ≥ 2, a block per chunk).

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions& o, comm::Communicator& world) {
-    if (world.size() != shape.dp * shape.pp * shape.cp * shape.tp) check_grid(shape, o.model, world.size());
+    if (world.size() != shape.ranks()) check_grid(shape, o.model, world.size());
   };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
     shape.virtual_stages = s.virtual_stages;
