@@ -165,6 +165,12 @@ class Communicator {
   // Sends to `dest` and receives from `source` at once (a ring step): cannot deadlock.
   template <class T>
   void send_recv(std::span<const T> out, int dest, std::span<T> in, int source);
+  // The same step while the caller works (ring attention's next block while this one computes):
+  // every rank of the group calls it, in the same order, like a collective. With the
+  // communication thread (--progress thread) that thread runs it; otherwise its two messages
+  // are posted at once and move as the transport progresses them. Finish with Work::wait().
+  template <class T>
+  Work send_recv_async(std::span<const T> out, int dest, std::span<T> in, int source);
 
   // Point-to-point that never blocks (torch.distributed's isend and irecv): each returns at once
   // and its Work completes when the message has gone or come. A message goes to the receive
@@ -224,6 +230,8 @@ class Communicator {
   Work run_tagged(OpKind kind, void* data, std::size_t count, DataType type, int peer, int tag);
   void run_send_recv(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count, int source,
                      DataType type);
+  Work run_send_recv_async(const void* out, std::size_t out_count, int dest, void* in, std::size_t in_count,
+                           int source, DataType type);
   Work run_allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op);
   Work run_reduce_scatter_async(void* send, std::size_t send_size, void* recv, std::size_t count, DataType type,
                                 ReduceOp op);
@@ -232,7 +240,8 @@ class Communicator {
   // `start` begins it on the caller's thread (caller progress); `run` is the blocking form,
   // queued on the communication thread (thread progress).
   template <class Start, class Run>
-  Work start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start, Run&& run);
+  Work start_async(OpKind kind, std::size_t count, DataType type, int op, int peer, Staging staged, Start&& start,
+                   Run&& run);
   // Host copies of device buffers for a call of `kind` (or, for nccl, the check that they are on the device).
   Staging staging(OpKind kind) const;
 
@@ -374,6 +383,10 @@ void Communicator::recv(std::span<T> data, int source) {
 template <class T>
 void Communicator::send_recv(std::span<const T> out, int dest, std::span<T> in, int source) {
   run_send_recv(out.data(), out.size(), dest, in.data(), in.size(), source, datatype_of<T>());
+}
+template <class T>
+Work Communicator::send_recv_async(std::span<const T> out, int dest, std::span<T> in, int source) {
+  return run_send_recv_async(out.data(), out.size(), dest, in.data(), in.size(), source, datatype_of<T>());
 }
 template <class T>
 Work Communicator::isend(std::span<const T> data, int dest, int tag) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/error.hpp"
 #include "comm/transport.hpp"
 
 namespace comm {
@@ -220,13 +221,14 @@ void Communicator::barrier() {
 }
 
 template <class Start, class Run>
-Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, Staging staged, Start&& start,
+Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, int op, int peer, Staging staged,
+                               Start&& start,
                                Run&& run) {
   Work work;
   work.staged_ = std::make_unique<Staging>(std::move(staged));
   if (on_thread_ && !ProgressThread::is_current()) {
     // Numbered here, in program order; run on the communication thread, in that same order.
-    OpCall call = next_collective(kind, count, type, op, -1);
+    OpCall call = next_collective(kind, count, type, op, peer);
     call.on_communication_thread = true;
     auto done = std::make_shared<Completion>();
     std::shared_ptr<InFlight> in_flight = in_flight_;
@@ -250,7 +252,7 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
     work.start_ns_ = now_ns();
     return work;
   }
-  collective(kind, count, type, op, -1, [&](const Transport&, const OpCall& call) {
+  collective(kind, count, type, op, peer, [&](const Transport&, const OpCall& call) {
     // Async ops travel on their own lane, each with its own tag, so two in flight never swap messages.
     const Transport async(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(call.seq % kAsyncTags));
     work.start_ns_ = now_ns();  // before: a backend's start may run the whole operation
@@ -266,7 +268,7 @@ Work Communicator::run_allreduce_async(void* data, std::size_t count, DataType t
   void* buffer = staged.output(data, count * size_of(type), true, "data");
   Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
   return start_async(
-      OpKind::allreduce, count, type, static_cast<int>(op), std::move(staged),
+      OpKind::allreduce, count, type, static_cast<int>(op), -1, std::move(staged),
       [&](const Transport& t) { return backend->start_allreduce(t, buffer, count, type, op); },
       [=](const Transport& t) { backend->allreduce(t, buffer, buffer, count, type, op); });
 }
@@ -281,7 +283,7 @@ Work Communicator::run_reduce_scatter_async(void* send, std::size_t send_size, v
   void* out = staged.output(recv, bytes, false, "recv");
   Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
   return start_async(
-      OpKind::reduce_scatter, count, type, static_cast<int>(op), std::move(staged),
+      OpKind::reduce_scatter, count, type, static_cast<int>(op), -1, std::move(staged),
       [&](const Transport& t) { return backend->start_reduce_scatter(t, work_space, out, count, type, op); },
       [=](const Transport& t) { backend->reduce_scatter(t, work_space, out, count, type, op); });
 }
@@ -291,9 +293,45 @@ Work Communicator::run_allgather_async(const void* send, void* recv, std::size_t
   auto [staged, in, out] = stage_allgather(send, recv, count, recv_size, type);
   Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
   return start_async(
-      OpKind::allgather, count, type, -1, std::move(staged),
+      OpKind::allgather, count, type, -1, -1, std::move(staged),
       [&](const Transport& t) { return backend->start_allgather(t, in, out, count, type); },
       [=](const Transport& t) { backend->allgather(t, in, out, count, type); });
+}
+
+namespace {
+// A ring step's two messages, posted at once; done when both are.
+class ExchangeInFlight final : public PendingOp {
+ public:
+  ExchangeInFlight(MPI_Request sent, MPI_Request received) : requests_{sent, received} {}
+  bool test() override {
+    int done = 0;
+    check_mpi(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    return done != 0;
+  }
+
+ private:
+  MPI_Request requests_[2];
+};
+}  // namespace
+
+Work Communicator::run_send_recv_async(const void* out, std::size_t out_count, int dest, void* in,
+                                       std::size_t in_count, int source, DataType type) {
+  require_root(OpKind::send, dest);
+  require_root(OpKind::recv, source);
+  if (backend_->takes_device_memory())
+    usage_error(OpKind::sendrecv, "send_recv_async takes host memory (on nccl, use send_recv)");
+  const std::size_t bytes = size_of(type);
+  Staging staged = staging(OpKind::sendrecv);
+  void* received = staged.output(in, in_count * bytes, false, "in");
+  const void* sent = staged.input(out, out_count * bytes, "out");
+  Backend* const backend = backend_.get();  // the communicator keeps it alive until its work is done
+  return start_async(
+      OpKind::sendrecv, out_count, type, -1, source, std::move(staged),
+      [&](const Transport& t) -> std::unique_ptr<PendingOp> {
+        return std::make_unique<ExchangeInFlight>(t.isend(sent, out_count, type, dest),
+                                                  t.irecv(received, in_count, type, source));
+      },
+      [=](const Transport& t) { backend->send_recv(t, sent, out_count, dest, received, in_count, source, type); });
 }
 
 }  // namespace comm

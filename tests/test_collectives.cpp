@@ -545,6 +545,32 @@ TEST_CASE("with --progress thread an asynchronous collective moves while its cal
   }
 }
 
+TEST_CASE("send_recv_async: a ring step while the caller works, by caller progress and on the communication thread",
+          "[collectives][async]") {
+  Communicator& world = comm::runtime().world();
+  const int n = world.size(), next = (world.rank() + 1) % n, previous = (world.rank() + n - 1) % n;
+  for (const comm::Progress progress : {comm::Progress::caller, comm::Progress::thread})
+    for (const char* name : {"mpi", "ring", "shm"}) {
+      INFO("backend " << name << (progress == comm::Progress::thread ? ", thread progress" : ", caller progress"));
+      Communicator c = async_communicator(world, name, progress);
+      std::vector<float> out = inputs<float>(c.rank(), 1000), in(1000, -1.0f);
+      comm::Work step = c.send_recv_async(std::span<const float>(out), next, std::span(in), previous);
+      if (progress == comm::Progress::thread && n > 1) {
+        // The step moves while its caller waits elsewhere: rank 0 blocks in a receive that
+        // rank 1 sends only once its own step is over.
+        std::vector<int> token = {7};
+        if (c.rank() == 1) {
+          step.wait();
+          world.send(std::span<const int>(token), 0);
+        } else if (c.rank() == 0) {
+          world.recv(std::span(token), 1);
+        }
+      }
+      step.wait();
+      CHECK(mismatches(in, inputs<float>(previous, 1000)) == 0);
+    }
+}
+
 TEST_CASE("a receive from any rank names each sender; sends posted with isend need no partner waiting",
           "[collectives][p2p]") {
   Communicator& world = comm::runtime().world();

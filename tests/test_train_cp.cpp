@@ -37,18 +37,21 @@ TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, with dp, pp and tp, end 
     int dp, pp, cp, tp;
     const char* attention;
     bool sequence_parallel = false;  // each cp rank's positions cut again over tp
+    const char* more = "";
   };
-  for (Layout l : {Layout{1, 1, 2, 1, "ring"}, Layout{1, 1, 2, 1, "ulysses"}, Layout{1, 1, 4, 1, "ring"},
+  // (cp 4 ring with --progress thread: the ring's hops run on the communication thread.)
+  for (Layout l : {Layout{1, 1, 2, 1, "ring"}, Layout{1, 1, 2, 1, "ulysses"},
+                   Layout{1, 1, 4, 1, "ring", false, " --progress thread"},
                    Layout{1, 1, 4, 1, "ulysses"}, Layout{2, 1, 2, 1, "ring"}, Layout{1, 2, 2, 1, "ulysses"},
                    Layout{1, 1, 2, 2, "ring"}, Layout{1, 1, 2, 2, "ulysses", true},
                    Layout{1, 2, 2, 2, "ring", true}}) {
     const std::string name =
         fmt::format("cp_d{}p{}c{}t{}{}_{}", l.dp, l.pp, l.cp, l.tp, l.sequence_parallel ? "sp" : "", l.attention);
     const int N = l.dp * l.pp * l.cp * l.tp;
-    auto r = train_3d(N, common() + fmt::format(" --dp {} --pp {} --cp {} --tp {} --cp-attention {}{} "
+    auto r = train_3d(N, common() + fmt::format(" --dp {} --pp {} --cp {} --tp {} --cp-attention {}{}{} "
                                                 "--micro-batches 2 --out-dir {}",
                                                 l.dp, l.pp, l.cp, l.tp, l.attention,
-                                                l.sequence_parallel ? " --sequence-parallel" : "", out(name)));
+                                                l.sequence_parallel ? " --sequence-parallel" : "", l.more, out(name)));
     REQUIRE(r.status == 0);
     const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
     INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
@@ -86,9 +89,9 @@ TEST_CASE("a cp rank that skips the attention ring is named, with its group, by 
   // rank's deadline passes first reports, so the diagnosis comes in one of two forms.
   CHECK_THAT(r.output, Catch::Contains("[watchdog] diagnosis: rank 0 waits to receive from rank 1") ||
                            Catch::Contains("[watchdog] diagnosis: rank 1 called allreduce"));
-  CHECK_THAT(r.output, Catch::Contains("recv #") && Catch::Contains("on 'world/split1:0' (count"));
+  CHECK_THAT(r.output, Catch::Contains("sendrecv #") && Catch::Contains("on 'world/split1:0' (count"));
   CHECK_THAT(r.output, Catch::Contains("rank 1 is waiting in a different call, allreduce") ||
-                           Catch::Contains("rank 0 is waiting in a different call, recv"));
+                           Catch::Contains("rank 0 is waiting in a different call, sendrecv"));
 }
 
 TEST_CASE("bad context-parallel input: one line, exit status 2") {

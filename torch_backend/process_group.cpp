@@ -289,7 +289,7 @@ void exchange_all(comm::Communicator& c, const std::vector<at::Tensor>& send_par
   const at::Tensor in = joined(send_parts);
   at::Tensor out = joined(recv_parts);
   // Counts in the library's elements (a type it lacks moves as bytes): each part's share of the whole.
-  const auto counts = [](const std::vector<at::Tensor>& parts, const at::Tensor& whole) {
+  const auto counts_of = [](const std::vector<at::Tensor>& parts, const at::Tensor& whole) {
     std::int64_t elements = 0;
     for (const at::Tensor& p : parts) elements += p.numel();
     std::vector<std::size_t> counts;
@@ -297,7 +297,7 @@ void exchange_all(comm::Communicator& c, const std::vector<at::Tensor>& send_par
       counts.push_back(elements == 0 ? 0 : static_cast<std::size_t>(p.numel() * (whole.numel() / elements)));
     return counts;
   };
-  const std::vector<std::size_t> send_counts = counts(send_parts, in), recv_counts = counts(recv_parts, out);
+  const std::vector<std::size_t> send_counts = counts_of(send_parts, in), recv_counts = counts_of(recv_parts, out);
   with_element_type(in.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     c.alltoallv(std::span<const T>(span_of<T>(in)), std::span<const std::size_t>(send_counts), span_of<T>(out),

@@ -14,8 +14,6 @@
 namespace parallel {
 namespace {
 
-// The ring's messages on the cp group's tagged lane: keys and values, and (backward) their gradients.
-constexpr int kBlockTag = 7311, kGradientTag = 7312;
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
 // The sizes of one call, and where a head's columns are in each buffer.
@@ -154,20 +152,12 @@ std::vector<float> keys_and_values(const Layout& L, const float* qkv) {
   return kv;
 }
 
-// One hop round the ring: `out` to rank + 1, `in` from rank − 1. Started now, finished by wait().
-struct Hop {
-  comm::Work sent, received;
-  void wait() {
-    sent.wait();
-    received.wait();
-  }
-};
-Hop start_hop(comm::Communicator& cp, std::span<const float> out, std::span<float> in, int tag) {
+// One hop round the ring: `out` to rank + 1, `in` from rank − 1, started now and finished by
+// Work::wait() — on the communication thread under --progress thread, else as two messages the
+// transport moves while this rank computes.
+comm::Work start_hop(comm::Communicator& cp, std::span<const float> out, std::span<float> in) {
   const int c = cp.size(), next = (cp.rank() + 1) % c, previous = (cp.rank() + c - 1) % c;
-  Hop hop;
-  hop.received = cp.irecv(in, previous, tag);
-  hop.sent = cp.isend(out, next, tag);
-  return hop;
+  return cp.send_recv_async(out, next, in, previous);
 }
 
 // Goes round the ring once: calls visit(block, source) for every rank's block, starting with
@@ -180,10 +170,10 @@ void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overl
   for (int step = 0; step < c; ++step) {
     const int source = (cp.rank() - step + c) % c;
     const bool more = step + 1 < c;
-    Hop hop;
-    if (more && overlap) hop = start_hop(cp, block, next, kBlockTag);
+    comm::Work hop;
+    if (more && overlap) hop = start_hop(cp, block, next);
     visit(block, source);
-    if (more && !overlap) hop = start_hop(cp, block, next, kBlockTag);
+    if (more && !overlap) hop = start_hop(cp, block, next);
     if (more) {
       hop.wait();
       block.swap(next);
@@ -246,7 +236,7 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
       backward_block(L, qkv.data(), kv.data(), y.grad(), lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
                      dq.data(), dkv.data());
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
-        start_hop(cp, dkv, incoming, kGradientTag).wait();
+        start_hop(cp, dkv, incoming).wait();
         dkv.swap(incoming);
       }
     });

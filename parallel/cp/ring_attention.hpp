@@ -22,9 +22,10 @@
 // The sums run in another order than one rank's softmax: equal within rounding, not bit for bit.
 //
 // Per layer and rank: c−1 transfers of K and V ([B,S,2C]) forward, c−1 again backward and c of
-// dK, dV; with `overlap` the next block's K and V are posted (isend/irecv) before the current
-// block is computed, and move while it computes where the transport progresses on its own
-// (the dK, dV hop waits for the block's compute: it is not overlapped).
+// dK, dV; with `overlap` the next block's K and V are started (Communicator::send_recv_async)
+// before the current block is computed, and move while it computes: on the communication
+// thread under --progress thread, else as the transport progresses on its own (the dK, dV hop
+// waits for the block's compute: it is not overlapped).
 #pragma once
 #include "comm/communicator.hpp"
 #include "nn/dropout_mask.hpp"
