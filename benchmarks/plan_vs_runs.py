@@ -60,6 +60,9 @@ ROWS = [
     ("pp 2 × cp 2 ring", "--pp 2 --cp 2 --cp-attention ring --schedule 1f1b --micro-batch 3", 12, "gpt-bench-a", "fp32"),
     ("cp 2 × tp 2 Ulysses", "--tp 2 --cp 2 --cp-attention ulysses --sequence-parallel 0 --micro-batch 12", 12,
      "gpt-bench-a", "fp32"),
+    ("cp 2 Ulysses selective", "--cp 2 --cp-attention ulysses --recompute selective --micro-batch 12", 12,
+     "gpt-bench-a", "fp32"),
+    ("cp 2 ring, 2 micro-batches", "--cp 2 --cp-attention ring --micro-batch 6", 12, "gpt-bench-a", "fp32"),
     ("cp 2 × tp 2 + SP ring", "--tp 2 --cp 2 --cp-attention ring --sequence-parallel 1 --micro-batch 12", 12,
      "gpt-bench-a", "fp32"),
 ]

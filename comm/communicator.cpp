@@ -139,9 +139,7 @@ OpCall Communicator::next_collective(OpKind kind, std::size_t count, DataType ty
 void Communicator::run_collective(const OpCall& call, const Body& body) {
   OpScope scope(call);
   watchdog().count_entry(id_);
-  // (A ring step, send_recv_async, is called by every rank with its own neighbours: no two
-  // ranks' arguments agree, so check mode has nothing to compare.)
-  if (watchdog().check_mode() && call.kind != OpKind::sendrecv) watchdog().verify_same_call(lanes_[kCheckLane].get());
+  if (watchdog().check_mode()) watchdog().verify_same_call(lanes_[kCheckLane].get());
   body(Transport(lane(call.kind), rank_, size_), call);
 }
 

@@ -236,7 +236,14 @@ Work Communicator::start_async(OpKind kind, std::size_t count, DataType type, in
     const bool queued = ProgressThread::get().post([this, call, run, done, in_flight] {
       done->begin();
       try {
-        run_collective(call, [&](const Transport& t, const OpCall&) { run(t); });
+        run_collective(call, [&](const Transport& t, const OpCall& c) {
+          // A ring step keeps to the asynchronous lane and its own tag, as on the caller's
+          // thread: no blocking send or recv of the program can take its messages.
+          if (c.kind == OpKind::sendrecv)
+            run(Transport(lanes_[kAsyncLane].get(), rank_, size_, static_cast<int>(c.seq % kAsyncTags)));
+          else
+            run(t);
+        });
         done->finish();
       } catch (...) {
         done->finish(std::current_exception());

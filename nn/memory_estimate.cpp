@@ -41,7 +41,10 @@ double block_activation_floats_per_token(const GPTConfig& c, int64_t T, Recomput
   // Context parallelism: the ring keeps a log-sum-exp per row and head instead of the weights;
   // Ulysses' two trades keep their inputs' q|k|v (3C) and their heads' output (C).
   const bool ring = context.ranks > 1 && context.ring_attention, ulysses = context.ranks > 1 && !ring;
-  const double attention = ring ? H / t : attention_weights + (ulysses ? 4 * C / t : 0);
+  // (Under selective recompute the whole attention core, ring or trades included, is replayed: none kept.)
+  const double attention = recompute == Recompute::selective ? 0
+                           : ring                            ? H / t
+                                                             : attention_weights + (ulysses ? 4 * C / t : 0);
   return (tp > 1 ? 4 * C : 0) + 6 * C / r + 12 * C / t + attention + 4 / r + 2 * C * dropout / r +
          bf16 * (C + 2.5 * C / t + qkv_copy);
 }

@@ -17,12 +17,14 @@ Coordinates coordinates(int r, int pp, int cp, int tp) { return {r / (pp * cp * 
 }  // namespace
 
 Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp) {
-  if (dp < 1 || pp < 1 || tp < 1 || cp < 1 || dp * pp * cp * tp != world.size()) {
+  const double ranks = static_cast<double>(dp) * pp * cp * tp;  // (four ints' product overflows an int)
+  if (dp < 1 || pp < 1 || tp < 1 || cp < 1 || ranks != world.size()) {
     if (cp == 1)
-      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {}: run D·P·T ranks",
-                                         world.size(), dp, pp, tp, dp * pp * tp));
-    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {}: run D·P·C·T ranks",
-                                       world.size(), dp, pp, cp, tp, dp * pp * cp * tp));
+      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {:.0f}: run D·P·T ranks",
+                                         world.size(), dp, pp, tp, ranks));
+    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {:.0f}: run D·P·C·T "
+                                       "ranks",
+                                       world.size(), dp, pp, cp, tp, ranks));
   }
   const auto [d, p, k, t] = coordinates(world.rank(), pp, cp, tp);
   // split(color, key): ranks with the same color form a group, ordered by key. Braced

@@ -62,7 +62,8 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
   const RankMemory& m = p.memory;
   const StepTime& t = p.time;
   return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp},
-          {"cp_attention", kCpAttentionNames[static_cast<std::size_t>(l.cp_attention)]},
+          {"cp_attention", l.cp > 1 ? nlohmann::json(kCpAttentionNames[static_cast<std::size_t>(l.cp_attention)])
+                                    : nlohmann::json(nullptr)},
           {"virtual_stages", l.virtual_stages},
           {"schedule", name_of(l.schedule)}, {"sequence_parallel", l.sequence_parallel}, {"zero", l.zero},
           {"recompute", nn::name_of(l.recompute)}, {"micro_batch", l.micro_batch},
@@ -97,7 +98,7 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
              counts.fit == 0 ? std::string("none fits: the smallest first")
              : static_cast<int>(layouts.size()) > top ? fmt::format("the first {} by predicted step time", top)
                                                       : std::string("by predicted step time"));
-  fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
+  fmt::print("{:>3}  {:<60} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
              "#", "layout (dp · tp · pp · cp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
              "activ.", "buffers", "step", "compute", "tp", "cp", "pp", "bubble", "dp exposed/hidden", "optim", "turns",
              "tokens/s", "MFU");
@@ -106,7 +107,7 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
     if (row++ >= top) break;
     const RankMemory& m = p.memory;
     const StepTime& t = p.time;
-    fmt::print("{:>3}  {:<52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
+    fmt::print("{:>3}  {:<60} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
                row, p.layout.describe(w), bytes_text(m.total()), bytes_text(m.parameters), bytes_text(m.gradients),
                bytes_text(m.optimizer), bytes_text(m.activations), bytes_text(m.buffers), seconds(t.total()),
                seconds(t.compute), seconds(t.tp), seconds(t.cp), seconds(t.pp), seconds(t.bubble),

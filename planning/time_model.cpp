@@ -134,8 +134,8 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     const double bytes = w.implementation == Implementation::megatron ? message / l.tp : message;
     pp_mb = 2 * v * send_cost(groups.pp_inside_a_node, bytes, machine).seconds;
   }
-  // Context parallelism: attention's share of the compute (forward, backward and a replay)
-  // is what the ring's K and V can hide behind.
+  // Context parallelism: attention's share of the compute (forward and backward) is what the
+  // ring's K and V can hide behind.
   const double attention_s = rank_tokens * blocks * 3 * attention_core_forward_flops(c) / l.tp /
                              machine.achieved_flops(w.precision);
   const ContextTransfers cp_mb = context_transfers(w, l, groups, machine, blocks, attention_s);

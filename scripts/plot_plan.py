@@ -15,8 +15,9 @@ import sys
 
 from pyplot import pyplot
 
-PARTS = [("compute", "compute"), ("tp", "tensor-parallel"), ("pp", "pipeline sends"), ("bubble", "bubble"),
-         ("dp_exposed", "data-parallel (exposed)"), ("optimizer", "optimizer"), ("time_sharing", "waiting for a core")]
+PARTS = [("compute", "compute"), ("tp", "tensor-parallel"), ("cp", "context-parallel (exposed)"),
+         ("pp", "pipeline sends"), ("bubble", "bubble"), ("dp_exposed", "data-parallel (exposed)"),
+         ("optimizer", "optimizer"), ("time_sharing", "waiting for a core")]
 
 
 def main() -> int:

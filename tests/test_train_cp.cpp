@@ -56,8 +56,10 @@ TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, with dp, pp and tp, end 
     const float diff = max_difference(checkpoint(name), reference(4 * l.dp));
     INFO(name << ": largest parameter difference from one process with batch " << 4 * l.dp << " is " << diff);
     CHECK(diff <= kTolerance);
-    CHECK_THAT(r.output, Catch::Contains(fmt::format("{} attention, {} of 16 positions per rank", l.attention,
+    CHECK_THAT(r.output, Catch::Contains(fmt::format("{} attention, {} of 16 positions per cp rank", l.attention,
                                                      16 / l.cp)));
+    if (l.sequence_parallel)  // each tp rank's stream holds its piece of the cp rank's positions
+      CHECK_THAT(r.output, Catch::Contains(fmt::format(", {} in each tp rank's stream", 16 / l.cp / l.tp)));
     if (N == 8) CHECK_THAT(r.output, Catch::Contains("rank 5 = dp 0 · pp 1 · cp 0 · tp 1"));
   }
   SECTION("the comparison has teeth: another seed ends far away") {

@@ -35,7 +35,7 @@ struct GridShape {
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
   int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
-  // dp·pp·cp·tp, exact (in a double: the product of four ints overflows an int).
+  // dp·pp·cp·tp in a double (the product of four ints overflows an int; exact below 2^53).
   double ranks() const { return static_cast<double>(dp) * pp * cp * tp; }
 };
 

@@ -63,11 +63,15 @@ class ThreeDParallel final : public PipelineStrategy {
   }
 
  private:
-  // " × cp 2 (ring attention, 32 of 64 positions per rank)", or nothing without context parallelism.
+  // " × cp 2 (ring attention, 32 of 64 positions per cp rank)" (with sequence parallelism: ",
+  // 16 in each tp rank's stream"), or nothing without context parallelism.
   std::string cp_note() const {
     if (grid_.cp == 1) return "";
-    return fmt::format(" × cp {} ({} attention, {} of {} positions per rank)", grid_.cp,
-                       parallel::kCpAttentionNames[static_cast<std::size_t>(shape_.cp_attention)], T() / grid_.cp, T());
+    const std::string pieces =
+        shape_.sequence_parallel ? fmt::format(", {} in each tp rank's stream", T() / grid_.cp / grid_.tp) : "";
+    return fmt::format(" × cp {} ({} attention, {} of {} positions per cp rank{})", grid_.cp,
+                       parallel::kCpAttentionNames[static_cast<std::size_t>(shape_.cp_attention)], T() / grid_.cp, T(),
+                       pieces);
   }
 
   GridShape shape_;

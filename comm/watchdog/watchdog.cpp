@@ -265,8 +265,10 @@ void Watchdog::wait_until(const std::function<bool()>& done_now, const std::func
 }
 
 void Watchdog::verify_same_call(MPI_Comm check_comm) {
+  // A ring step (send_recv_async) names each rank's own neighbour: only its kind, number and type agree.
+  const bool ring_step = call_.kind == OpKind::sendrecv;
   const CallKey mine = {static_cast<std::int64_t>(call_.kind), call_.seq, call_.count,
-                        static_cast<std::int64_t>(call_.type), call_.op,  call_.root};
+                        static_cast<std::int64_t>(call_.type), call_.op,  ring_step ? -1 : call_.root};
   const int n = static_cast<int>(call_.members->size());
   std::vector<CallKey> all(static_cast<std::size_t>(n));
   MPI_Request request;
