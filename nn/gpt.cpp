@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <tuple>
+#include <string_view>
 #include <utility>
 
 #include "nn/autograd.hpp"
@@ -27,11 +28,30 @@ void GPTConfig::validate() const {
   if (n_embd % n_head != 0) fail("GPT config: n_embd {} is not divisible by n_head {}", n_embd, n_head);
   if (!(dropout >= 0.0f && dropout <= static_cast<float>(kMaxDropout)))
     fail("GPT config: dropout must be a number ≥ 0 and ≤ {}, got {}", kMaxDropout, dropout);
+  if (n_experts < 0) fail("GPT config: n_experts must be 0 (dense) or more, got {}", n_experts);
+  if (n_experts == 0) return;
+  if (experts_per_token < 1 || experts_per_token > n_experts)
+    fail("GPT config: experts_per_token must be from 1 to n_experts {}, got {}", n_experts, experts_per_token);
+  if (!(capacity_factor > 0.0 && std::isfinite(capacity_factor)))
+    fail("GPT config: capacity_factor must be a number > 0, got {}", capacity_factor);
+  if (moe_every < 1 || moe_every > n_layer)
+    fail("GPT config: moe_every must be from 1 to n_layer {} (a mixture every that many blocks), got {}", n_layer,
+         moe_every);
+  if (!(aux_loss_weight >= 0.0f && std::isfinite(aux_loss_weight)))
+    fail("GPT config: aux_loss_weight must be a number ≥ 0, got {}", aux_loss_weight);
 }
 
 nlohmann::json GPTConfig::to_json() const {
-  return {{"n_layer", n_layer},       {"n_head", n_head},   {"n_embd", n_embd}, {"block_size", block_size},
-          {"vocab_size", vocab_size}, {"dropout", dropout}, {"bias", bias}};
+  nlohmann::json j = {{"n_layer", n_layer},       {"n_head", n_head},   {"n_embd", n_embd}, {"block_size", block_size},
+                      {"vocab_size", vocab_size}, {"dropout", dropout}, {"bias", bias}};
+  if (n_experts > 0) {  // a dense model's config stays nanoGPT's
+    j["n_experts"] = n_experts;
+    j["experts_per_token"] = experts_per_token;
+    j["capacity_factor"] = capacity_factor;
+    j["moe_every"] = moe_every;
+    j["aux_loss_weight"] = aux_loss_weight;
+  }
+  return j;
 }
 
 GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
@@ -59,6 +79,15 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   const nlohmann::json& bias = field("bias");
   if (!bias.is_boolean()) fail("GPT config: field 'bias' must be true or false, got {}", bias.dump());
   c.bias = bias.get<bool>();
+  if (j.contains("n_experts")) {  // a mixture of experts; without the field, dense
+    read_whole("n_experts", c.n_experts);
+    read_whole("experts_per_token", c.experts_per_token);
+    read_whole("moe_every", c.moe_every);
+    for (const char* name : {"capacity_factor", "aux_loss_weight"})
+      if (!field(name).is_number()) fail("GPT config: field '{}' must be a number, got {}", name, field(name).dump());
+    c.capacity_factor = field("capacity_factor").get<double>();
+    c.aux_loss_weight = field("aux_loss_weight").get<float>();
+  }
   c.validate();
   return c;
 }
@@ -131,10 +160,25 @@ void GPT::init_blocks(Rng& rng) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     const std::size_t first = parameters_.size();
     BlockWeights b;
+    const bool moe = config_.is_moe_block(static_cast<int>(l));
     for (const BlockTensor& t : block_tensors()) {
+      if (moe && std::string_view(t.name).starts_with("mlp.")) continue;  // the mixture's, below
       const Shape shape = t.columns ? Shape{t.rows * C, t.columns * C} : Shape{t.rows * C};
       b.*t.field = t.bias ? init_bias(rng, p + t.name, t.rows * C, owned, t.role)
                           : init_parameter(rng, p + t.name, shape, owned, t.role);
+    }
+    if (moe) {  // PyTorch's order: the router, then each expert's c_fc and c_proj
+      using enum ParameterRole;
+      b.moe.router_weight = init_parameter(rng, p + "mlp.router.weight", {config_.n_experts, C}, owned, replicated);
+      for (int e = 0; e < config_.n_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        ExpertWeights w;
+        w.c_fc_weight = init_parameter(rng, x + "c_fc.weight", {4 * C, C}, owned, replicated);
+        w.c_fc_bias = init_bias(rng, x + "c_fc.bias", 4 * C, owned, replicated);
+        w.c_proj_weight = init_parameter(rng, x + "c_proj.weight", {C, 4 * C}, owned, replicated);
+        w.c_proj_bias = init_bias(rng, x + "c_proj.bias", C, owned, replicated);
+        b.moe.experts.push_back(w);
+      }
     }
     if (!owned) continue;
     blocks_.push_back(b);
@@ -197,9 +241,18 @@ int64_t GPT::num_params(bool non_embedding) const {
   return non_embedding && wpe_.defined() ? n - wpe_.numel() : n;
 }
 
+double GPT::active_params() const {
+  double n = static_cast<double>(num_params(true));
+  if (config_.n_experts == 0) return n;
+  const double C = config_.n_embd, expert = 8.0 * C * C + (config_.bias ? 5.0 * C : 0.0);
+  for (int l : block_ids_)
+    if (config_.is_moe_block(l)) n -= (config_.n_experts - config_.experts_per_token) * expert;
+  return n;
+}
+
 double GPT::flops_per_token(int64_t T) const {
-  // 6 FLOPs per parameter per token (2 forward, 4 backward) plus attention's q·k and p·v.
-  const double N = static_cast<double>(num_params(true));
+  // 6 FLOPs per parameter a token uses (2 forward, 4 backward) plus attention's q·k and p·v.
+  const double N = active_params();
   return 6.0 * N + 12.0 * config_.n_layer * config_.n_embd * static_cast<double>(T);
 }
 
@@ -386,6 +439,11 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
   } else {
     x = add(x, h);
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
+  }
+  if (b.moe.router_weight.defined()) {  // a mixture of experts (nn/moe_mlp.hpp) on whole sequences
+    h = moe_mlp(h, b.moe, config_.moe(), precision, modes_.fusion == Fusion::fused, loss_scale_,
+                training ? &routing_stats_ : nullptr, layer);
+    return {x, maybe_dropout(h, batch, DropoutSite::mlp_output, layer)};
   }
   if (modes_.fusion == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass
     h = bias_gelu(layers.column_linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc", precision, training),

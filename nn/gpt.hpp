@@ -26,6 +26,7 @@
 #include "nn/dropout_mask.hpp"
 #include "nn/error.hpp"
 #include "nn/gpt_layers.hpp"
+#include "nn/moe_mlp.hpp"
 #include "nn/rng.hpp"
 #include "nn/tensor.hpp"
 
@@ -43,6 +44,15 @@ struct GPTConfig {
   int vocab_size = 65;
   float dropout = 0.0f;
   bool bias = false;
+  // A mixture of experts (nn/moe_mlp.hpp) in place of the MLP of every moe_every-th block —
+  // blocks moe_every − 1, 2·moe_every − 1, … — when n_experts > 0; dense otherwise.
+  int n_experts = 0;
+  int experts_per_token = 1;
+  double capacity_factor = 1.25;
+  int moe_every = 1;
+  float aux_loss_weight = 0.01f;
+  bool is_moe_block(int layer) const { return n_experts > 0 && (layer + 1) % moe_every == 0; }
+  MoESettings moe() const { return {n_experts, experts_per_token, capacity_factor, aux_loss_weight}; }
 
   void validate() const;  // throws nn::Error naming the bad field
   nlohmann::json to_json() const;
@@ -93,10 +103,12 @@ struct NamedTensor {
 };
 
 // A transformer block's tensors: whole, or this rank's slices under tensor parallelism
-// (GPTLayers::keep). Biases stay undefined when GPTConfig::bias is false.
+// (GPTLayers::keep). Biases stay undefined when GPTConfig::bias is false. A mixture-of-experts
+// block has `moe` (router and experts) in place of the MLP's four tensors (undefined there).
 struct BlockWeights {
   Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
   Tensor ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
+  MoEWeights moe;
 };
 // Each of them in nanoGPT's state_dict order: its name after "transformer.h.<l>.", its field,
 // its shape in units of n_embd C — [rows·C, columns·C], or [rows·C] when columns is 0 — and
@@ -168,12 +180,19 @@ class GPT {
   std::vector<NamedTensor> state_dict() const;
   Tensor& parameter(const std::string& name);
 
-  // nanoGPT's get_num_params(): by default without the position embedding.
+  // nanoGPT's get_num_params(): by default without the position embedding. active_params:
+  // the parameters one token uses (a mixture's k experts of E, and its router).
   int64_t num_params(bool non_embedding = true) const;
+  double active_params() const;
   // Model FLOPs per token for a forward+backward pass at context T (nanoGPT's estimate_mfu).
   double flops_per_token(int64_t T) const;
 
   void set_training(bool on) { training_ = on; }  // dropout only while training
+  // What the training loop multiplies the loss by before backward (1/micro-batches when it
+  // averages them): the mixtures' balancing losses join the gradient with the same factor.
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  // The routing of the mixture blocks held here, summed over the training forwards since clear().
+  RoutingStats& routing_stats() { return routing_stats_; }
   bool training() const { return training_; }
   // The batch the next forwards run on, for their dropout masks. Until it is set: the seed
   // given at construction, step 0, first sample 0 — the same masks on every forward, so a
@@ -241,6 +260,8 @@ class GPT {
   std::vector<BlockWeights> blocks_;  // the blocks it owns, in model order
   std::vector<int> block_ids_;        // their global numbers
   bool training_ = true;
+  float loss_scale_ = 1.0f;
+  RoutingStats routing_stats_;
   DropoutBatch dropout_batch_;
   GradReadyHook grad_ready_hook_;
   GroupUseHooks group_use_hooks_;

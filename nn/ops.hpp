@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "nn/dropout_mask.hpp"
 #include "nn/gemm.hpp"  // Precision
@@ -84,6 +85,18 @@ Tensor dropout(const Tensor& x, const DropoutMask& mask);
 // cross_entropy.cpp — mean over rows whose target is not ignore_index of
 // -log softmax(logits[row])[target]. logits [N,V] (or [...,V]), targets N ints.
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index = -1);
+
+// routing.cpp — a mixture of experts' routing (nn/moe_mlp.hpp decides where tokens go):
+// gather_rows: x's rows `rows` ([N,C] or [...,C]) → [M,C]; combine_rows: Σ over experts e of
+// gates[gate_index_e[m]] · y_e[m] added into row rows_e[m] of an [N,C] zero tensor (an undefined
+// y_e: an expert with no rows); load_balancing_loss: Switch's E·Σ_e f_e·P_e per group of probs
+// [G,T,E] (f [G·E]: the share of the group's choices naming e), averaged over groups → [1];
+// attach_loss: x again, and in backward `coefficient` added to aux's gradient (one element).
+Tensor gather_rows(const Tensor& x, std::span<const int32_t> rows);
+Tensor combine_rows(std::span<const Tensor> expert_outputs, std::span<const std::vector<int32_t>> rows,
+                    const Tensor& gates, std::span<const std::vector<int64_t>> gate_index, int64_t N);
+Tensor load_balancing_loss(const Tensor& probs, std::span<const float> f);
+Tensor attach_loss(const Tensor& x, const Tensor& aux, float coefficient);
 
 // reduce.cpp — all elements to one.
 Tensor sum(const Tensor& x);

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes the PyTorch reference that tests/test_nn_gpt.cpp compares the C++ GPT with:
-tests/fixtures/gpt_parity_{bias,nobias}.safetensors, each holding
+tests/fixtures/gpt_parity_{bias,nobias,moe_top2,moe_top1}.safetensors, each holding
 
   param.<name>      the weights (float32), under nanoGPT's state_dict names
   ids, targets      one batch [B, T] (int64; one target is -1, ignored)
-  loss              the loss, computed in float64 from those float32 weights
+  loss              the loss, computed in float64 from those float32 weights (with a mixture
+                    of experts: cross-entropy + aux_loss_weight · aux_loss)
+  aux_loss, dropped the mixtures' load-balancing loss (summed over them, unweighted) and the
+                    assignments dropped over capacity (mixture-of-experts fixtures only)
   grad.<name>       every parameter's gradient, float64
   adamw.<name>      the parameters after two clipped AdamW steps (float32, PyTorch's AdamW)
                     taken with the float32 rounding of grad.<name> as the gradient
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nanogpt_reference import GPT, GPTConfig  # noqa: E402
 
 LEARNING_RATES = [1e-2, 5e-3]
+DENSE_FIELDS = {"block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias"}
 BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
 
@@ -56,6 +60,12 @@ def make(path, config, B, T, seed):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+            if config.n_experts > 0:  # routers that tell tokens apart (the tokens, not the biases,
+                # dominate the stream; the router's logits spread): every expert gets some tokens
+                if name.endswith("router.weight"):
+                    p.normal_(0.0, 0.5)
+                if name.endswith("wte.weight") or name.endswith("wpe.weight"):
+                    p.mul_(20.0)
     names = [n for n in model.state_dict().keys()]
     weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
 
@@ -67,6 +77,13 @@ def make(path, config, B, T, seed):
     reference = model.double()
     _, loss = reference(ids, targets)
     loss.backward()
+    moe = {}
+    if config.n_experts > 0:  # the mixtures' load-balancing loss and the assignments they dropped
+        moe = {"aux_loss": reference.aux_loss().detach().reshape(1),
+               "dropped": torch.tensor([sum(b.mlp.dropped for b in reference.transformer.h
+                                            if hasattr(b.mlp, "dropped"))], dtype=torch.int64)}
+    missing = [n for n, p in reference.named_parameters() if p.grad is None]
+    assert not missing, f"no gradient reached {missing}: route differently"
     grads = {n: p.grad.detach().clone() for n, p in reference.named_parameters()}
     grads["lm_head.weight"] = grads["transformer.wte.weight"]
 
@@ -97,13 +114,14 @@ def make(path, config, B, T, seed):
     tensors = {f"param.{n}": weights[n] for n in names}
     tensors["ids"], tensors["targets"] = ids, targets
     tensors["loss"] = loss.detach().reshape(1)
+    tensors.update(moe)
     tensors.update({f"grad.{n}": grads[n] for n in names})
     tensors.update({f"adamw.{n}": named[n].detach().clone() if n in named else named["transformer.wte.weight"]
                     for n in names})
     tensors["clip_norms"] = torch.tensor(norms, dtype=torch.float64)
     tensors["bf16.loss"] = bf16_loss.detach().double().reshape(1)
     tensors.update({f"bf16.grad.{n}": bf16_grads[n] for n in names})
-    metadata = {k: json.dumps(v) for k, v in vars(config).items()}
+    metadata = {k: json.dumps(v) for k, v in vars(config).items() if config.n_experts > 0 or k in DENSE_FIELDS}
     metadata.update({"num_params": str(model.get_num_params()), "num_params_all": str(model.get_num_params(False)),
                      "state_dict_keys": json.dumps(names), "learning_rates": json.dumps(LEARNING_RATES),
                      "betas": json.dumps(BETAS), "weight_decay": json.dumps(WEIGHT_DECAY),
@@ -118,3 +136,11 @@ if __name__ == "__main__":
          GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=20, dropout=0.0, bias=True), 3, 13, 1)
     make(f"{out}/gpt_parity_nobias.safetensors",
          GPTConfig(block_size=8, vocab_size=7, n_layer=1, n_head=3, n_embd=12, dropout=0.0, bias=False), 2, 8, 2)
+    # Mixtures of experts: two choices a token in every block, and one in every second block;
+    # a capacity factor of 1, so that some assignments are dropped.
+    make(f"{out}/gpt_parity_moe_top2.safetensors",
+         GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=20, dropout=0.0, bias=True,
+                   n_experts=4, experts_per_token=2, capacity_factor=1.0, moe_every=1, aux_loss_weight=0.1), 3, 13, 3)
+    make(f"{out}/gpt_parity_moe_top1.safetensors",
+         GPTConfig(block_size=8, vocab_size=7, n_layer=2, n_head=3, n_embd=12, dropout=0.0, bias=False,
+                   n_experts=3, experts_per_token=1, capacity_factor=1.0, moe_every=2, aux_loss_weight=0.1), 2, 8, 4)

@@ -20,6 +20,15 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = False
+    # A mixture of experts in place of the MLP of every moe_every-th block (0 experts: dense).
+    n_experts: int = 0
+    experts_per_token: int = 1
+    capacity_factor: float = 1.25
+    moe_every: int = 1
+    aux_loss_weight: float = 0.01
+
+    def is_moe_block(self, layer):
+        return self.n_experts > 0 and (layer + 1) % self.moe_every == 0
 
 
 class LayerNorm(nn.Module):
@@ -70,13 +79,74 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
-class Block(nn.Module):
+class Expert(nn.Module):
+    """One expert: the MLP's shape, without its dropout (the mixture drops its sum)."""
+
     def __init__(self, c):
+        super().__init__()
+        self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd, bias=c.bias)
+        self.c_proj = nn.Linear(4 * c.n_embd, c.n_embd, bias=c.bias)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class MixtureOfExperts(nn.Module):
+    """nanodist's mixture of experts (nn/moe_mlp.hpp), written plainly: per sequence (GShard's
+    group), each token's k most probable experts (ties: the lower index), the gate the router's
+    probability itself (not renormalised over the k); each expert takes at most
+    ceil(f·k·T/E) tokens of a sequence, first choices before second ones, earlier positions
+    first; an assignment over capacity is dropped (the residual carries the token). Switch's
+    load-balancing loss E·Σ_e f_e·P_e per sequence (f_e: the share of the k·T choices that
+    named e, P_e: e's mean probability), averaged over sequences, is left in self.aux_loss."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.router = nn.Linear(c.n_embd, c.n_experts, bias=False)
+        self.experts = nn.ModuleList([Expert(c) for _ in range(c.n_experts)])
+        self.dropout = nn.Dropout(c.dropout)
+        self.k, self.f = c.experts_per_token, c.capacity_factor
+        self.aux_loss, self.dropped = None, 0
+
+    def forward(self, x):
+        B, T, C = x.size()
+        E, k = len(self.experts), self.k
+        probs = F.softmax(self.router(x), dim=-1)  # [B,T,E]
+        choice = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[..., :k]  # [B,T,k]
+        capacity = math.ceil(self.f * k * T / E)
+        rows = [[] for _ in range(E)]  # (b, t) each expert computes, in slot order
+        self.dropped = 0
+        for b in range(B):
+            used = [0] * E
+            for j in range(k):
+                for t in range(T):
+                    e = int(choice[b, t, j])
+                    if used[e] < capacity:
+                        used[e] += 1
+                        rows[e].append((b, t))
+                    else:
+                        self.dropped += 1
+        y = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            if rows[e]:
+                bi = torch.tensor([r[0] for r in rows[e]])
+                ti = torch.tensor([r[1] for r in rows[e]])
+                out = probs[bi, ti, e].unsqueeze(-1) * expert(x[bi, ti])
+                y = y.index_put((bi, ti), out.to(y.dtype), accumulate=True)  # (under autocast: bf16 in)
+        chosen = F.one_hot(choice, E).sum(dim=2).to(x.dtype)  # [B,T,E]
+        f = chosen.sum(dim=1) / (k * T)  # [B,E]
+        P = probs.mean(dim=1)  # [B,E]
+        self.aux_loss = (E * (f * P).sum(dim=-1)).mean()
+        return self.dropout(y)
+
+
+class Block(nn.Module):
+    def __init__(self, c, layer=0):
         super().__init__()
         self.ln_1 = LayerNorm(c.n_embd, bias=c.bias)
         self.attn = CausalSelfAttention(c)
         self.ln_2 = LayerNorm(c.n_embd, bias=c.bias)
-        self.mlp = MLP(c)
+        self.mlp = MixtureOfExperts(c) if c.is_moe_block(layer) else MLP(c)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -91,7 +161,7 @@ class GPT(nn.Module):
             wte=nn.Embedding(c.vocab_size, c.n_embd),
             wpe=nn.Embedding(c.block_size, c.n_embd),
             drop=nn.Dropout(c.dropout),
-            h=nn.ModuleList([Block(c) for _ in range(c.n_layer)]),
+            h=nn.ModuleList([Block(c, l) for l in range(c.n_layer)]),
             ln_f=LayerNorm(c.n_embd, bias=c.bias),
         ))
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
@@ -123,7 +193,13 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            if self.config.n_experts > 0:  # the load-balancing losses, summed over the mixtures
+                loss = loss + self.config.aux_loss_weight * self.aux_loss()
         return logits, loss
+
+    def aux_loss(self):
+        """Σ over the mixture blocks of their last forward's load-balancing loss (unweighted)."""
+        return sum(b.mlp.aux_loss for b in self.transformer.h if isinstance(b.mlp, MixtureOfExperts))
 
     def configure_optimizer(self, weight_decay, learning_rate, betas):
         """nanoGPT's AdamW: decay only tensors with ≥ 2 dimensions."""

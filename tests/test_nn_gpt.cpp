@@ -34,13 +34,11 @@ struct Fixture {
   explicit Fixture(const std::string& name) : file(std::string(NANODIST_FIXTURES) + "/" + name) {
     const auto& m = file.metadata();
     auto get = [&](const char* key) { return nlohmann::json::parse(m.at(key)); };
-    config = nn::GPTConfig::from_json({{"n_layer", get("n_layer")},
-                                       {"n_head", get("n_head")},
-                                       {"n_embd", get("n_embd")},
-                                       {"block_size", get("block_size")},
-                                       {"vocab_size", get("vocab_size")},
-                                       {"dropout", get("dropout")},
-                                       {"bias", get("bias")}});
+    nlohmann::json j;
+    for (const char* key : {"n_layer", "n_head", "n_embd", "block_size", "vocab_size", "dropout", "bias", "n_experts",
+                            "experts_per_token", "capacity_factor", "moe_every", "aux_loss_weight"})
+      if (m.contains(key)) j[key] = get(key);  // the mixture's fields: in its fixtures only
+    config = nn::GPTConfig::from_json(j);
     keys = get("state_dict_keys").get<std::vector<std::string>>();
   }
   std::vector<int32_t> ints(const std::string& name) const {
@@ -114,6 +112,41 @@ TEST_CASE("GPT matches PyTorch's nanoGPT: names, count, loss, every gradient") {
     nn::Tensor loss = model.loss(ids, targets, shape[0], shape[1]);
     const double reference_loss = fx.file.doubles("loss")[0];
     CHECK(std::abs(loss.item() - reference_loss) <= 1e-5 * std::abs(reference_loss));
+    nn::autograd::backward(loss);
+    for (const auto& [pname, t, role] : model.state_dict())
+      check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));
+  }
+}
+
+// A mixture of experts against PyTorch's (scripts/nanogpt_reference.py, MixtureOfExperts):
+// two choices a token in both blocks (biases), and one choice in every second block; capacity
+// factor 1, so that assignments are dropped — the same number as PyTorch drops. The model's
+// loss() is the cross-entropy; the balancing loss enters the gradients in backward (attach_loss)
+// with weight aux_loss_weight, so every gradient is that of PyTorch's total loss.
+TEST_CASE("a mixture-of-experts GPT matches PyTorch's: names, loss, balancing loss, dropped tokens, every gradient") {
+  for (const char* name : {"gpt_parity_moe_top2.safetensors", "gpt_parity_moe_top1.safetensors"}) {
+    INFO(name);
+    Fixture fx(name);
+    REQUIRE(fx.config.n_experts > 0);
+    nn::GPT model(fx.config, 1);
+    std::vector<std::string> ours;
+    for (const auto& p : model.state_dict()) ours.push_back(p.name);
+    CHECK(ours == fx.keys);
+    CHECK(model.num_params() == std::stoll(fx.file.metadata().at("num_params")));
+
+    fx.load_weights(model);
+    std::vector<int32_t> ids = fx.ints("ids"), targets = fx.ints("targets");
+    const auto& shape = fx.file.shape("ids");
+    model.routing_stats().clear();
+    nn::Tensor loss = model.loss(ids, targets, shape[0], shape[1]);
+    const nn::RoutingStats& stats = model.routing_stats();
+    const double aux = fx.file.doubles("aux_loss")[0];
+    CHECK(stats.dropped == fx.file.ints("dropped")[0]);
+    CHECK(stats.dropped > 0);  // capacity bit
+    CHECK(std::abs(stats.aux_loss - aux) <= 1e-5 * aux);
+    const double total = loss.item() + fx.config.aux_loss_weight * stats.aux_loss;
+    const double reference_loss = fx.file.doubles("loss")[0];
+    CHECK(std::abs(total - reference_loss) <= 1e-5 * std::abs(reference_loss));
     nn::autograd::backward(loss);
     for (const auto& [pname, t, role] : model.state_dict())
       check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));

@@ -13,6 +13,7 @@
 #include "nn/compute_modes.hpp"
 #include "nn/error.hpp"
 #include "gemm_engine_from_environment.hpp"  // the engine this run tests
+#include "nn/moe_mlp.hpp"
 #include "nn/onednn_gemm.hpp"
 #include "nn/philox.hpp"
 #include "nn/rng.hpp"
@@ -776,4 +777,68 @@ TEST_CASE("bf16 attention: QKᵀ and PV on bf16 inputs, output and gradient with
     CHECK(gradient > 1e-5);
   }
   nn::autograd::clear_tape();
+}
+
+// A mixture of experts' routing (nn/moe_mlp.hpp): where tokens go, and the ops that move them.
+TEST_CASE("routing: top-k with ties to the lower index, capacity per sequence, first choices first, shares") {
+  // 2 sequences × 3 tokens × 3 experts, k = 2, f = 1: capacity ⌈1·2·3/3⌉ = 2 tokens per expert.
+  const std::vector<float> probs = {
+      0.5f, 0.3f, 0.2f,  // sequence 0, token 0: experts 0, 1
+      0.5f, 0.3f, 0.2f,  // token 1: 0, 1
+      0.6f, 0.2f, 0.2f,  // token 2: 0, then 1 (tied with 2: the lower index); both full: dropped
+      0.2f, 0.4f, 0.4f,  // sequence 1, token 0: 1, 2 (tie: 1 first); its second, 2, finds 2 full: dropped
+      0.1f, 0.1f, 0.8f,  // token 1: 2, then 0 (tie of 0 and 1)
+      0.1f, 0.2f, 0.7f,  // token 2: 2, then 1
+  };
+  nn::MoESettings s;
+  s.n_experts = 3;
+  s.experts_per_token = 2;
+  s.capacity_factor = 1.0;
+  CHECK(nn::expert_capacity(3, 3, 2, 1.0) == 2);
+  CHECK(nn::expert_capacity(13, 4, 2, 1.25) == 9);  // ⌈8.125⌉
+  const nn::Routing r = nn::route_tokens(probs, 2, 3, s);
+  // Each sequence's slots: its first choices by position, then its second ones (rows g·3 + t).
+  CHECK(r.rows[0] == std::vector<int32_t>{0, 1, 4});
+  CHECK(r.rows[1] == std::vector<int32_t>{0, 1, 3, 5});
+  CHECK(r.rows[2] == std::vector<int32_t>{4, 5});
+  CHECK(r.dropped == 3);
+  CHECK(r.gate[1] == std::vector<int64_t>{0 * 3 + 1, 1 * 3 + 1, 3 * 3 + 1, 5 * 3 + 1});
+  // Shares count choices before capacity: sequence 0 named 0 and 1 three times each of 6,
+  // sequence 1 named 0 once, 1 twice, 2 three times.
+  const std::vector<float> shares = {0.5f, 0.5f, 0.0f, 1.0f / 6, 2.0f / 6, 3.0f / 6};
+  for (std::size_t i = 0; i < shares.size(); ++i) CHECK(r.shares[i] == Approx(shares[i]));
+  CHECK_THROWS_WITH(nn::route_tokens(std::vector<float>(5), 2, 3, s), Catch::Contains("5 probabilities"));
+}
+
+TEST_CASE("routing ops: gather_rows, combine_rows, load_balancing_loss, attach_loss — gradients") {
+  const std::vector<int32_t> rows = {3, 0, 3, 1};  // a row picked twice
+  nn_test::check_gradients([&](std::vector<nn::Tensor>& in) { return nn::gather_rows(in[0], rows); },
+                           {nn_test::random_tensor({5, 7}, 1)});
+  // Two experts' outputs into 4 rows, gated by elements of a [4,2] probability tensor; one
+  // expert without rows (undefined output).
+  const std::vector<std::vector<int32_t>> to = {{2, 0, 3}, {}, {0}};
+  const std::vector<std::vector<int64_t>> gate = {{2 * 3 + 0, 0 * 3 + 0, 3 * 3 + 0}, {}, {0 * 3 + 2}};
+  nn_test::check_gradients(
+      [&](std::vector<nn::Tensor>& in) {
+        const std::vector<nn::Tensor> ys = {in[0], nn::Tensor{}, in[1]};
+        return nn::combine_rows(ys, to, in[2], gate, 4);
+      },
+      {nn_test::random_tensor({3, 5}, 2), nn_test::random_tensor({1, 5}, 3), nn_test::random_tensor({4, 3}, 4)});
+  const std::vector<float> shares = {0.5f, 0.25f, 0.25f, 0.0f, 1.0f, 0.0f};
+  nn_test::check_gradients(
+      [&](std::vector<nn::Tensor>& in) { return nn::load_balancing_loss(in[0], shares); },
+      {nn_test::random_tensor({2, 4, 3}, 5)});
+  // Balanced routing and uniform probabilities give 1; everything on one expert gives E.
+  nn::Tensor uniform = nn::Tensor::full({1, 4, 2}, 0.5f);
+  CHECK(nn::load_balancing_loss(uniform, std::vector<float>{0.5f, 0.5f}).item() == Approx(1.0));
+  nn::Tensor peaked = nn::Tensor::from(std::vector<float>{1, 0, 1, 0}, {1, 2, 2});
+  CHECK(nn::load_balancing_loss(peaked, std::vector<float>{1.0f, 0.0f}).item() == Approx(2.0));
+  // attach_loss: the output is x; the aux loss's gradient is the coefficient, whatever x's.
+  nn::Tensor x = nn_test::random_tensor({2, 3}, 6), aux = nn_test::random_tensor({1}, 7);
+  nn::Tensor y = nn::attach_loss(x, aux, 0.25f);
+  CHECK(std::equal(x.data(), x.data() + 6, y.data()));
+  nn::Tensor loss = nn::sum(nn::scale(y, 2.0f));
+  nn::autograd::backward(loss);
+  CHECK(aux.grad()[0] == 0.25f);
+  CHECK(x.grad()[4] == 2.0f);
 }

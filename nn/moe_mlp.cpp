@@ -1,0 +1,100 @@
+#include "nn/moe_mlp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "nn/autograd.hpp"
+#include "nn/error.hpp"
+#include "nn/ops.hpp"
+
+namespace nn {
+
+int64_t expert_capacity(int64_t T, int n_experts, int experts_per_token, double capacity_factor) {
+  return static_cast<int64_t>(
+      std::ceil(capacity_factor * static_cast<double>(experts_per_token) * static_cast<double>(T) / n_experts));
+}
+
+// Sequence by sequence: every token's k choices (a stable sort of its experts by falling
+// probability: ties keep the lower index first), then the slots filled choice by choice —
+// all first choices in position order, then all second ones — so that when an expert is full
+// it is the later, lower-ranked choices that are dropped.
+Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const MoESettings& s) {
+  const int E = s.n_experts, k = s.experts_per_token;
+  if (static_cast<int64_t>(probs.size()) != G * T * E)
+    fail("route_tokens: {} probabilities for {} sequences of {} tokens and {} experts", probs.size(), G, T, E);
+  const int64_t capacity = expert_capacity(T, E, k, s.capacity_factor);
+  Routing r;
+  r.rows.resize(static_cast<std::size_t>(E));
+  r.gate.resize(static_cast<std::size_t>(E));
+  r.shares.assign(static_cast<std::size_t>(G * E), 0.0f);
+  std::vector<int32_t> choice(static_cast<std::size_t>(T * k));  // [T,k] of one sequence
+  std::vector<int32_t> order(static_cast<std::size_t>(E));
+  std::vector<int64_t> used(static_cast<std::size_t>(E));
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* p = probs.data() + (g * T + t) * E;
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
+      for (int j = 0; j < k; ++j) {
+        choice[static_cast<std::size_t>(t * k + j)] = order[static_cast<std::size_t>(j)];
+        r.shares[static_cast<std::size_t>(g * E + order[static_cast<std::size_t>(j)])] += 1.0f;
+      }
+    }
+    for (int e = 0; e < E; ++e) r.shares[static_cast<std::size_t>(g * E + e)] /= static_cast<float>(k * T);
+    std::fill(used.begin(), used.end(), 0);
+    for (int j = 0; j < k; ++j)
+      for (int64_t t = 0; t < T; ++t) {
+        const int32_t e = choice[static_cast<std::size_t>(t * k + j)];
+        if (used[static_cast<std::size_t>(e)] == capacity) {
+          ++r.dropped;
+          continue;
+        }
+        ++used[static_cast<std::size_t>(e)];
+        r.rows[static_cast<std::size_t>(e)].push_back(static_cast<int32_t>(g * T + t));
+        r.gate[static_cast<std::size_t>(e)].push_back((g * T + t) * E + e);
+      }
+  }
+  return r;
+}
+
+Tensor moe_mlp(const Tensor& h, const MoEWeights& w, const MoESettings& s, Precision precision, bool fused_bias_gelu,
+               float loss_scale, RoutingStats* stats, int layer) {
+  if (h.ndim() != 3) fail("moe_mlp: h must be [B,T,C], got {}", shape_string(h.shape()));
+  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), E = s.n_experts;
+  // The router in fp32 whatever the precision: which expert a token goes to should not hang on
+  // a bf16 rounding.
+  Tensor probs = softmax(linear(h, w.router_weight, {}, "GEMM moe.router", Precision::fp32));  // [B,T,E]
+  const Routing routing = route_tokens(probs.values(), B, T, s);
+
+  // Each expert on its rows: [M_e,C] → [M_e,4C] → [M_e,C]. An expert with no rows computes nothing.
+  std::vector<Tensor> outputs(static_cast<std::size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<int32_t>& rows = routing.rows[static_cast<std::size_t>(e)];
+    if (rows.empty()) continue;
+    const ExpertWeights& x = w.experts[static_cast<std::size_t>(e)];
+    Tensor a = gather_rows(h, rows);
+    a = fused_bias_gelu && x.c_fc_bias.defined()
+            ? bias_gelu(linear(a, x.c_fc_weight, {}, "GEMM expert.c_fc", precision), x.c_fc_bias)
+            : gelu(linear(a, x.c_fc_weight, x.c_fc_bias, "GEMM expert.c_fc", precision));
+    outputs[static_cast<std::size_t>(e)] = linear(a, x.c_proj_weight, x.c_proj_bias, "GEMM expert.c_proj", precision);
+  }
+  // (capacity ≥ 1: the first token of a sequence always has its first choice)
+  Tensor y = combine_rows(outputs, routing.rows, probs, routing.gate, B * T);  // [B·T,C]
+  const Tensor aux = load_balancing_loss(probs, routing.shares);
+  if (stats) {
+    std::vector<int64_t>& tokens = stats->tokens_per_expert[layer];
+    tokens.resize(static_cast<std::size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+      tokens[static_cast<std::size_t>(e)] +=
+          static_cast<int64_t>(routing.rows[static_cast<std::size_t>(e)].size());
+    stats->choices += B * T * s.experts_per_token;
+    stats->dropped += routing.dropped;
+    stats->aux_loss += aux.item();
+    stats->aux_terms += 1;
+  }
+  if (autograd::grad_enabled()) y = attach_loss(y, aux, s.aux_loss_weight * loss_scale);
+  return y.view({B, T, C});
+}
+
+}  // namespace nn
