@@ -441,8 +441,10 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
   if (b.moe.router_weight.defined()) {  // a mixture of experts (nn/moe_mlp.hpp) on whole sequences
+    // Its routing counted once per training forward: not again in --recompute full's replay.
+    const bool replay = modes_.recompute == Recompute::full && autograd::grad_enabled();
     h = moe_mlp(h, b.moe, config_.moe(), precision, modes_.fusion == Fusion::fused, loss_scale_,
-                training ? &routing_stats_ : nullptr, layer);
+                training && !replay ? &routing_stats_ : nullptr, layer);
     return {x, maybe_dropout(h, batch, DropoutSite::mlp_output, layer)};
   }
   if (modes_.fusion == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass

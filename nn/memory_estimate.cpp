@@ -4,10 +4,33 @@
 
 namespace nn {
 
-double parameter_count(const GPTConfig& c) {
+namespace {
+// A mixture block's count: the router's E·C and E experts' MLPs in place of one MLP.
+double blocks_parameter_count(const GPTConfig& c, double experts_used) {
   const double C = c.n_embd, L = c.n_layer, bias = c.bias ? 1.0 : 0.0;
-  const double per_block = 12 * C * C + 2 * C /* layernorms */ + bias * (2 * C + 3 * C + C + 4 * C + C);
-  return static_cast<double>(c.vocab_size) * C + c.block_size * C + L * per_block + C * (1 + bias);
+  const double mlp = 8 * C * C + bias * (4 * C + C);
+  const double per_block = 4 * C * C + 2 * C /* layernorms */ + bias * (2 * C + 3 * C + C) + mlp;
+  const double moe_blocks = c.n_experts > 0 ? c.n_layer / c.moe_every : 0;
+  return L * per_block + moe_blocks * (c.n_experts * C + (experts_used - 1) * mlp);
+}
+}  // namespace
+
+double parameter_count(const GPTConfig& c) {
+  const double C = c.n_embd, bias = c.bias ? 1.0 : 0.0;
+  return static_cast<double>(c.vocab_size) * C + c.block_size * C + blocks_parameter_count(c, c.n_experts) +
+         C * (1 + bias);
+}
+
+double active_parameter_count(const GPTConfig& c) {
+  return parameter_count(c) - (blocks_parameter_count(c, c.n_experts) - blocks_parameter_count(c, c.experts_per_token));
+}
+
+double moe_block_extra_floats_per_token(const GPTConfig& c) {
+  // In place of the MLP's fc 4C, gelu 4C and output C: the router's logits and probabilities
+  // 2E; for each of a token's k choices its gathered row C, fc 4C, gelu 4C and expert output
+  // C; the combined output and attach_loss's copy 2C (an upper bound: dropped choices keep nothing).
+  const double C = c.n_embd, E = c.n_experts, k = c.experts_per_token;
+  return 2 * E + 10 * k * C + 2 * C - 9 * C;
 }
 
 MemoryEstimate estimate_memory(const GPTConfig& c, int64_t batch_size, bool training, ContextShape context) {
@@ -74,7 +97,10 @@ double kept_activation_bytes(const GPTConfig& c, int64_t B, int64_t T, Recompute
   const double L = c.n_layer, tokens = static_cast<double>(B * T);
   const double per_block = block_activation_floats_per_token(c, T, recompute, precision, 1, false);
   const double once = embedding_activation_floats_per_token(c, B) + head_activation_floats_per_token(c, precision, 1);
-  return 4 * tokens * (L * per_block + once) + weight_cast_bytes(c, precision, c.n_layer, 1, true);
+  const double moe = recompute == Recompute::full || c.n_experts == 0
+                         ? 0
+                         : (c.n_layer / c.moe_every) * moe_block_extra_floats_per_token(c);
+  return 4 * tokens * (L * per_block + moe + once) + weight_cast_bytes(c, precision, c.n_layer, 1, true);
 }
 
 std::string format_bytes(double bytes) {
@@ -90,8 +116,9 @@ std::string MemoryEstimate::describe() const {
 }
 
 double flops_per_token(const GPTConfig& config, int64_t T) {
-  // As GPT::flops_per_token: 6 per non-embedding parameter (without wpe) plus attention's q·k and p·v.
-  return 6.0 * (parameter_count(config) - static_cast<double>(config.block_size) * config.n_embd) +
+  // As GPT::flops_per_token: 6 per non-embedding parameter a token uses (without wpe) plus
+  // attention's q·k and p·v.
+  return 6.0 * (active_parameter_count(config) - static_cast<double>(config.block_size) * config.n_embd) +
          12.0 * config.n_layer * config.n_embd * static_cast<double>(T);
 }
 

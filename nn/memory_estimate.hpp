@@ -35,8 +35,12 @@ struct MemoryEstimate {
 // "1.5 GiB", "300 KiB".
 std::string format_bytes(double bytes);
 
-// Parameters as nanoGPT counts them, with the position embedding (lm_head is tied to wte).
+// Parameters as nanoGPT counts them, with the position embedding (lm_head is tied to wte);
+// active_parameter_count: those one token uses (a mixture's k experts of E).
 double parameter_count(const GPTConfig& config);
+double active_parameter_count(const GPTConfig& config);
+// What a mixture-of-experts block keeps beyond a dense block, floats per token (nn/moe_mlp.hpp).
+double moe_block_extra_floats_per_token(const GPTConfig& config);
 // GPT::flops_per_token without building the model (for trainers that hold only a slice).
 double flops_per_token(const GPTConfig& config, int64_t T);
 

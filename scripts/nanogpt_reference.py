@@ -193,7 +193,7 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-            if self.config.n_experts > 0:  # the load-balancing losses, summed over the mixtures
+            if self.config.n_experts > 0 and self.training:  # the load-balancing losses, summed over the mixtures
                 loss = loss + self.config.aux_loss_weight * self.aux_loss()
         return logits, loss
 

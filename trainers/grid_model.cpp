@@ -55,6 +55,11 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
     throw comm::UsageError(fmt::format("--cp {} with --sequence-parallel: the {} positions of a cp rank do not split "
                                        "over --tp {}",
                                        s.cp, config.block_size / s.cp, s.tp));
+  // A mixture routes whole sequences, and its experts are not cut: not under tp or cp.
+  if (config.n_experts > 0 && (s.tp > 1 || s.cp > 1))
+    throw comm::UsageError(fmt::format("--n-experts {} with --{} {}: a mixture of experts runs on whole sequences and "
+                                       "whole experts (dp and pp compose with it)",
+                                       config.n_experts, s.tp > 1 ? "tp" : "cp", s.tp > 1 ? s.tp : s.cp));
   chunk_layers(s, config.n_layer);  // throws on a bad split
 }
 

@@ -113,6 +113,7 @@ class GridStrategy : public Strategy {
   void print_sample(int64_t step) override;
   void save(const std::filesystem::path& dir, const nlohmann::json& train_state, nn::CheckpointWriter& writer) override;
   void at_end() override;  // check mode: the tied embedding's two copies still equal
+  nn::RoutingStats& routing_stats() override { return grid_model_.model().routing_stats(); }
 
  protected:
   int T() const { return run_.start.config.block_size; }

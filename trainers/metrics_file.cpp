@@ -28,6 +28,11 @@ const char* const MetricsFile::kColumns[] = {"kind",
                                              "val_loss",
                                              "val_loss_full",
                                              "elapsed_s",
+                                             "expert_tokens_min",
+                                             "expert_tokens_mean",
+                                             "expert_tokens_max",
+                                             "dropped_fraction",
+                                             "aux_loss",
                                              nullptr};
 
 namespace {

@@ -14,6 +14,7 @@ float MicroSteps::run(nn::GPT& model, int64_t step, StepClock& clock,
                       const std::function<void(bool last)>& before_backward) {
   const int K = o_.grad_accum, B = o_.batch_size, T = model.config().block_size;
   float mean_loss = 0;
+  model.set_loss_scale(1.0f / static_cast<float>(K));  // the mixtures' balancing losses: the same mean
   for (int micro = 0; micro < K; ++micro) {
     nn::Tensor loss;
     {

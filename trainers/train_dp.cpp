@@ -74,6 +74,7 @@ class DataParallel final : public Strategy {
   }
   void optimizer_step(float lr) override { update_->step(lr); }  // 4. the same update everywhere
   LogFacts log_facts() override { return {mean_over(world_, step_loss_), ""}; }
+  nn::RoutingStats& routing_stats() override { return model_.routing_stats(); }
   parallel::HeldBytes held() const override { return update_->held(); }
 
   // Evaluation and samples with every parameter present (ZeRO-3 gathers them).

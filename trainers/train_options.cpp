@@ -21,8 +21,17 @@ struct ModelFlag {
   const char* flag;
   const char* field;
 };
-constexpr ModelFlag kModelFlags[] = {{"--n-layer", "n_layer"},       {"--n-head", "n_head"},   {"--n-embd", "n_embd"},
-                                     {"--block-size", "block_size"}, {"--dropout", "dropout"}, {"--bias", "bias"}};
+constexpr ModelFlag kModelFlags[] = {{"--n-layer", "n_layer"},
+                                     {"--n-head", "n_head"},
+                                     {"--n-embd", "n_embd"},
+                                     {"--block-size", "block_size"},
+                                     {"--dropout", "dropout"},
+                                     {"--bias", "bias"},
+                                     {"--n-experts", "n_experts"},
+                                     {"--experts-per-token", "experts_per_token"},
+                                     {"--capacity-factor", "capacity_factor"},
+                                     {"--moe-every", "moe_every"},
+                                     {"--aux-loss-weight", "aux_loss_weight"}};
 
 template <class... Args>
 [[noreturn]] void usage(fmt::format_string<Args...> format, Args&&... args) {
@@ -42,6 +51,23 @@ void add_data_and_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--block-size", o.model.block_size, "context length T")->check(whole(1))->capture_default_str();
   app.add_option("--dropout", o.model.dropout, "dropout rate")->check(real(0.0, nn::kMaxDropout))->capture_default_str();
   app.add_option("--bias", o.model.bias, "biases in Linear and LayerNorm")->capture_default_str();
+  // A mixture of experts (nn/moe_mlp.hpp, docs/expert_parallel.md). --top-k is sampling's.
+  app.add_option("--n-experts", o.model.n_experts, "a mixture of E experts in place of the MLP (0: dense)")
+      ->check(whole(0))
+      ->capture_default_str();
+  app.add_option("--experts-per-token", o.model.experts_per_token, "k: the experts each token goes to")
+      ->check(whole(1))
+      ->capture_default_str();
+  app.add_option("--capacity-factor", o.model.capacity_factor,
+                 "f: an expert takes at most ceil(f·k·T/E) tokens of a sequence; the rest are dropped")
+      ->check(positive_real())
+      ->capture_default_str();
+  app.add_option("--moe-every", o.model.moe_every, "a mixture in every n-th block (blocks n-1, 2n-1, …)")
+      ->check(whole(1))
+      ->capture_default_str();
+  app.add_option("--aux-loss-weight", o.model.aux_loss_weight, "weight of the load-balancing loss")
+      ->check(real(0.0))
+      ->capture_default_str();
 }
 
 // Flags of the batch, the learning rate, AdamW, gradient averaging.
@@ -197,7 +223,17 @@ void finish_train_options(CLI::App& app, TrainOptions& o) {
 }
 
 void check_config_against_flags(const nn::GPTConfig& saved, const TrainOptions& o) {
-  const nlohmann::json saved_json = saved.to_json(), flags_json = o.model.to_json();
+  // Every field, the mixture's too (a dense config's JSON leaves them out).
+  auto every_field = [](const nn::GPTConfig& c) {
+    nlohmann::json j = c.to_json();
+    j["n_experts"] = c.n_experts;
+    j["experts_per_token"] = c.experts_per_token;
+    j["capacity_factor"] = c.capacity_factor;
+    j["moe_every"] = c.moe_every;
+    j["aux_loss_weight"] = c.aux_loss_weight;
+    return j;
+  };
+  const nlohmann::json saved_json = every_field(saved), flags_json = every_field(o.model);
   for (const std::string& field : o.explicit_model_flags)
     if (saved_json.at(field) != flags_json.at(field))
       usage("the checkpoint has {}={} but the flags ask for {}={}", field, saved_json.at(field).dump(), field,

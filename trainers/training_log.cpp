@@ -1,7 +1,11 @@
 #include "trainers/training_log.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,7 +27,33 @@ TrainingLog::TrainingLog(const TrainOptions& o, comm::Communicator& world, int64
   if (world.rank() == 0) metrics_.emplace(o.metrics, o.resume ? std::optional<int64_t>(first_step) : std::nullopt);
 }
 
-void TrainingLog::line(int64_t done, float loss, float lr, float norm) {
+RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& c, comm::Communicator& world,
+                                 int steps) {
+  // [each mixture block's E experts' tokens | choices, dropped, Σ aux, aux terms], summed over
+  // the ranks: data-parallel replicas add their batches, pipeline stages their blocks.
+  const int blocks = c.n_layer / c.moe_every, E = c.n_experts;
+  std::vector<double> sums(static_cast<std::size_t>(blocks * E + 4), 0.0);
+  for (const auto& [layer, tokens] : mine.tokens_per_expert)
+    for (int e = 0; e < E; ++e)
+      sums[static_cast<std::size_t>((layer / c.moe_every) * E + e)] = static_cast<double>(tokens[static_cast<std::size_t>(e)]);
+  const std::size_t tail = static_cast<std::size_t>(blocks * E);
+  sums[tail] = static_cast<double>(mine.choices);
+  sums[tail + 1] = static_cast<double>(mine.dropped);
+  sums[tail + 2] = mine.aux_loss;
+  sums[tail + 3] = static_cast<double>(mine.aux_terms);
+  world.allreduce(std::span<double>(sums), comm::ReduceOp::sum);
+  mine.clear();
+  RoutingSummary s;
+  const auto per_expert = std::span<const double>(sums).first(tail);
+  s.tokens_min = *std::min_element(per_expert.begin(), per_expert.end()) / steps;
+  s.tokens_max = *std::max_element(per_expert.begin(), per_expert.end()) / steps;
+  s.tokens_mean = std::accumulate(per_expert.begin(), per_expert.end(), 0.0) / static_cast<double>(tail) / steps;
+  s.dropped = sums[tail] > 0 ? sums[tail + 1] / sums[tail] : 0.0;
+  s.aux_loss = sums[tail + 3] > 0 ? sums[tail + 2] / sums[tail + 3] : 0.0;
+  return s;
+}
+
+void TrainingLog::line(int64_t done, float loss, float lr, float norm, const std::optional<RoutingSummary>& routing) {
   check_finite(done, "loss", loss);
   const int N = world_.size();
   const PhaseTimes& w = window_;
@@ -38,8 +68,13 @@ void TrainingLog::line(int64_t done, float loss, float lr, float norm) {
       done, std::to_string(o_.max_iters).size(), o_.max_iters, loss, lr, norm, per_step * 1e3, w.data * ms,
       w.forward * ms, w.backward * ms, w.comm * ms, w.optimizer * ms, tokens_per_s, tokens_per_s / N, flops / 1e9,
       100.0 * progress, format_duration(elapsed / progress * (1.0 - progress)));
-  if (metrics_)
-    metrics_->write({{"kind", "train"},
+  if (routing)
+    comm::say("  experts: tokens per expert and step {:.0f} / {:.0f} / {:.0f} (min / mean / max), {:.1f}% of choices "
+              "dropped, balancing loss {:.3f}",
+              routing->tokens_min, routing->tokens_mean, routing->tokens_max, 100.0 * routing->dropped,
+              routing->aux_loss);
+  if (metrics_) {
+    nlohmann::json record = {{"kind", "train"},
                      {"step", done},
                      {"loss", loss},
                      {"lr", lr},
@@ -53,7 +88,16 @@ void TrainingLog::line(int64_t done, float loss, float lr, float norm) {
                      {"tokens_per_s", tokens_per_s},
                      {"tokens_per_s_per_rank", tokens_per_s / N},
                      {"model_flops_per_s", flops},
-                     {"elapsed_s", seconds_since(start_)}});
+                     {"elapsed_s", seconds_since(start_)}};
+    if (routing) {
+      record["expert_tokens_min"] = routing->tokens_min;
+      record["expert_tokens_mean"] = routing->tokens_mean;
+      record["expert_tokens_max"] = routing->tokens_max;
+      record["dropped_fraction"] = routing->dropped;
+      record["aux_loss"] = routing->aux_loss;
+    }
+    metrics_->write(record);
+  }
   window_ = PhaseTimes{};
 }
 

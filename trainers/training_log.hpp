@@ -12,11 +12,23 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "nn/gpt.hpp"
 #include "trainers/metrics_file.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
 
 namespace trainers {
+
+// What the mixtures of experts did in the steps since the last log line, over every rank:
+// tokens each expert of each mixture block took per step (the fewest, the mean, the most),
+// the share of choices dropped over capacity, the mean balancing loss (1: balanced, E: one
+// expert takes all).
+struct RoutingSummary {
+  double tokens_min = 0, tokens_mean = 0, tokens_max = 0, dropped = 0, aux_loss = 0;
+};
+// Collective over `world`; clears `mine`.
+RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& config, comm::Communicator& world,
+                                 int steps);
 
 // Seconds spent in each phase of the steps since the last log line.
 struct PhaseTimes {
@@ -34,7 +46,7 @@ class TrainingLog {
   bool due(int64_t done) const { return done % o_.log_interval == 0 || done == o_.max_iters; }
   // The log line and its metrics row for the steps since the last one; `loss` is the mean over
   // ranks of the step's loss (the same on every rank). Stops a diverged run.
-  void line(int64_t done, float loss, float lr, float norm);
+  void line(int64_t done, float loss, float lr, float norm, const std::optional<RoutingSummary>& routing = {});
   void evaluation(int64_t step, float train_loss, float val_loss);  // stops a diverged run too
   void final_loss(int64_t step, double val_loss_full);
   void exclude(double seconds) { excluded_s_ += seconds; }  // evaluations: out of the ETA

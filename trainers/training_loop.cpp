@@ -160,6 +160,13 @@ void Loop::say_start() const {
   const double parameters = nn::parameter_count(c) - c.block_size * c.n_embd;  // nanoGPT's count: no wpe
   comm::say("model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2f}M parameters", c.n_layer, c.n_head,
             c.n_embd, c.block_size, c.vocab_size, parameters / 1e6);
+  if (c.n_experts > 0)
+    comm::say("mixture of experts: {} experts in {} of the {} blocks (every {}), {} per token, capacity ⌈{}·{}·{}/{}⌉ = "
+              "{} tokens of a sequence per expert, balancing loss weight {}: {:.2f}M parameters used per token",
+              c.n_experts, c.n_layer / c.moe_every, c.n_layer, c.moe_every, c.experts_per_token, c.capacity_factor,
+              c.experts_per_token, c.block_size, c.n_experts,
+              nn::expert_capacity(c.block_size, c.n_experts, c.experts_per_token, c.capacity_factor),
+              c.aux_loss_weight, (nn::active_parameter_count(c) - c.block_size * c.n_embd) / 1e6);
   comm::say("data: {} train / {} val tokens in {}, {}; {} sampling", run_.data.train.size(), run_.data.val.size(),
             run_.data.dir.string(), run_.data.origin, kSamplingNames[static_cast<std::size_t>(o_.sampling)]);
   comm::say("global batch: {} × block {} = {} tokens per step", facts_.batch_layout, c.block_size,
@@ -254,7 +261,10 @@ float Loop::step(int64_t step, float lr) {
 void Loop::after_step(int64_t done, float lr, float norm) {
   if (log_.due(done)) {
     const LogFacts facts = strategy_.log_facts();
-    log_.line(done, facts.loss, lr, norm);
+    std::optional<RoutingSummary> routing;
+    if (run_.start.config.n_experts > 0)
+      routing = summarise_routing(strategy_.routing_stats(), run_.start.config, world_, log_.window().steps);
+    log_.line(done, facts.loss, lr, norm, routing);
     if (!facts.note.empty()) comm::say("{}", facts.note);
   }
   if (o_.ckpt_interval > 0 && done % o_.ckpt_interval == 0 && done != o_.max_iters) save(done);

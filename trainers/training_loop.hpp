@@ -118,6 +118,8 @@ class Strategy {
   virtual float finish_gradients(float max_norm) = 0;
   virtual void optimizer_step(float lr) = 0;     // AdamW on what this rank holds, gradients zeroed
   virtual LogFacts log_facts() = 0;              // at a log line
+  // Not collective: the routing this rank's mixture blocks did since the last log line.
+  virtual nn::RoutingStats& routing_stats() = 0;
   virtual parallel::HeldBytes held() const = 0;  // not collective: what this rank holds now
 
   // ---- evaluation, samples, checkpoints

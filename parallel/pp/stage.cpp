@@ -82,6 +82,7 @@ void PipelineStage::forward(int m, int v) {
   if (before_forward) before_forward(m, v);
   const std::size_t i = index(m, v), rows = static_cast<std::size_t>(b_) * T_;
   const auto mine = static_cast<std::size_t>(m) * rows;
+  model_.set_loss_scale(1.0f / static_cast<float>(M_));  // the mixtures' balancing losses: the same mean
   {
     nn::autograd::TapeScope scope(tapes_[i]);
     nn::Tensor x = first_chunk(v) ? model_.embed(std::span(ids_).subspan(mine, rows), b_, T_) : inputs_[i];
