@@ -19,6 +19,7 @@
 #include "nn/gpt.hpp"
 #include "nn/grad_clip.hpp"
 #include "nn/lr_schedule.hpp"
+#include "nn/memory_estimate.hpp"
 #include "nn/ops.hpp"
 #include "nn/profile.hpp"
 #include "nn/recompute.hpp"
@@ -151,6 +152,41 @@ TEST_CASE("a mixture-of-experts GPT matches PyTorch's: names, loss, balancing lo
     for (const auto& [pname, t, role] : model.state_dict())
       check_close("grad " + pname, t.grad(), fx.file.doubles("grad." + pname));
   }
+}
+
+// docs/memory.md: a mixture block keeps, beyond a dense block, the router's logits and
+// probabilities and, for each of a token's k choices, its row, fc, gelu and expert output,
+// minus the dense MLP's fc and gelu (nn::moe_block_extra_floats_per_token). Measured as the
+// tensor-parallel test measures a dense block: what forward leaves in use with 2 blocks minus
+// with 1, with a capacity no sequence fills (f = E/k: nothing dropped, every choice kept).
+TEST_CASE("activations a mixture-of-experts block keeps: the formula's, for every --recompute, k = 1 and 2") {
+  nn::GPTConfig config;
+  config.n_head = 2, config.n_embd = 24, config.block_size = 10, config.vocab_size = 13, config.dropout = 0.1f;
+  config.n_experts = 4;
+  const int64_t B = 2, T = 10;
+  std::vector<int32_t> ids(static_cast<std::size_t>(B * T)), targets(ids.size(), 4);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 5 % 13);
+  for (int k : {1, 2})
+    for (nn::Recompute recompute : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full}) {
+      config.experts_per_token = k;
+      config.capacity_factor = static_cast<double>(config.n_experts) / k;
+      double kept[2];
+      for (int layers : {1, 2}) {
+        config.n_layer = layers;
+        nn::GPT model(config, 9, nn::resolve_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, recompute));
+        const std::size_t before = nn::BufferPool::bytes_in_use();
+        nn::Tensor loss = model.loss(ids, targets, B, T);
+        kept[layers - 1] = static_cast<double>(nn::BufferPool::bytes_in_use() - before);
+        CHECK(model.routing_stats().dropped == 0);
+        nn::autograd::backward(loss);
+      }
+      const double per_token = nn::block_activation_floats_per_token(config, T, recompute, nn::Precision::fp32, 1, false) +
+                               (recompute == nn::Recompute::full ? 0.0 : nn::moe_block_extra_floats_per_token(config));
+      const double formula = 4.0 * B * T * per_token;
+      INFO("k " << k << ", recompute " << nn::name_of(recompute) << ": a mixture block keeps " << kept[1] - kept[0]
+                << " bytes, the formula says " << formula);
+      CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-3));  // (+ the block's one-float balancing loss)
+    }
 }
 
 // --precision bf16 against PyTorch's torch.autocast("cpu", bfloat16) on the same weights and
