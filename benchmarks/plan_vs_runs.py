@@ -5,7 +5,7 @@ below (DP, ZeRO 1-3, recompute, PP with 1F1B, GPipe and interleaving, TP with an
 trainer measures — its "memory rank R (allocator)" lines (the step's peak, largest over ranks)
 and the median of its step times after warm-up.
 
-    python3 benchmarks/plan_vs_runs.py [--steps 30] [--markdown] [--rows quick|cp]
+    python3 benchmarks/plan_vs_runs.py [--steps 30] [--markdown] [--rows quick|cp|moe]
     python3 benchmarks/plan_vs_runs.py --rows quick --steps 3 --check-memory 5   # the ctest
 
 --check-memory P exits 1 naming every row whose memory misses by more than P percent."""
@@ -65,9 +65,14 @@ ROWS = [
     ("cp 2 ring, 2 micro-batches", "--cp 2 --cp-attention ring --micro-batch 6", 12, "gpt-bench-a", "fp32"),
     ("cp 2 × tp 2 + SP ring", "--tp 2 --cp 2 --cp-attention ring --sequence-parallel 1 --micro-batch 12", 12,
      "gpt-bench-a", "fp32"),
+    ("MoE main job (dp 2)", "--dp 2 --zero 0 --micro-batch 12", 24, "main-job-moe", "fp32"),
+    ("MoE dp 2, top-2", "--dp 2 --zero 0 --micro-batch 12 --experts-per-token 2", 24, "main-job-moe", "fp32"),
+    ("MoE ZeRO-1 on 2", "--dp 2 --zero 1 --micro-batch 12", 24, "main-job-moe", "fp32"),
+    ("MoE pp 2 1F1B", "--pp 2 --schedule 1f1b --micro-batch 3", 12, "main-job-moe", "fp32"),
+    ("MoE dp 2 full", "--dp 2 --zero 0 --recompute full --micro-batch 12", 24, "main-job-moe", "fp32"),
 ]
 QUICK = ["main job (dp 2)", "ZeRO-3 on 4", "dp 2 full", "pp 2 1F1B", "pp 2 interleaved v2", "tp 2 + SP",
-         "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses"]
+         "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses", "MoE main job (dp 2)", "MoE pp 2 1F1B"]
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3, "TiB": 1024 ** 4}
 MEMORY_LINE = re.compile(r"memory rank (\d+) \(allocator\): parameters ([\d.]+) (\w+), gradients ([\d.]+) (\w+), "
@@ -142,15 +147,15 @@ def main():
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
     parser.add_argument("--mpiexec", default="mpiexec")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--rows", choices=["all", "quick", "cp"], default="all",
-                        help="every row, the ctest's few, or context parallelism's")
+    parser.add_argument("--rows", choices=["all", "quick", "cp", "moe"], default="all",
+                        help="every row, the ctest's few, context parallelism's, or the mixture of experts'")
     parser.add_argument("--markdown", action="store_true", help="a table for docs/planning.md")
     parser.add_argument("--check-memory", type=float, help="exit 1 if a row's memory misses by more than this %%")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     nanodist = os.path.join(args.build_dir, "planning", "nanodist")
     rows = [r for r in ROWS if args.rows == "all" or (args.rows == "quick" and r[0] in QUICK)
-            or (args.rows == "cp" and "cp " in r[0])]
+            or (args.rows == "cp" and "cp " in r[0]) or (args.rows == "moe" and r[0].startswith("MoE"))]
     results, misses = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags, batch, model, precision in rows:

@@ -61,6 +61,10 @@ std::string Layout::impossible(const Workload& w) const {
   if (zero > 0 && w.implementation == Implementation::megatron)
     return "the megatron implementation is planned without ZeRO (Megatron-LM 2021 had none)";
   if (zero > 0 && (tp > 1 || pp > 1 || cp > 1)) return "nanodist's ZeRO runs with pure data parallelism (train_dp)";
+  if (c.n_experts > 0 && w.implementation == Implementation::megatron)
+    return "the megatron implementation is planned dense (its 2021-22 papers had no mixture of experts)";
+  if (c.n_experts > 0 && (tp > 1 || cp > 1))
+    return "a mixture of experts runs on whole experts and whole sequences: no tp, no cp";
   if (cp > 1) return context_parallel_impossible(*this, w);
   return "";
 }
@@ -71,6 +75,9 @@ std::string Layout::trainer_command(const Workload& w) const {
   std::string model = fmt::format("--n-layer {} --n-head {} --n-embd {} --block-size {}{}", c.n_layer, c.n_head,
                                   c.n_embd, c.block_size, c.bias ? " --bias 1" : "");
   if (c.dropout > 0) model += fmt::format(" --dropout {}", c.dropout);
+  if (c.n_experts > 0)
+    model += fmt::format(" --n-experts {} --experts-per-token {} --capacity-factor {} --moe-every {}", c.n_experts,
+                         c.experts_per_token, c.capacity_factor, c.moe_every);
   const std::string common =
       fmt::format("{} --precision {} --recompute {}", model, nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
                   nn::name_of(recompute));

@@ -37,6 +37,10 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int64
   // first and the last chunk, in flight as often as whole micro-batches are.
   const double micro_batches = std::ceil(static_cast<double>(in_flight) / chunks);
   double floats = static_cast<double>(in_flight) * tokens * per_block * blocks / chunks;
+  // A mixture block keeps more than a dense one (the router, k experts' rows; none under full recompute).
+  if (c.n_experts > 0 && l.recompute != nn::Recompute::full)
+    floats += static_cast<double>(in_flight) * tokens * nn::moe_block_extra_floats_per_token(c) *
+              moe_blocks_on_stage(c, l.pp, stage) / chunks;
   const int s = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch, s);
   if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp, s);

@@ -87,8 +87,12 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
                  const Counts& counts, int top) {
   const auto& c = w.model;
   const double parameters = nn::parameter_count(c);
-  fmt::print("model: {} layers, {} heads, {} wide, T {}, V {}{}: {} parameters; {}, {}'s activations and state\n",
-             c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.bias ? ", biases" : "",
+  const std::string experts =
+      c.n_experts > 0 ? fmt::format(", {} experts ({} a token) in {} blocks", c.n_experts, c.experts_per_token,
+                                    c.n_layer / c.moe_every)
+                      : "";
+  fmt::print("model: {} layers, {} heads, {} wide, T {}, V {}{}{}: {} parameters; {}, {}'s activations and state\n",
+             c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.bias ? ", biases" : "", experts,
              parameters >= 1e9 ? fmt::format("{:.1f}B", parameters / 1e9) : fmt::format("{:.2f}M", parameters / 1e6),
              nn::kPrecisionNames[static_cast<std::size_t>(w.precision)], name_of(w.implementation));
   fmt::print("machine: {} — {} devices a node, {} each ({})\n", machine.name, machine.devices_per_node,
@@ -134,6 +138,12 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--vocab-size", o.config.vocab_size, "vocabulary")->check(whole(1));
   app.add_option("--bias", o.bias, "biases in Linear and LayerNorm (0 or 1)")->check(whole(0, 1));
   app.add_option("--dropout", o.config.dropout, "dropout rate (it keeps masks' outputs)")->check(comm::cli::real(0, 0.99));
+  app.add_option("--n-experts", o.config.n_experts, "a mixture of E experts in place of the MLP (0: dense)")
+      ->check(whole(0));
+  app.add_option("--experts-per-token", o.config.experts_per_token, "k: the experts each token goes to")->check(whole(1));
+  app.add_option("--capacity-factor", o.config.capacity_factor, "f: an expert takes ceil(f·k·T/E) tokens of a sequence")
+      ->check(comm::cli::positive_real());
+  app.add_option("--moe-every", o.config.moe_every, "a mixture in every n-th block")->check(whole(1));
   comm::cli::add_choice(app, "--precision", o.precision, nn::kPrecisionNames, "fp32 or bf16 matrix products");
   comm::cli::add_choice(app, "--implementation", o.implementation, kImplementationNames,
                         "whose memory to count: nanodist (these trainers) or megatron (Korthikanti et al. 2022)");
@@ -173,6 +183,15 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (given("--vocab-size")) w.model.vocab_size = o.config.vocab_size;
   if (given("--bias")) w.model.bias = o.bias == 1;
   if (given("--dropout")) w.model.dropout = o.config.dropout;
+  if (given("--n-experts")) w.model.n_experts = o.config.n_experts;
+  if (given("--experts-per-token")) w.model.experts_per_token = o.config.experts_per_token;
+  if (given("--capacity-factor")) w.model.capacity_factor = o.config.capacity_factor;
+  if (given("--moe-every")) w.model.moe_every = o.config.moe_every;
+  try {
+    w.model.validate();  // k ≤ E, moe_every ≤ n_layer: the trainers' rules
+  } catch (const nn::Error& e) {
+    throw Error(e.what());
+  }
   if (w.model.n_embd % w.model.n_head != 0)
     throw Error(fmt::format("--n-embd {} is not a multiple of --n-head {}", w.model.n_embd, w.model.n_head));
   if (given("--machine") && given("--machine-file")) throw Error("give --machine or --machine-file, not both");

@@ -12,7 +12,10 @@ namespace {
 // p·v (2·2·T·C, every position counted as nanoGPT and Megatron's Eq. 3 count them).
 double block_forward_flops(const nn::GPTConfig& c) {
   const double C = c.n_embd, T = c.block_size;
-  return 24 * C * C + 4 * T * C;
+  // A mixture block (their share of the blocks, on average): k experts' 16C² and the router's
+  // 2·E·C in place of the MLP's 16C².
+  const double moe_share = c.n_experts > 0 ? static_cast<double>(c.n_layer / c.moe_every) / c.n_layer : 0.0;
+  return 24 * C * C + 4 * T * C + moe_share * ((c.experts_per_token - 1) * 16 * C * C + 2.0 * c.n_experts * C);
 }
 double attention_core_forward_flops(const nn::GPTConfig& c) { return 4.0 * c.block_size * c.n_embd; }
 double head_forward_flops(const nn::GPTConfig& c) { return 2.0 * c.n_embd * c.vocab_size; }

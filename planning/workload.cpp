@@ -44,6 +44,14 @@ const std::vector<NamedModel>& models() {
       {"gpt-529.6b", published(105, 128, 20480)},
       {"gpt-530b", published(105, 128, 20480)},
       {"gpt-1t", published(128, 160, 25600)},
+      // Mixtures of experts (docs/expert_parallel.md): the main job with 4 experts, one a
+      // token; and Switch-Base-8's shape (Fedus et al. 2021: T5-Base, 8 experts in every
+      // second block, top-1, capacity factor 1.25; T5's 32,128 tokens, 512 positions, no biases).
+      {"main-job-moe",
+       {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .n_experts = 4}},
+      {"switch-base-8",
+       {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 512, .vocab_size = 32128, .n_experts = 8,
+        .moe_every = 2}},
   };
   return all;
 }
@@ -62,12 +70,22 @@ nn::GPTConfig model_preset(std::string_view name) {
   throw Error(fmt::format("unknown model preset \"{}\" ({})", name, fmt::join(model_preset_names(), ", ")));
 }
 
+int moe_blocks_on_stage(const nn::GPTConfig& c, int pp, int stage) {
+  int count = 0;
+  const int per_stage = c.n_layer / pp;
+  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) count += c.is_moe_block(l) ? 1 : 0;
+  return count;
+}
+
 double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage) {
   const double C = c.n_embd, V = c.vocab_size, T = c.block_size, t = tp, bias = c.bias ? 1.0 : 0.0;
   // A block: the four matrices 12C² split by columns or rows; the two layernorms (2C, 4C with
   // biases) whole; c_attn's and c_fc's biases (3C, 4C) split, the two projections' (C each) whole.
   const double block = 12 * C * C / t + 2 * C * (1 + bias) + bias * (7 * C / t + 2 * C);
   double count = block * c.n_layer / pp;
+  // A mixture block on this stage: E MLPs (the 8C² and 5C of biases above counted one) and the router's E·C.
+  const double mlp = 8 * C * C + bias * 5 * C;
+  count += moe_blocks_on_stage(c, pp, stage) * ((c.n_experts - 1) * mlp + c.n_experts * C);
   const double vocabulary_rows = std::ceil(V / t);  // the first tp rank's share when t does not divide V
   if (stage == 0) count += vocabulary_rows * C + T * C;                            // wte (vocab-parallel), wpe
   if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? vocabulary_rows * C : 0);  // ln_f; the tied lm_head's copy

@@ -48,6 +48,17 @@ TEST_CASE("planned parameters are the trainers' counts", "[planning]") {
   CHECK(rank_parameter_count(four, 1, 2, 1) == 402176);
   nn::GPTConfig biased = model_preset("gpt-1.7b");
   CHECK(rank_parameter_count(biased, 1, 1, 0) == nn::parameter_count(biased));
+  // A mixture of experts: train_dp logs "parameters 4.57 MiB" for main-job-moe (1,197,824 floats,
+  // 4 experts in both blocks); on 2 stages each holds one mixture block; Switch's shape every second.
+  const nn::GPTConfig moe = model_preset("main-job-moe");
+  CHECK(rank_parameter_count(moe, 1, 1, 0) == nn::parameter_count(moe));
+  CHECK(nn::parameter_count(moe) == 1197824);
+  CHECK(rank_parameter_count(moe, 1, 2, 0) + rank_parameter_count(moe, 1, 2, 1) ==
+        nn::parameter_count(moe) + 65 * 128);  // + the last stage's copy of wte
+  const nn::GPTConfig sw = model_preset("switch-base-8");
+  CHECK(rank_parameter_count(sw, 1, 1, 0) == nn::parameter_count(sw));
+  CHECK(moe_blocks_on_stage(sw, 2, 0) == 3);
+  CHECK(moe_blocks_on_stage(sw, 1, 0) == 6);
 }
 
 TEST_CASE("nanodist's memory is nn/memory_estimate's and ZeRO's formula, not a copy", "[planning]") {
