@@ -155,11 +155,19 @@ CheckpointInfo read_checkpoint_info(const fs::path& requested) {
 CheckpointInfo load_checkpoint(const fs::path& dir, GPT& model, AdamW* optimizer) {
   CheckpointInfo info = read_checkpoint_info(dir);
   const nlohmann::json state = read_state(info.dir);
+  // Every field of either (a dense config leaves the mixture's out: "none" on that side).
   const nlohmann::json mine = model.config().to_json(), theirs = info.config.to_json();
-  for (auto& [key, value] : mine.items())
-    if (theirs[key] != value)
+  nlohmann::json every = mine;
+  every.update(theirs);
+  std::vector<std::string> keys = {"n_experts"};  // first: a mixture against a dense model says so
+  for (auto& [key, ignored] : every.items())
+    if (key != "n_experts") keys.push_back(key);
+  for (const std::string& key : keys) {
+    const nlohmann::json a = mine.value(key, nlohmann::json("none")), b = theirs.value(key, nlohmann::json("none"));
+    if (a != b)
       fail("{}: the checkpoint has {} = {}, but the model was configured with {}", (info.dir / "state.json").string(),
-           key, theirs[key].dump(), value.dump());
+           key, b.dump(), a.dump());
+  }
 
   SafetensorsReader weights(info.dir / "model.safetensors", read_checked(info, state, "model.safetensors"));
   for (auto& [name, t, role] : model.parameters()) weights.read_into(name, t);

@@ -79,7 +79,11 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   const nlohmann::json& bias = field("bias");
   if (!bias.is_boolean()) fail("GPT config: field 'bias' must be true or false, got {}", bias.dump());
   c.bias = bias.get<bool>();
-  if (j.contains("n_experts")) {  // a mixture of experts; without the field, dense
+  // A mixture of experts: n_experts > 0 and the four others; without n_experts (or 0), dense.
+  if (!j.contains("n_experts"))
+    for (const char* name : {"experts_per_token", "capacity_factor", "moe_every", "aux_loss_weight"})
+      if (j.contains(name)) fail("GPT config: field '{}' without 'n_experts' (the number of experts)", name);
+  if (j.contains("n_experts") && j.at("n_experts") != 0) {
     read_whole("n_experts", c.n_experts);
     read_whole("experts_per_token", c.experts_per_token);
     read_whole("moe_every", c.moe_every);
@@ -205,6 +209,10 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const Comp
       fail("GPT part: blocks [{}, {}) are not a range of the {} blocks after block {}", c.first, c.end, L, next);
     next = c.end;
   }
+  // A mixture routes whole sequences through whole experts: not on tensor- or context-parallel layers.
+  if (config_.n_experts > 0 && (layers_->local_heads(config_.n_head) != config_.n_head ||
+                                layers_->stream_length(config_.block_size, true) != config_.block_size))
+    fail("GPT: a mixture of experts needs whole layers (no tensor or context parallelism)");
   Rng rng(seed);
   // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
   // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.

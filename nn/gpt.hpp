@@ -52,7 +52,7 @@ struct GPTConfig {
   int moe_every = 1;
   float aux_loss_weight = 0.01f;
   bool is_moe_block(int layer) const { return n_experts > 0 && (layer + 1) % moe_every == 0; }
-  MoESettings moe() const { return {n_experts, experts_per_token, capacity_factor, aux_loss_weight}; }
+  MoESettings moe() const { return {n_experts, experts_per_token, capacity_factor, aux_loss_weight, block_size}; }
 
   void validate() const;  // throws nn::Error naming the bad field
   nlohmann::json to_json() const;

@@ -25,20 +25,25 @@ double active_parameter_count(const GPTConfig& c) {
   return parameter_count(c) - (blocks_parameter_count(c, c.n_experts) - blocks_parameter_count(c, c.experts_per_token));
 }
 
-double moe_block_extra_floats_per_token(const GPTConfig& c) {
+double moe_block_extra_floats_per_token(const GPTConfig& c, Precision precision) {
   // In place of the MLP's fc 4C, gelu 4C and output C: the router's logits and probabilities
   // 2E; for each of a token's k choices its gathered row C, fc 4C, gelu 4C and expert output
-  // C; the combined output and attach_loss's copy 2C (an upper bound: dropped choices keep nothing).
+  // C; the combined output and attach_loss's copy 2C (an upper bound: dropped choices keep
+  // nothing). Under bf16 each choice's two input copies (C + 4C)/2, the dense MLP's once.
   const double C = c.n_embd, E = c.n_experts, k = c.experts_per_token;
-  return 2 * E + 10 * k * C + 2 * C - 9 * C;
+  const double bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
+  return 2 * E + 10 * k * C + 2 * C - 9 * C + bf16 * (k - 1) * 2.5 * C;
 }
+
+int moe_blocks(const GPTConfig& c) { return c.n_experts > 0 ? c.n_layer / c.moe_every : 0; }
 
 MemoryEstimate estimate_memory(const GPTConfig& c, int64_t batch_size, bool training, ContextShape context) {
   constexpr double kFloat = 4;
   const double P = parameter_count(c), B = static_cast<double>(batch_size), T = c.block_size, C = c.n_embd;
   const bool sharded = training && context.ranks > 1;  // (evaluation runs the whole sequence on every rank)
   const double attention = sharded && context.ring_attention ? 0.0 : 2.0 * c.n_head * T;
-  const double per_token = c.n_layer * (18 * C + attention) + 4 * C + 2.0 * c.vocab_size;
+  const double per_token = c.n_layer * (18 * C + attention) + 4 * C + 2.0 * c.vocab_size +
+                           moe_blocks(c) * moe_block_extra_floats_per_token(c, Precision::fp32);
   const double tokens = B * T / (sharded ? context.ranks : 1);
   MemoryEstimate e;
   e.parameter_bytes = kFloat * P;
@@ -87,20 +92,23 @@ double head_activation_floats_per_token(const GPTConfig& c, Precision precision,
   return (2 * C + 2) / sequence_shards + 2 * V / tp + 0.5 * C * bf16;
 }
 
-double weight_cast_bytes(const GPTConfig& c, Precision precision, int blocks, int tp, bool with_head) {
+double weight_cast_bytes(const GPTConfig& c, Precision precision, int blocks, int tp, bool with_head,
+                         int mixture_blocks) {
   if (precision != Precision::bf16) return 0;
   const double C = c.n_embd, V = c.vocab_size;
-  return 2 * (12 * C * C * blocks + (with_head ? V * C : 0)) / tp;  // 2 bytes per matrix element
+  // 2 bytes per matrix element; a mixture block's E experts (each cast when it has tokens; the
+  // router stays fp32) in place of one MLP.
+  const double experts = mixture_blocks * (c.n_experts - 1) * 8 * C * C;
+  return 2 * (12 * C * C * blocks + experts + (with_head ? V * C : 0)) / tp;
 }
 
 double kept_activation_bytes(const GPTConfig& c, int64_t B, int64_t T, Recompute recompute, Precision precision) {
   const double L = c.n_layer, tokens = static_cast<double>(B * T);
   const double per_block = block_activation_floats_per_token(c, T, recompute, precision, 1, false);
   const double once = embedding_activation_floats_per_token(c, B) + head_activation_floats_per_token(c, precision, 1);
-  const double moe = recompute == Recompute::full || c.n_experts == 0
-                         ? 0
-                         : (c.n_layer / c.moe_every) * moe_block_extra_floats_per_token(c);
-  return 4 * tokens * (L * per_block + moe + once) + weight_cast_bytes(c, precision, c.n_layer, 1, true);
+  const double moe = recompute == Recompute::full ? 0 : moe_blocks(c) * moe_block_extra_floats_per_token(c, precision);
+  return 4 * tokens * (L * per_block + moe + once) +
+         weight_cast_bytes(c, precision, c.n_layer, 1, true, moe_blocks(c));
 }
 
 std::string format_bytes(double bytes) {

@@ -11,19 +11,21 @@
 namespace nn {
 
 int64_t expert_capacity(int64_t T, int n_experts, int experts_per_token, double capacity_factor) {
-  return static_cast<int64_t>(
-      std::ceil(capacity_factor * static_cast<double>(experts_per_token) * static_cast<double>(T) / n_experts));
+  // (at most T: an expert is one choice of a token at most; and a huge f stays a number)
+  const double slots = std::ceil(capacity_factor * experts_per_token * static_cast<double>(T) / n_experts);
+  return static_cast<int64_t>(std::min(slots, static_cast<double>(T)));
 }
 
 // Sequence by sequence: every token's k choices (a stable sort of its experts by falling
-// probability: ties keep the lower index first), then the slots filled choice by choice —
-// all first choices in position order, then all second ones — so that when an expert is full
-// it is the later, lower-ranked choices that are dropped.
+// probability: ties keep the lower index first), then the slots taken position by position,
+// each token's choices in rank order — so that whether a choice is kept depends on earlier
+// tokens alone (the model stays causal), and an expert, once full, drops the later ones.
 Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const MoESettings& s) {
   const int E = s.n_experts, k = s.experts_per_token;
   if (static_cast<int64_t>(probs.size()) != G * T * E)
     fail("route_tokens: {} probabilities for {} sequences of {} tokens and {} experts", probs.size(), G, T, E);
-  const int64_t capacity = expert_capacity(T, E, k, s.capacity_factor);
+  if (T > s.sequence_length) fail("route_tokens: {} tokens in a sequence of at most {}", T, s.sequence_length);
+  const int64_t capacity = expert_capacity(s.sequence_length, E, k, s.capacity_factor);
   Routing r;
   r.rows.resize(static_cast<std::size_t>(E));
   r.gate.resize(static_cast<std::size_t>(E));
@@ -43,8 +45,8 @@ Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const M
     }
     for (int e = 0; e < E; ++e) r.shares[static_cast<std::size_t>(g * E + e)] /= static_cast<float>(k * T);
     std::fill(used.begin(), used.end(), 0);
-    for (int j = 0; j < k; ++j)
-      for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
         const int32_t e = choice[static_cast<std::size_t>(t * k + j)];
         if (used[static_cast<std::size_t>(e)] == capacity) {
           ++r.dropped;
@@ -79,7 +81,7 @@ Tensor moe_mlp(const Tensor& h, const MoEWeights& w, const MoESettings& s, Preci
             : gelu(linear(a, x.c_fc_weight, x.c_fc_bias, "GEMM expert.c_fc", precision));
     outputs[static_cast<std::size_t>(e)] = linear(a, x.c_proj_weight, x.c_proj_bias, "GEMM expert.c_proj", precision);
   }
-  // (capacity ≥ 1: the first token of a sequence always has its first choice)
+  // (capacity ≥ 1: the first token of a sequence always keeps its first choice)
   Tensor y = combine_rows(outputs, routing.rows, probs, routing.gate, B * T);  // [B·T,C]
   const Tensor aux = load_balancing_loss(probs, routing.shares);
   if (stats) {

@@ -5,9 +5,9 @@
 //
 //   h [B,T,C] ─ router (C→E, fp32) ─ softmax ─ probs [B,T,E]
 //            ─ route_tokens: each token's k most probable experts (ties: the lower index),
-//              at most capacity = ⌈f·k·T/E⌉ tokens of one sequence per expert (first choices
-//              before second ones, earlier positions first); an assignment over it is dropped
-//              (the residual stream carries the token past the MLP)
+//              at most capacity = ⌈f·k·T/E⌉ tokens of one sequence per expert (T: the model's
+//              block_size); slots are taken position by position, each token's choices in rank
+//              order; a choice over capacity is dropped (the residual carries the token past)
 //            ─ expert e on its rows: c_proj(gelu(c_fc(h_rows)))
 //            ─ combine: y[t] = Σ over t's kept choices of probs[t,e] · expert_e(h[t])   [B,T,C]
 //
@@ -15,6 +15,11 @@
 // renormalised gate would be 1 and the router would learn nothing from the loss (Switch).
 // The group that capacity and the balancing loss count over is one sequence, never "the
 // tokens this rank holds": which tokens are dropped does not depend on how a batch is split.
+// And a token's fate depends on the tokens before it only: position t's output stays a
+// function of positions ≤ t, as causal attention's is (filling every first choice before any
+// second one, as GShard does, would let a later token's first choice drop an earlier token's
+// second — the future leaking into the past); capacity counts the block_size, not the length
+// at hand, so generating from a short prompt drops what training would have.
 // Switch's load-balancing loss per sequence, E·Σ_e f_e·P_e (f_e: the share of the k·T
 // choices naming e, P_e: e's mean probability; 1 when balanced, E when one expert takes all),
 // averaged over sequences, joins the training loss with weight aux_loss_weight through
@@ -35,6 +40,7 @@ struct MoESettings {
   int experts_per_token = 1;  // k
   double capacity_factor = 1.25;  // f
   float aux_loss_weight = 0.01f;
+  int64_t sequence_length = 1;  // T of the capacity: the model's block_size
 };
 
 // One expert's tensors (transformer.h.<l>.mlp.experts.<i>.c_fc.weight, …): the MLP's shapes.
@@ -46,7 +52,7 @@ struct MoEWeights {
   std::vector<ExpertWeights> experts;
 };
 
-// ⌈f·k·T/E⌉: how many of one sequence's T tokens an expert takes.
+// ⌈f·k·T/E⌉, at most T: how many of one sequence's T tokens an expert takes.
 int64_t expert_capacity(int64_t T, int n_experts, int experts_per_token, double capacity_factor);
 
 // Where the tokens of G sequences of T go, from the router's probabilities [G,T,E].

@@ -39,12 +39,13 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int64
   double floats = static_cast<double>(in_flight) * tokens * per_block * blocks / chunks;
   // A mixture block keeps more than a dense one (the router, k experts' rows; none under full recompute).
   if (c.n_experts > 0 && l.recompute != nn::Recompute::full)
-    floats += static_cast<double>(in_flight) * tokens * nn::moe_block_extra_floats_per_token(c) *
-              moe_blocks_on_stage(c, l.pp, stage) / chunks;
+    floats += static_cast<double>(in_flight) * tokens * nn::moe_block_extra_floats_per_token(c, w.precision) *
+              moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages) / chunks;
   const int s = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch, s);
   if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp, s);
-  return 4 * floats + nn::weight_cast_bytes(c, w.precision, blocks, l.tp, stage == l.pp - 1);
+  return 4 * floats + nn::weight_cast_bytes(c, w.precision, blocks, l.tp, stage == l.pp - 1,
+                                            moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages));
 }
 
 // nanodist: backward's working set and the strategy's buffers at the step's peak (fitted to
@@ -79,7 +80,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, double rank_paramete
 }  // namespace
 
 RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
-  const double P = rank_parameter_count(w.model, l.tp, l.pp, stage);
+  const double P = rank_parameter_count(w.model, l.tp, l.pp, stage, l.virtual_stages);
   const int64_t in_flight = micro_batches_in_flight(w, l, stage);
   RankMemory m{.stage = stage};
   if (w.implementation == Implementation::nanodist) {

@@ -152,7 +152,7 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   t.bubble = l.pp > 1 ? (p - 1) / v * stage_mb : 0;
 
   // Data parallelism over the replicas (and each one's cp ranks: they hold the same weights).
-  const double P = rank_parameter_count(c, l.tp, l.pp, l.pp - 1);
+  const double P = rank_parameter_count(c, l.tp, l.pp, l.pp - 1, l.virtual_stages);
   if (l.gradient_group() > 1) {
     const double gradient_bytes = P * (w.implementation == Implementation::megatron ? 2 : 4);
     const double backward_of_last = compute_mb * 2.0 / 3.0;  // the last micro-step's backward

@@ -70,14 +70,16 @@ nn::GPTConfig model_preset(std::string_view name) {
   throw Error(fmt::format("unknown model preset \"{}\" ({})", name, fmt::join(model_preset_names(), ", ")));
 }
 
-int moe_blocks_on_stage(const nn::GPTConfig& c, int pp, int stage) {
+int moe_blocks_on_stage(const nn::GPTConfig& c, int pp, int stage, int virtual_stages) {
+  // Stage s holds chunks s, s + pp, … of n_layer / (pp·v) blocks each (one chunk without interleaving).
   int count = 0;
-  const int per_stage = c.n_layer / pp;
-  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) count += c.is_moe_block(l) ? 1 : 0;
+  const int chunk = c.n_layer / (pp * virtual_stages);
+  for (int i = 0; i < virtual_stages; ++i)
+    for (int l = (stage + i * pp) * chunk; l < (stage + i * pp + 1) * chunk; ++l) count += c.is_moe_block(l) ? 1 : 0;
   return count;
 }
 
-double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage) {
+double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, int virtual_stages) {
   const double C = c.n_embd, V = c.vocab_size, T = c.block_size, t = tp, bias = c.bias ? 1.0 : 0.0;
   // A block: the four matrices 12C² split by columns or rows; the two layernorms (2C, 4C with
   // biases) whole; c_attn's and c_fc's biases (3C, 4C) split, the two projections' (C each) whole.
@@ -85,7 +87,7 @@ double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage) {
   double count = block * c.n_layer / pp;
   // A mixture block on this stage: E MLPs (the 8C² and 5C of biases above counted one) and the router's E·C.
   const double mlp = 8 * C * C + bias * 5 * C;
-  count += moe_blocks_on_stage(c, pp, stage) * ((c.n_experts - 1) * mlp + c.n_experts * C);
+  count += moe_blocks_on_stage(c, pp, stage, virtual_stages) * ((c.n_experts - 1) * mlp + c.n_experts * C);
   const double vocabulary_rows = std::ceil(V / t);  // the first tp rank's share when t does not divide V
   if (stage == 0) count += vocabulary_rows * C + T * C;                            // wte (vocab-parallel), wpe
   if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? vocabulary_rows * C : 0);  // ln_f; the tied lm_head's copy

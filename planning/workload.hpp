@@ -37,8 +37,8 @@ nn::GPTConfig model_preset(std::string_view name);  // throws planning::Error
 // ln_f and the tied lm_head on the last) as a tensor-parallel slice of 1/tp (layernorms, the
 // position embedding and the row-parallel biases whole on every tp rank).
 // A mixture of experts' blocks count its E experts and router (layouts with tp refuse it).
-double rank_parameter_count(const nn::GPTConfig& model, int tp, int pp, int stage);
-// How many of a stage's n_layer/pp blocks are mixtures of experts.
-int moe_blocks_on_stage(const nn::GPTConfig& model, int pp, int stage);
+double rank_parameter_count(const nn::GPTConfig& model, int tp, int pp, int stage, int virtual_stages = 1);
+// How many of a stage's n_layer/pp blocks are mixtures of experts (its v chunks under interleaving).
+int moe_blocks_on_stage(const nn::GPTConfig& model, int pp, int stage, int virtual_stages = 1);
 
 }  // namespace planning

@@ -95,8 +95,9 @@ class MixtureOfExperts(nn.Module):
     """nanodist's mixture of experts (nn/moe_mlp.hpp), written plainly: per sequence (GShard's
     group), each token's k most probable experts (ties: the lower index), the gate the router's
     probability itself (not renormalised over the k); each expert takes at most
-    ceil(f·k·T/E) tokens of a sequence, first choices before second ones, earlier positions
-    first; an assignment over capacity is dropped (the residual carries the token). Switch's
+    ceil(f·k·block_size/E) tokens of a sequence, position by position, each token's choices in
+    rank order (causal: a choice's fate depends on earlier tokens only); a choice over capacity
+    is dropped (the residual carries the token). Switch's
     load-balancing loss E·Σ_e f_e·P_e per sequence (f_e: the share of the k·T choices that
     named e, P_e: e's mean probability), averaged over sequences, is left in self.aux_loss."""
 
@@ -105,7 +106,7 @@ class MixtureOfExperts(nn.Module):
         self.router = nn.Linear(c.n_embd, c.n_experts, bias=False)
         self.experts = nn.ModuleList([Expert(c) for _ in range(c.n_experts)])
         self.dropout = nn.Dropout(c.dropout)
-        self.k, self.f = c.experts_per_token, c.capacity_factor
+        self.k, self.f, self.block_size = c.experts_per_token, c.capacity_factor, c.block_size
         self.aux_loss, self.dropped = None, 0
 
     def forward(self, x):
@@ -113,13 +114,13 @@ class MixtureOfExperts(nn.Module):
         E, k = len(self.experts), self.k
         probs = F.softmax(self.router(x), dim=-1)  # [B,T,E]
         choice = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[..., :k]  # [B,T,k]
-        capacity = math.ceil(self.f * k * T / E)
+        capacity = min(math.ceil(self.f * k * self.block_size / E), self.block_size)
         rows = [[] for _ in range(E)]  # (b, t) each expert computes, in slot order
         self.dropped = 0
         for b in range(B):
             used = [0] * E
-            for j in range(k):
-                for t in range(T):
+            for t in range(T):
+                for j in range(k):
                     e = int(choice[b, t, j])
                     if used[e] < capacity:
                         used[e] += 1

@@ -27,13 +27,13 @@ int run_catch_session(int argc, char** argv) {
   std::error_code ignored;
   if (std::getenv("OMPI_MCA_orte_top_session_dir") == nullptr) {
     own_folder = std::filesystem::path(NANODIST_OMPI_TEST_SESSION_DIR) / ("run." + std::to_string(getpid()));
+    std::filesystem::remove_all(own_folder, ignored);  // a dead process's of the same pid
     std::filesystem::create_directories(own_folder / "kept", ignored);
     std::ofstream(own_folder / "kept" / "why") << "the jobs of one nanodist test program\n";
     setenv("OMPI_MCA_orte_top_session_dir", own_folder.c_str(), 1);
   }
   Catch::Session session;
-  if (session.applyCommandLine(argc, argv) != 0) return -1;
-  const int result = session.run();
+  const int result = session.applyCommandLine(argc, argv) != 0 ? -1 : session.run();
   if (!own_folder.empty()) std::filesystem::remove_all(own_folder, ignored);
   return result;
 }

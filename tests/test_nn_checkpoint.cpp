@@ -119,6 +119,20 @@ TEST_CASE("checkpoint: truncated, corrupt, mismatched or missing → one clear e
              Contains("optimizer.safetensors") && Contains("corrupt"));
 
   save();
+  {  // a dense checkpoint into a mixture of experts, and the way back: the field is named
+    nn::GPTConfig moe = kConfig;
+    moe.n_experts = 2;
+    nn::GPT m(moe, 3);
+    CHECK_THAT(error_of([&] { nn::load_checkpoint(dir, m, nullptr); }),
+               Contains("the checkpoint has n_experts = \"none\", but the model was configured with 2"));
+    nn::AdamW opt_m(m.parameters());
+    const fs::path moe_dir = fresh_dir("bad_moe");
+    nn::save_checkpoint(moe_dir, m, opt_m, {{"step", 1}});
+    CHECK_THAT(error_of([&] { nn::load_checkpoint(moe_dir, b, nullptr); }),
+               Contains("the checkpoint has n_experts = 2, but the model was configured with \"none\""));
+  }
+
+  save();
   { std::ofstream(dir / "state.json") << "{ not json"; }
   CHECK_THAT(error_of([&] { nn::load_checkpoint(dir, b, nullptr); }),
              Contains("state.json") && Contains("not valid JSON"));

@@ -154,37 +154,79 @@ TEST_CASE("a mixture-of-experts GPT matches PyTorch's: names, loss, balancing lo
   }
 }
 
+TEST_CASE("a mixture's config: its JSON round trip, dense without its fields, one line for a bad or partial one") {
+  nn::GPTConfig moe;
+  moe.n_experts = 4, moe.experts_per_token = 2, moe.capacity_factor = 1.5, moe.moe_every = 2, moe.n_layer = 4;
+  CHECK(nn::GPTConfig::from_json(moe.to_json()) == moe);
+  const nlohmann::json dense = nn::GPTConfig{}.to_json();
+  CHECK(!dense.contains("n_experts"));  // a dense config stays nanoGPT's
+  CHECK(nn::GPTConfig::from_json(dense).n_experts == 0);
+  nlohmann::json zero = moe.to_json();
+  zero["n_experts"] = 0;
+  CHECK(nn::GPTConfig::from_json(zero) == nn::GPTConfig::from_json(dense));
+  auto error_of = [](const nlohmann::json& j) {
+    try {
+      nn::GPTConfig::from_json(j);
+    } catch (const nn::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  nlohmann::json partial = moe.to_json();
+  partial.erase("experts_per_token");
+  CHECK(error_of(partial) == "GPT config: field 'experts_per_token' is missing");
+  nlohmann::json orphan = dense;
+  orphan["capacity_factor"] = 2.0;
+  CHECK(error_of(orphan) == "GPT config: field 'capacity_factor' without 'n_experts' (the number of experts)");
+  nlohmann::json text = moe.to_json();
+  text["capacity_factor"] = "x";
+  CHECK(error_of(text) == "GPT config: field 'capacity_factor' must be a number, got \"x\"");
+  nlohmann::json negative = moe.to_json();
+  negative["capacity_factor"] = -1;
+  CHECK(error_of(negative) == "GPT config: capacity_factor must be a number > 0, got -1");
+  nlohmann::json too_many = moe.to_json();
+  too_many["experts_per_token"] = 5;
+  CHECK(error_of(too_many) == "GPT config: experts_per_token must be from 1 to n_experts 4, got 5");
+}
+
 // docs/memory.md: a mixture block keeps, beyond a dense block, the router's logits and
 // probabilities and, for each of a token's k choices, its row, fc, gelu and expert output,
 // minus the dense MLP's fc and gelu (nn::moe_block_extra_floats_per_token). Measured as the
 // tensor-parallel test measures a dense block: what forward leaves in use with 2 blocks minus
 // with 1, with a capacity no sequence fills (f = E/k: nothing dropped, every choice kept).
-TEST_CASE("activations a mixture-of-experts block keeps: the formula's, for every --recompute, k = 1 and 2") {
+TEST_CASE("activations a mixture-of-experts block keeps: the formula's, for every --recompute, k = 1 and 2, fp32 and bf16") {
   nn::GPTConfig config;
   config.n_head = 2, config.n_embd = 24, config.block_size = 10, config.vocab_size = 13, config.dropout = 0.1f;
   config.n_experts = 4;
   const int64_t B = 2, T = 10;
   std::vector<int32_t> ids(static_cast<std::size_t>(B * T)), targets(ids.size(), 4);
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 5 % 13);
+  for (nn::PrecisionSetting precision : {nn::PrecisionSetting::fp32, nn::PrecisionSetting::bf16})
   for (int k : {1, 2})
     for (nn::Recompute recompute : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full}) {
       config.experts_per_token = k;
       config.capacity_factor = static_cast<double>(config.n_experts) / k;
+      const nn::ComputeModes modes = nn::resolve_modes(precision, nn::AttentionKernel::fused, recompute);
       double kept[2];
       for (int layers : {1, 2}) {
         config.n_layer = layers;
-        nn::GPT model(config, 9, nn::resolve_modes(nn::PrecisionSetting::fp32, nn::AttentionKernel::fused, recompute));
+        nn::GPT model(config, 9, modes);
+        nn::WeightCastCache casts_once;  // as the training loop: the step's bf16 weights stay
         const std::size_t before = nn::BufferPool::bytes_in_use();
         nn::Tensor loss = model.loss(ids, targets, B, T);
         kept[layers - 1] = static_cast<double>(nn::BufferPool::bytes_in_use() - before);
         CHECK(model.routing_stats().dropped == 0);
+        for (const auto& [layer, tokens] : model.routing_stats().tokens_per_expert)  // every expert cast
+          CHECK(std::count(tokens.begin(), tokens.end(), 0) == 0);
         nn::autograd::backward(loss);
       }
-      const double per_token = nn::block_activation_floats_per_token(config, T, recompute, nn::Precision::fp32, 1, false) +
-                               (recompute == nn::Recompute::full ? 0.0 : nn::moe_block_extra_floats_per_token(config));
-      const double formula = 4.0 * B * T * per_token;
-      INFO("k " << k << ", recompute " << nn::name_of(recompute) << ": a mixture block keeps " << kept[1] - kept[0]
-                << " bytes, the formula says " << formula);
+      const nn::Precision runs = modes.precision;
+      const double per_token = nn::block_activation_floats_per_token(config, T, recompute, runs, 1, false) +
+                               (recompute == nn::Recompute::full ? 0.0 : nn::moe_block_extra_floats_per_token(config, runs));
+      // The block's weights cast to bf16 stay in the step's cache (its E experts, not the router).
+      const double formula = 4.0 * B * T * per_token + nn::weight_cast_bytes(config, runs, 1, 1, false, 1);
+      INFO(nn::name_of(runs) << ", k " << k << ", recompute " << nn::name_of(recompute) << ": a mixture block keeps "
+                             << kept[1] - kept[0] << " bytes, the formula says " << formula);
       CHECK(kept[1] - kept[0] == Approx(formula).epsilon(1e-3));  // (+ the block's one-float balancing loss)
     }
 }

@@ -780,34 +780,45 @@ TEST_CASE("bf16 attention: QKᵀ and PV on bf16 inputs, output and gradient with
 }
 
 // A mixture of experts' routing (nn/moe_mlp.hpp): where tokens go, and the ops that move them.
-TEST_CASE("routing: top-k with ties to the lower index, capacity per sequence, first choices first, shares") {
+TEST_CASE("routing: top-k with ties to the lower index, capacity per sequence, position by position (causal), shares") {
   // 2 sequences × 3 tokens × 3 experts, k = 2, f = 1: capacity ⌈1·2·3/3⌉ = 2 tokens per expert.
   const std::vector<float> probs = {
       0.5f, 0.3f, 0.2f,  // sequence 0, token 0: experts 0, 1
       0.5f, 0.3f, 0.2f,  // token 1: 0, 1
       0.6f, 0.2f, 0.2f,  // token 2: 0, then 1 (tied with 2: the lower index); both full: dropped
-      0.2f, 0.4f, 0.4f,  // sequence 1, token 0: 1, 2 (tie: 1 first); its second, 2, finds 2 full: dropped
+      0.2f, 0.4f, 0.4f,  // sequence 1, token 0: 1, 2 (tie: 1 first)
       0.1f, 0.1f, 0.8f,  // token 1: 2, then 0 (tie of 0 and 1)
-      0.1f, 0.2f, 0.7f,  // token 2: 2, then 1
+      0.1f, 0.2f, 0.7f,  // token 2: 2 — full after tokens 0 and 1: dropped; then 1
   };
   nn::MoESettings s;
   s.n_experts = 3;
   s.experts_per_token = 2;
   s.capacity_factor = 1.0;
+  s.sequence_length = 3;
   CHECK(nn::expert_capacity(3, 3, 2, 1.0) == 2);
   CHECK(nn::expert_capacity(13, 4, 2, 1.25) == 9);  // ⌈8.125⌉
+  CHECK(nn::expert_capacity(13, 4, 2, 1e30) == 13);  // at most T
   const nn::Routing r = nn::route_tokens(probs, 2, 3, s);
-  // Each sequence's slots: its first choices by position, then its second ones (rows g·3 + t).
+  // Each sequence's slots position by position, a token's choices in rank order (rows g·3 + t).
   CHECK(r.rows[0] == std::vector<int32_t>{0, 1, 4});
   CHECK(r.rows[1] == std::vector<int32_t>{0, 1, 3, 5});
-  CHECK(r.rows[2] == std::vector<int32_t>{4, 5});
+  CHECK(r.rows[2] == std::vector<int32_t>{3, 4});
   CHECK(r.dropped == 3);
+  // Causal: the first two tokens of each sequence routed alone (capacity still counts T = 3)
+  // keep exactly what they kept beside the third.
+  std::vector<float> prefix;
+  for (int g = 0; g < 2; ++g) prefix.insert(prefix.end(), probs.begin() + g * 9, probs.begin() + g * 9 + 6);
+  const nn::Routing p = nn::route_tokens(prefix, 2, 2, s);
+  CHECK(p.rows[0] == std::vector<int32_t>{0, 1, 3});  // rows g·2 + t now
+  CHECK(p.rows[1] == std::vector<int32_t>{0, 1, 2});
+  CHECK(p.rows[2] == std::vector<int32_t>{2, 3});
   CHECK(r.gate[1] == std::vector<int64_t>{0 * 3 + 1, 1 * 3 + 1, 3 * 3 + 1, 5 * 3 + 1});
   // Shares count choices before capacity: sequence 0 named 0 and 1 three times each of 6,
   // sequence 1 named 0 once, 1 twice, 2 three times.
   const std::vector<float> shares = {0.5f, 0.5f, 0.0f, 1.0f / 6, 2.0f / 6, 3.0f / 6};
   for (std::size_t i = 0; i < shares.size(); ++i) CHECK(r.shares[i] == Approx(shares[i]));
   CHECK_THROWS_WITH(nn::route_tokens(std::vector<float>(5), 2, 3, s), Catch::Contains("5 probabilities"));
+  CHECK_THROWS_WITH(nn::route_tokens(std::vector<float>(24), 2, 4, s), Catch::Contains("4 tokens in a sequence of at most 3"));
 }
 
 TEST_CASE("routing ops: gather_rows, combine_rows, load_balancing_loss, attach_loss — gradients") {

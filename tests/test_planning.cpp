@@ -59,6 +59,10 @@ TEST_CASE("planned parameters are the trainers' counts", "[planning]") {
   CHECK(rank_parameter_count(sw, 1, 1, 0) == nn::parameter_count(sw));
   CHECK(moe_blocks_on_stage(sw, 2, 0) == 3);
   CHECK(moe_blocks_on_stage(sw, 1, 0) == 6);
+  // Interleaved, 4 stages × 3 chunks of one block: stage 1 holds blocks 1, 5, 9 (all mixtures),
+  // stage 0 blocks 0, 4, 8 (none).
+  CHECK(moe_blocks_on_stage(sw, 4, 1, 3) == 3);
+  CHECK(moe_blocks_on_stage(sw, 4, 0, 3) == 0);
 }
 
 TEST_CASE("nanodist's memory is nn/memory_estimate's and ZeRO's formula, not a copy", "[planning]") {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <chrono>
 #include <cstdlib>
@@ -52,8 +53,18 @@ TEST_CASE("the metrics file: a fresh run starts it afresh, a resume continues it
   CHECK(train_steps() == std::vector<std::string>{"1", "2", "3", "4"});
   REQUIRE(train_dp(1, common + " --max-iters 4 --resume").status == 0);  // 0 steps: no duplicates
   CHECK(train_steps() == std::vector<std::string>{"1", "2", "3", "4"});
+  {  // As a file of 0.6 left it, before the five routing columns: its rows stay, padded.
+    std::vector<std::string> lines = lines_of(csv);
+    std::ofstream older(csv);
+    for (std::string line : lines) {
+      for (int i = 0; i < 5; ++i) line = line.substr(0, line.rfind(','));
+      older << line << "\n";
+    }
+  }
   REQUIRE(train_dp(1, common + " --max-iters 6 --resume").status == 0);
   CHECK(train_steps() == std::vector<std::string>{"1", "2", "3", "4", "5", "6"});
+  const std::vector<std::string> rows = lines_of(csv);
+  for (const auto& line : rows) CHECK(std::count(line.begin(), line.end(), ',') == std::count(rows[0].begin(), rows[0].end(), ','));
   CHECK(lines_of(csv).front().starts_with("kind,step,"));
   int evals = 0;
   for (const auto& line : lines_of(csv)) evals += line.starts_with("eval,");

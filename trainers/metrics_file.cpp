@@ -51,8 +51,15 @@ bool keep_row(const std::string& kind, int64_t row_step, int64_t step) {
 // The resumed run's rows that stay, as the text of the file.
 std::string rows_before(const std::filesystem::path& path, bool csv, int64_t step) {
   std::ifstream in(path);
-  std::string line, kept;
-  if (csv && (!std::getline(in, line) || line != csv_header())) return {};  // another layout: start afresh
+  std::string line, kept, padding;
+  if (csv) {
+    // An older file whose columns are the first of today's (a release added columns at the
+    // end): its rows stay, padded with empty fields. Any other layout: start afresh.
+    const std::string header = csv_header();
+    if (!std::getline(in, line) || !(line == header || header.starts_with(line + ","))) return {};
+    for (std::size_t i = line.size(); i < header.size(); ++i)
+      if (header[i] == ',') padding += ',';
+  }
   while (std::getline(in, line)) {
     std::string kind;
     int64_t row_step = -1;
@@ -69,7 +76,7 @@ std::string rows_before(const std::filesystem::path& path, bool csv, int64_t ste
     } catch (const std::exception&) {
       continue;  // a torn last line of a killed run
     }
-    if (keep_row(kind, row_step, step)) kept += line + "\n";
+    if (keep_row(kind, row_step, step)) kept += line + (csv ? padding : "") + "\n";
   }
   return kept;
 }

@@ -205,6 +205,11 @@ void finish_train_options(CLI::App& app, TrainOptions& o) {
     usage("--crash-rank {} does nothing without --crash-at-step (or train_pp's --skip-send-at-step, train_3d's "
           "--skip-ring-at-step), which says when",
           o.crash_rank);
+  // A mixture's settings without a mixture would do nothing, silently (a resume or --init-from
+  // takes the mixture from its checkpoint: there they are compared with it instead).
+  if (o.model.n_experts == 0 && !o.resume && o.init_from.empty())
+    for (const char* flag : {"--experts-per-token", "--capacity-factor", "--moe-every", "--aux-loss-weight"})
+      if (o.explicit_flags.count(flag)) usage("{} sets a mixture of experts: it needs --n-experts E", flag);
   try {
     o.model.validate();
   } catch (const nn::Error& e) {
@@ -233,7 +238,10 @@ void check_config_against_flags(const nn::GPTConfig& saved, const TrainOptions& 
     j["aux_loss_weight"] = c.aux_loss_weight;
     return j;
   };
-  const nlohmann::json saved_json = every_field(saved), flags_json = every_field(o.model);
+  nlohmann::json saved_json = every_field(saved), flags_json = every_field(o.model);
+  if (saved.n_experts == 0 && o.model.n_experts == 0)  // dense both: a mixture's settings mean nothing
+    for (const char* field : {"experts_per_token", "capacity_factor", "moe_every", "aux_loss_weight"})
+      saved_json[field] = flags_json[field];
   for (const std::string& field : o.explicit_model_flags)
     if (saved_json.at(field) != flags_json.at(field))
       usage("the checkpoint has {}={} but the flags ask for {}={}", field, saved_json.at(field).dump(), field,

@@ -1,7 +1,7 @@
 #include "trainers/training_log.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <span>
@@ -31,12 +31,12 @@ RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& c,
                                  int steps) {
   // [each mixture block's E experts' tokens | choices, dropped, Σ aux, aux terms], summed over
   // the ranks: data-parallel replicas add their batches, pipeline stages their blocks.
-  const int blocks = c.n_layer / c.moe_every, E = c.n_experts;
-  std::vector<double> sums(static_cast<std::size_t>(blocks * E + 4), 0.0);
+  const auto blocks = static_cast<std::size_t>(c.n_layer / c.moe_every), E = static_cast<std::size_t>(c.n_experts);
+  const std::size_t tail = blocks * E;
+  std::vector<double> sums(tail + 4, 0.0);
   for (const auto& [layer, tokens] : mine.tokens_per_expert)
-    for (int e = 0; e < E; ++e)
-      sums[static_cast<std::size_t>((layer / c.moe_every) * E + e)] = static_cast<double>(tokens[static_cast<std::size_t>(e)]);
-  const std::size_t tail = static_cast<std::size_t>(blocks * E);
+    for (std::size_t e = 0; e < E; ++e)
+      sums[static_cast<std::size_t>(layer / c.moe_every) * E + e] = static_cast<double>(tokens[e]);
   sums[tail] = static_cast<double>(mine.choices);
   sums[tail + 1] = static_cast<double>(mine.dropped);
   sums[tail + 2] = mine.aux_loss;
@@ -44,6 +44,7 @@ RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& c,
   world.allreduce(std::span<double>(sums), comm::ReduceOp::sum);
   mine.clear();
   RoutingSummary s;
+  steps = std::max(steps, 1);
   const auto per_expert = std::span<const double>(sums).first(tail);
   s.tokens_min = *std::min_element(per_expert.begin(), per_expert.end()) / steps;
   s.tokens_max = *std::max_element(per_expert.begin(), per_expert.end()) / steps;
