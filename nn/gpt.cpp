@@ -174,13 +174,14 @@ void GPT::init_blocks(Rng& rng) {
     if (moe) {  // PyTorch's order: the router, then each expert's c_fc and c_proj
       using enum ParameterRole;
       b.moe.router_weight = init_parameter(rng, p + "mlp.router.weight", {config_.n_experts, C}, owned, replicated);
-      for (int e = 0; e < config_.n_experts; ++e) {
+      for (int e = 0; e < config_.n_experts; ++e) {  // (expert parallelism: this rank's E/ep of them)
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        const bool held = owned && layers_->holds_expert(e, config_.n_experts);
         ExpertWeights w;
-        w.c_fc_weight = init_parameter(rng, x + "c_fc.weight", {4 * C, C}, owned, replicated);
-        w.c_fc_bias = init_bias(rng, x + "c_fc.bias", 4 * C, owned, replicated);
-        w.c_proj_weight = init_parameter(rng, x + "c_proj.weight", {C, 4 * C}, owned, replicated);
-        w.c_proj_bias = init_bias(rng, x + "c_proj.bias", C, owned, replicated);
+        w.c_fc_weight = init_parameter(rng, x + "c_fc.weight", {4 * C, C}, held, expert);
+        w.c_fc_bias = init_bias(rng, x + "c_fc.bias", 4 * C, held, expert);
+        w.c_proj_weight = init_parameter(rng, x + "c_proj.weight", {C, 4 * C}, held, expert);
+        w.c_proj_bias = init_bias(rng, x + "c_proj.bias", C, held, expert);
         b.moe.experts.push_back(w);
       }
     }
@@ -252,9 +253,13 @@ int64_t GPT::num_params(bool non_embedding) const {
 double GPT::active_params() const {
   double n = static_cast<double>(num_params(true));
   if (config_.n_experts == 0) return n;
+  // Each mixture block: the experts held here out, a token's k in (expert parallelism holds E/ep).
   const double C = config_.n_embd, expert = 8.0 * C * C + (config_.bias ? 5.0 * C : 0.0);
-  for (int l : block_ids_)
-    if (config_.is_moe_block(l)) n -= (config_.n_experts - config_.experts_per_token) * expert;
+  for (const BlockWeights& b : blocks_) {
+    if (!b.moe.router_weight.defined()) continue;
+    const auto held = std::ranges::count_if(b.moe.experts, [](const ExpertWeights& w) { return w.c_fc_weight.defined(); });
+    n -= static_cast<double>(held - config_.experts_per_token) * expert;
+  }
   return n;
 }
 
@@ -452,7 +457,7 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
     // Its routing counted once per training forward: not again in --recompute full's replay.
     const bool replay = modes_.recompute == Recompute::full && autograd::grad_enabled();
     h = moe_mlp(h, b.moe, config_.moe(), precision, modes_.fusion == Fusion::fused, loss_scale_,
-                training && !replay ? &routing_stats_ : nullptr, layer);
+                training && !replay ? &routing_stats_ : nullptr, layer, layers);
     return {x, maybe_dropout(h, batch, DropoutSite::mlp_output, layer)};
   }
   if (modes_.fusion == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass

@@ -13,8 +13,17 @@ const char* name_of(ParameterRole role) {
     case ParameterRole::fused_qkv_column: return "fused-qkv column";
     case ParameterRole::row: return "row";
     case ParameterRole::vocabulary: return "vocabulary";
+    case ParameterRole::expert: return "expert";
   }
   return "?";
+}
+
+std::vector<Tensor> GPTLayers::run_experts(const Tensor& tokens, std::span<const std::vector<int32_t>> rows,
+                                           const ExpertFunction& expert) {
+  std::vector<Tensor> outputs(rows.size());
+  for (std::size_t e = 0; e < rows.size(); ++e)
+    if (!rows[e].empty()) outputs[e] = expert(static_cast<int>(e), gather_rows(tokens, rows[e]));  // [M_e,C]
+  return outputs;
 }
 
 Tensor WholeLayers::token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T, bool) {

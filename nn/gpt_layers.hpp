@@ -25,6 +25,8 @@
 // by the role alone — no layer guesses from a name.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,7 +44,10 @@ namespace nn {
 //   row               cut by input columns: attn.c_proj's and mlp.c_proj's weights
 //   vocabulary        cut by vocabulary rows, padded to a multiple of W: wte (= lm_head)
 //   replicated        whole on every rank: wpe, the layernorms, the row layers' biases
-enum class ParameterRole { replicated, column, fused_qkv_column, row, vocabulary };
+//   expert            one expert of a mixture (nn/moe_mlp.hpp): whole, but under expert
+//                     parallelism held by one rank of each expert-parallel group
+//                     (parallel/ep/expert_parallel_layers.hpp), its gradient averaged apart
+enum class ParameterRole { replicated, column, fused_qkv_column, row, vocabulary, expert };
 const char* name_of(ParameterRole role);
 
 class GPTLayers {
@@ -115,6 +120,18 @@ class GPTLayers {
   virtual Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets) = 0;
   // One position's logits over this process's vocabulary columns → over the whole vocabulary.
   virtual void gather_vocabulary(std::span<const float> mine, std::span<float> whole) = 0;
+
+  // A mixture of experts (nn/moe_mlp.hpp). Whether this process holds expert e of E (expert
+  // parallelism: E/ep of them); a block allocates only those.
+  virtual bool holds_expert(int /*expert*/, int /*n_experts*/) const { return true; }
+  // The experts on the rows routed to them: tokens [N,C] and, per expert e of E, the rows of
+  // `tokens` that chose it (slot order) → per expert, its output [M_e,C] for those rows
+  // (undefined when it has none). `expert(e, x)` computes expert e — one held here — on x [M,C].
+  // Here: each expert on its own rows; expert parallelism sends each row to the rank holding
+  // its expert and the outputs back (a collective over the ep group, every forward).
+  using ExpertFunction = std::function<Tensor(int expert, const Tensor& rows)>;
+  virtual std::vector<Tensor> run_experts(const Tensor& tokens, std::span<const std::vector<int32_t>> rows,
+                                          const ExpertFunction& expert);
 };
 
 // Every layer whole, on one process: nn::GPT's default.
@@ -142,6 +159,65 @@ class WholeLayers final : public GPTLayers {
                     bool) override;
   Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets) override;
   void gather_vocabulary(std::span<const float> mine, std::span<float> whole) override;
+};
+
+// Layers that change a few of another's and pass the rest through to it (context parallelism
+// changes attention and the stream's positions, expert parallelism where experts run).
+class LayersAround : public GPTLayers {
+ public:
+  explicit LayersAround(std::shared_ptr<GPTLayers> inner) : inner_(std::move(inner)) {}
+  Tensor keep(const Tensor& whole, ParameterRole role) override { return inner_->keep(whole, role); }
+  bool is_cut(ParameterRole role) const override { return inner_->is_cut(role); }
+  std::vector<float> shard(ParameterRole role, const Shape& whole_shape, std::span<const float> whole) const override {
+    return inner_->shard(role, whole_shape, whole);
+  }
+  std::vector<float> gather(ParameterRole role, const Shape& mine_shape, std::span<const float> mine) const override {
+    return inner_->gather(role, mine_shape, mine);
+  }
+  Shape whole_shape(ParameterRole role, const Shape& mine_shape) const override {
+    return inner_->whole_shape(role, mine_shape);
+  }
+  double sum_over_group(double mine) const override { return inner_->sum_over_group(mine); }
+  void sum_replicated_grads(std::span<const Tensor> replicated) override { inner_->sum_replicated_grads(replicated); }
+  int local_heads(int n_head) const override { return inner_->local_heads(n_head); }
+  int first_head(int n_head) const override { return inner_->first_head(n_head); }
+  int64_t stream_length(int64_t T, bool training) const override { return inner_->stream_length(T, training); }
+  int64_t first_stream_position(int64_t S, bool training) const override {
+    return inner_->first_stream_position(S, training);
+  }
+  int64_t stream_shards(bool training) const override { return inner_->stream_shards(training); }
+  StreamPlace stream_place(int64_t S, bool training) const override { return inner_->stream_place(S, training); }
+  int64_t sequence_length(int64_t rows, bool training) const override { return inner_->sequence_length(rows, training); }
+  Tensor attention(const Tensor& qkv, int heads, const DropoutMask& dropout, AttentionKernel kernel,
+                   Precision precision, bool training) override {
+    return inner_->attention(qkv, heads, dropout, kernel, precision, training);
+  }
+  Tensor token_embedding(const Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
+                         bool training) override {
+    return inner_->token_embedding(wte, ids, B, T, training);
+  }
+  Tensor column_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family,
+                       Precision precision, bool training) override {
+    return inner_->column_linear(x, weight, bias, family, precision, training);
+  }
+  Tensor row_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* family, Precision precision,
+                    bool training) override {
+    return inner_->row_linear(x, weight, bias, family, precision, training);
+  }
+  Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets) override {
+    return inner_->cross_entropy(logits, targets);
+  }
+  void gather_vocabulary(std::span<const float> mine, std::span<float> whole) override {
+    inner_->gather_vocabulary(mine, whole);
+  }
+  bool holds_expert(int expert, int n_experts) const override { return inner_->holds_expert(expert, n_experts); }
+  std::vector<Tensor> run_experts(const Tensor& tokens, std::span<const std::vector<int32_t>> rows,
+                                  const ExpertFunction& expert) override {
+    return inner_->run_experts(tokens, rows, expert);
+  }
+
+ protected:
+  std::shared_ptr<GPTLayers> inner_;
 };
 
 }  // namespace nn

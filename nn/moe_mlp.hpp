@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "nn/gemm.hpp"  // Precision
+#include "nn/gpt_layers.hpp"
 #include "nn/tensor.hpp"
 
 namespace nn {
@@ -43,7 +44,8 @@ struct MoESettings {
   int64_t sequence_length = 1;  // T of the capacity: the model's block_size
 };
 
-// One expert's tensors (transformer.h.<l>.mlp.experts.<i>.c_fc.weight, …): the MLP's shapes.
+// One expert's tensors (transformer.h.<l>.mlp.experts.<i>.c_fc.weight, …): the MLP's shapes;
+// undefined for an expert held by another rank (expert parallelism).
 struct ExpertWeights {
   Tensor c_fc_weight, c_fc_bias, c_proj_weight, c_proj_bias;  // [4C,C], [4C], [C,4C], [C]
 };
@@ -76,8 +78,9 @@ struct RoutingStats {
 // The mixture on h [B,T,C] → [B,T,C], the balancing loss attached with weight
 // aux_loss_weight · loss_scale (loss_scale: what the training loss is multiplied by before
 // backward, 1/micro-batches when they are averaged). `stats` (may be null) gains this call's, under block
-// number `layer`.
+// number `layer`. `layers` runs the experts on their rows (GPTLayers::run_experts: here, or
+// over the expert-parallel group).
 Tensor moe_mlp(const Tensor& h, const MoEWeights& weights, const MoESettings& settings, Precision precision,
-               bool fused_bias_gelu, float loss_scale, RoutingStats* stats, int layer);
+               bool fused_bias_gelu, float loss_scale, RoutingStats* stats, int layer, GPTLayers& layers);
 
 }  // namespace nn

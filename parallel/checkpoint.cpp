@@ -12,10 +12,12 @@ namespace {
 
 // ---- over the pipeline: tensors by name -----------------------------------------------------
 
-// The names of a stage's parameters, one per line, sent as a length and int32 characters.
-void send_names(const nn::GPT& model, comm::Communicator& pp, int dest) {
+// The names of a stage's parameters (only its experts' with `experts_only`), one per line,
+// sent as a length and int32 characters.
+void send_names(const nn::GPT& model, comm::Communicator& pp, int dest, bool experts_only = false) {
   std::string text;
-  for (const auto& p : model.parameters()) text += p.name + "\n";
+  for (const auto& p : model.parameters())
+    if (!experts_only || p.role == nn::ParameterRole::expert) text += p.name + "\n";
   std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
   pp.send(std::span<const int64_t>(size), dest);
   std::vector<int32_t> chars(text.begin(), text.end());
@@ -92,24 +94,62 @@ void hand_out_stages(nn::GPT& stage, nn::AdamW* optimizer, comm::Communicator& p
   if (optimizer) optimizer->set_steps(steps[0]);
 }
 
+// ---- over the expert-parallel group: every expert in one place -------------------------------
+
+// Ep rank 0's copy of the stage (every expert) gets its own tensors, then each ep rank's experts.
+void collect_experts(nn::GPT& stage, nn::AdamW& optimizer, comm::Communicator& ep, nn::GPT* whole,
+                     nn::AdamW* whole_optimizer) {
+  if (ep.rank() != 0) {
+    send_names(stage, ep, 0, /*experts_only=*/true);
+    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+      if (stage.parameters()[i].role == nn::ParameterRole::expert)
+        for (auto t : tensors_of(stage, &optimizer, i)) ep.send(std::span<const float>(t), 0);
+    return;
+  }
+  for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+    copy_all(tensors_of(stage, &optimizer, i), tensors_of(*whole, whole_optimizer, stage.parameters()[i].name));
+  for (int r = 1; r < ep.size(); ++r)
+    for (const std::string& name : recv_names(ep, r))
+      for (auto t : tensors_of(*whole, whole_optimizer, name)) ep.recv(t, r);
+}
+
+// The way back: each ep rank's experts from ep rank 0's copy (the rest reaches them over dp).
+void hand_out_experts(nn::GPT& stage, nn::AdamW* optimizer, comm::Communicator& ep, nn::GPT* whole,
+                      nn::AdamW* whole_optimizer) {
+  if (ep.rank() != 0) {
+    send_names(stage, ep, 0, /*experts_only=*/true);
+    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+      if (stage.parameters()[i].role == nn::ParameterRole::expert)
+        for (auto t : tensors_of(stage, optimizer, i)) ep.recv(t, 0);
+    return;
+  }
+  nn::AdamW* source_optimizer = optimizer ? whole_optimizer : nullptr;
+  for (std::size_t i = 0; i < stage.parameters().size(); ++i)
+    copy_all(tensors_of(*whole, source_optimizer, stage.parameters()[i].name), tensors_of(stage, optimizer, i));
+  for (int r = 1; r < ep.size(); ++r)
+    for (const std::string& name : recv_names(ep, r))
+      for (auto t : tensors_of(*whole, source_optimizer, name)) ep.send(std::span<const float>(t), r);
+  if (optimizer) optimizer->set_steps(whole_optimizer->steps());
+}
+
 // ---- over the tensor-parallel group: a stage made whole --------------------------------------
 
-// The stage whole, on tp rank 0: its parameters and moments gathered over the tp group into a
-// copy — or, with one tp rank, the stage itself (nothing is cut: no copy is made).
+// The stage whole, on tp rank 0 (and ep rank 0): its parameters and moments gathered over the
+// tp group — or every expert over the ep group — into a copy; or, with one tp and one ep rank,
+// the stage itself (nothing is cut: no copy is made).
 class WholeStage {
  public:
   WholeStage(nn::GPT& stage, nn::AdamW* optimizer, const nn::AdamWConfig& config, const Grid& grid) {
-    if (grid.tp == 1) {
+    if (grid.tp == 1 && grid.ep == 1) {
       model_ = &stage;
       optimizer_ = optimizer;
-    } else if (grid.tp_rank == 0) {
+    } else if (grid.tp_rank == 0 && grid.ep_rank == 0) {
       copy_.emplace(stage.config(), 0, stage.part());
       copy_optimizer_.emplace(copy_->parameters(), config);
       model_ = &*copy_;
       optimizer_ = optimizer ? &*copy_optimizer_ : nullptr;
     }
   }
-  bool cut() const { return copy_.has_value() || model_ == nullptr; }  // the stage is a copy (or elsewhere)
   nn::GPT& model() { return *model_; }
   nn::AdamW* optimizer() { return optimizer_; }
 
@@ -125,7 +165,7 @@ class WholeStage {
 void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW& optimizer,
                      const nlohmann::json& train_state, Grid& grid, nn::CheckpointWriter& writer) {
   WholeStage stage(model, &optimizer, optimizer.config(), grid);
-  if (stage.cut())  // every tp rank gathers each cut tensor; tp rank 0 keeps the whole
+  if (grid.tp > 1)  // every tp rank gathers each cut tensor; tp rank 0 keeps the whole
     for (std::size_t i = 0; i < model.parameters().size(); ++i) {
       const nn::NamedTensor& p = model.parameters()[i];
       const auto mine = tensors_of(model, &optimizer, i);
@@ -134,7 +174,10 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
         if (grid.tp_rank == 0) std::ranges::copy(whole, tensors_of(stage.model(), stage.optimizer(), i)[k].begin());
       }
     }
-  if (grid.tp_rank != 0) return;
+  if (grid.ep > 1)  // every ep rank sends its experts; ep rank 0's copy holds them all
+    collect_experts(model, optimizer, grid.ep_group, grid.ep_rank == 0 ? &stage.model() : nullptr,
+                    stage.optimizer());
+  if (grid.tp_rank != 0 || grid.ep_rank != 0) return;
   stage.optimizer()->set_steps(optimizer.steps());
   std::optional<nn::GPT> whole;
   std::optional<nn::AdamW> whole_optimizer;
@@ -151,8 +194,14 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
 void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn::GPT* whole,
                            nn::AdamW* whole_optimizer) {
   WholeStage stage(model, optimizer, optimizer ? optimizer->config() : nn::AdamWConfig{}, grid);
-  if (grid.tp_rank == 0) hand_out_stages(stage.model(), stage.optimizer(), grid.pp_group, whole, whole_optimizer);
-  if (!stage.cut()) return;  // one tp rank: the stage took its tensors itself
+  if (grid.tp_rank == 0 && grid.ep_rank == 0)
+    hand_out_stages(stage.model(), stage.optimizer(), grid.pp_group, whole, whole_optimizer);
+  if (grid.ep > 1) {  // ep rank 0 keeps its own and hands each ep rank its experts
+    hand_out_experts(model, optimizer, grid.ep_group, grid.ep_rank == 0 ? &stage.model() : nullptr,
+                     stage.optimizer());
+    return;  // (the ep ranks' other parameters and the optimizer's steps come over dp)
+  }
+  if (grid.tp == 1) return;  // one tp rank: the stage took its tensors itself
   // tp rank 0 broadcasts each whole tensor over the group; every rank keeps its cut.
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     const nn::NamedTensor& p = model.parameters()[i];

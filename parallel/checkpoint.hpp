@@ -10,8 +10,11 @@
 //          world rank 0 read, tp rank 0 broadcasts them over its group, and every rank keeps
 //          its cut (nn::GPTLayers::shard)
 //
-// Both are collective over the first replica (dp_rank 0); broadcast over dp_group after
-// loading. They cost tp rank 0 a whole stage's memory and pipeline rank 0 a whole model's (a
+//   expert parallelism: each ep rank of the first replica's ep group sends its experts by name
+//          to ep rank 0, whose copy of the stage holds every expert (and the way back)
+//
+// Both are collective over the first replica's ep group (Grid::first_expert_group: dp_rank 0
+// when ep is 1); broadcast over dp_group (the experts over expert_dp_group) after loading. They cost tp rank 0 a whole stage's memory and pipeline rank 0 a whole model's (a
 // teaching project's trade-off).
 #pragma once
 #include <filesystem>

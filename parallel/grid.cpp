@@ -16,7 +16,7 @@ struct Coordinates {
 Coordinates coordinates(int r, int pp, int cp, int tp) { return {r / (pp * cp * tp), r / (cp * tp) % pp, r / tp % cp, r % tp}; }
 }  // namespace
 
-Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp) {
+Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp, int ep) {
   const double ranks = static_cast<double>(dp) * pp * cp * tp;  // (four ints' product overflows an int)
   if (dp < 1 || pp < 1 || tp < 1 || cp < 1 || ranks != world.size()) {
     if (cp == 1)
@@ -26,7 +26,12 @@ Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp) {
                                        "ranks",
                                        world.size(), dp, pp, cp, tp, ranks));
   }
+  if (ep < 1 || dp % ep != 0)
+    throw comm::UsageError(fmt::format("--ep {} does not divide --dp {}: expert-parallel groups are carved from the "
+                                       "data-parallel ranks",
+                                       ep, dp));
   const auto [d, p, k, t] = coordinates(world.rank(), pp, cp, tp);
+  const int place = (p * cp + k) * tp + t;  // the (pp, cp, tp) coordinates the dp ranks share
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
   // initialisation runs the four (collective) splits in this order on every rank.
   return Grid{dp,
@@ -40,7 +45,11 @@ Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp) {
               world.split(world.rank() / tp, t),       // tp_group: same (dp, pp, cp)
               world.split((d * pp + p) * tp + t, k),   // cp_group: same (dp, pp, tp)
               world.split((d * cp + k) * tp + t, p),   // pp_group: same (dp, cp, tp)
-              world.split(p * tp + t, d * cp + k)};    // dp_group: same (pp, tp)
+              world.split(p * tp + t, d * cp + k),     // dp_group: same (pp, tp)
+              ep,
+              d % ep,
+              world.split(place * (dp / ep) + d / ep, d % ep),  // ep_group
+              world.split(place * ep + d % ep, d / ep)};         // expert_dp_group
 }
 
 std::string Grid::describe(int world_rank) const {
@@ -48,6 +57,7 @@ std::string Grid::describe(int world_rank) const {
   std::string text = fmt::format("rank {} = dp {} · pp {}", world_rank, d, p);
   if (cp > 1) text += fmt::format(" · cp {}", k);
   if (tp > 1) text += fmt::format(" · tp {}", t);
+  if (ep > 1) text += fmt::format(" · ep {}", d % ep);  // (its experts: parallel/ep/)
   return text;
 }
 

@@ -17,6 +17,13 @@
 // tp: every rank that holds the same parameters — the dp replicas and, in each, the cp ranks,
 // whose gradients are averaged together in one collective: a cp rank's loss is the mean over
 // its positions, so the average over cp is the mean over the whole sequence).
+//
+// Expert parallelism carves two more groups out of the dp ranks (DeepSpeed-MoE): ep_group, ep
+// consecutive dp ranks (dp ranks 0…ep−1, ep…2ep−1, …), which share one copy of every expert
+// among them (each holds E/ep, parallel/ep/), and expert_dp_group, the dp ranks holding the
+// same experts (dp ranks r, r+ep, r+2ep, …), over which those experts' gradients are averaged.
+//
+//   --dp 4 --ep 2:   ep groups {dp 0, dp 1} {dp 2, dp 3}    expert-dp groups {dp 0, dp 2} {dp 1, dp 3}
 #pragma once
 #include <string>
 
@@ -30,12 +37,18 @@ struct Grid {
   comm::Communicator tp_group;
   comm::Communicator cp_group;
   comm::Communicator pp_group;
-  comm::Communicator dp_group;  // dp × cp ranks: the same parameters
+  comm::Communicator dp_group;  // dp × cp ranks: the same parameters (but for the experts, with ep > 1)
+  int ep = 1, ep_rank = 0;      // expert parallelism: ep divides dp; ep_rank = dp_rank mod ep
+  comm::Communicator ep_group;         // same (pp, cp, tp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1
+  comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts
 
-  // Throws comm::UsageError naming the sizes when the world size is not dp · pp · cp · tp.
-  static Grid make(comm::Communicator& world, int dp, int pp, int tp, int cp = 1);
+  // Throws comm::UsageError naming the sizes when the world size is not dp · pp · cp · tp, or
+  // ep does not divide dp.
+  static Grid make(comm::Communicator& world, int dp, int pp, int tp, int cp = 1, int ep = 1);
   // The rank that speaks for its replica's data (writes, samples): dp 0, cp 0.
   bool first_replica() const { return dp_rank == 0 && cp_rank == 0; }
+  // The ranks that run the first replica's forwards together: its ep group (ep 1: the first replica).
+  bool first_expert_group() const { return dp_rank < ep && cp_rank == 0; }
   // "rank 5 = dp 1 · pp 0 · tp 1"; the cp part only when cp > 1, the tp part only when tp > 1.
   std::string describe(int world_rank) const;
   // Every rank, comma-separated, for the log's "layout:" line.

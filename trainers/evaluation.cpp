@@ -23,7 +23,8 @@ float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int 
   return static_cast<float>(mean[0]);
 }
 
-double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group) {
+double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group,
+                       bool in_step) {
   // Window w is tokens [wT, wT+T] (+1 for the targets). The windows go in fixed chunks of 32 —
   // chunk c is windows [32c, 32c+32), whichever rank computes it — and each chunk's loss sum
   // lands in a slot of its own; the slots are added in chunk order in double. So the number is
@@ -35,12 +36,14 @@ double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, i
   const int64_t first = chunks * group.rank() / group.size(), last = chunks * (group.rank() + 1) / group.size();
   std::vector<double> chunk_sums(static_cast<std::size_t>(chunks), 0.0);  // Σ token losses of each chunk
   Batch batch;
-  for (int64_t c = first; c < last; ++c) {
+  const int64_t most = (chunks + group.size() - 1) / group.size();  // the longest share
+  for (int64_t i = 0; i < (in_step && chunks > 0 ? most : last - first); ++i) {
+    const int64_t c = std::min(first + i, chunks - 1);  // past this rank's share: a repeat, not counted
     const int64_t w = c * kWindowsPerChunk, B = std::min(kWindowsPerChunk, windows - w);
     batch.ids.assign(tokens.begin() + w * T, tokens.begin() + (w + B) * T);
     batch.targets.assign(tokens.begin() + w * T + 1, tokens.begin() + (w + B) * T + 1);
-    chunk_sums[static_cast<std::size_t>(c)] =
-        static_cast<double>(loss(batch.ids, batch.targets, B, T)) * static_cast<double>(B * T);
+    const double sum = static_cast<double>(loss(batch.ids, batch.targets, B, T)) * static_cast<double>(B * T);
+    if (first + i < last) chunk_sums[static_cast<std::size_t>(c)] = sum;
   }
   group.allreduce(std::span<double>(chunk_sums), comm::ReduceOp::sum);  // one rank's value + zeros: exact
   double total = 0.0;

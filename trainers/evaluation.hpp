@@ -49,7 +49,11 @@ std::pair<float, float> estimate_train_val(const BatchLoss& loss, const Splits& 
 // (the data-parallel replicas) and average the result.
 float estimate_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int B, int T, int iters, uint64_t seed,
                     comm::Communicator& group);
-double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group);
+// `in_step`: every rank of the group makes the same number of forwards (the last of them a
+// repeat on a rank whose share is shorter, not counted) — expert parallelism's exchanges are
+// collectives inside every forward.
+double full_split_loss(const BatchLoss& loss, std::span<const int32_t> tokens, int T, comm::Communicator& group,
+                       bool in_step = false);
 
 // The exact loss over a whole split: every token predicted once, in consecutive
 // non-overlapping windows of block_size (the last partial window is left out), the windows

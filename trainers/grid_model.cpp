@@ -16,6 +16,7 @@
 #include "parallel/cp/context_parallel_layers.hpp"
 #include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
+#include "parallel/ep/expert_replicas.hpp"
 
 namespace trainers {
 
@@ -60,6 +61,18 @@ void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size)
     throw comm::UsageError(fmt::format("--n-experts {} with --{} {}: a mixture of experts runs on whole sequences and "
                                        "whole experts (dp and pp compose with it)",
                                        config.n_experts, s.tp > 1 ? "tp" : "cp", s.tp > 1 ? s.tp : s.cp));
+  if (s.ep > 1 && config.n_experts == 0)
+    throw comm::UsageError(fmt::format("--ep {} needs a mixture of experts (--n-experts): it splits the experts over "
+                                       "data-parallel ranks",
+                                       s.ep));
+  if (s.ep > 1 && s.dp % s.ep != 0)
+    throw comm::UsageError(fmt::format("--ep {} does not divide --dp {}: expert-parallel groups are carved from the "
+                                       "data-parallel ranks",
+                                       s.ep, s.dp));
+  if (s.ep > 1 && config.n_experts % s.ep != 0)
+    throw comm::UsageError(fmt::format("--n-experts {} is not divisible by --ep {}: each expert-parallel rank holds "
+                                       "n_experts / ep of them",
+                                       config.n_experts, s.ep));
   chunk_layers(s, config.n_layer);  // throws on a bad split
 }
 
@@ -84,11 +97,13 @@ std::vector<int> chunk_layers(const GridShape& s, int n_layer) {
 
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
                      const nn::ComputeModes& modes)
-    : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp, shape.cp)),
+    : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp, shape.cp, shape.ep)),
       layers(chunk_layers(shape, config.n_layer)),
       model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes,
-             parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
-                                             grid.cp_group, shape.cp_attention, shape.cp_overlap)) {}
+             parallel::with_expert_parallel(
+                 parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
+                                                 grid.cp_group, shape.cp_attention, shape.cp_overlap),
+                 grid.ep_group)) {}
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
   std::optional<nn::GPT> whole;
@@ -98,7 +113,7 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
     whole_optimizer.emplace(whole->parameters(), optimizer ? optimizer->config() : nn::AdamWConfig{});
   }
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(dir, *whole, optimizer ? &*whole_optimizer : nullptr); });
-  if (grid.first_replica())
+  if (grid.first_expert_group())
     parallel::distribute_checkpoint(model_, optimizer, grid, whole ? &*whole : nullptr,
                                     whole_optimizer ? &*whole_optimizer : nullptr);
   broadcast_over_replicas(optimizer);
@@ -106,13 +121,16 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
 
 void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
                      nn::CheckpointWriter& writer) {
-  if (grid.first_replica()) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
+  if (grid.first_expert_group()) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
   if (grid.dp_group.size() == 1) return;  // (the dp replicas and their cp ranks)
   std::vector<nn::NamedTensor> pieces = parameters();
-  parallel::broadcast_state(pieces, optimizer, grid.dp_group);
+  if (grid.ep > 1)
+    parallel::broadcast_state_with_experts(pieces, optimizer, grid);
+  else
+    parallel::broadcast_state(pieces, optimizer, grid.dp_group);
 }
 
 BatchLoss GridModel::batch_loss() {
@@ -139,6 +157,8 @@ float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, p
   // overlapped averager has sent most of it during backward already.
   if (averager)
     averager->finish();
+  else if (grid.ep > 1)  // the experts apart (parallel/ep/expert_replicas.hpp)
+    parallel::average_gradients_with_experts(pieces, grid, wire);
   else if (grid.dp_group.size() > 1)  // dp × cp: the mean over replicas and over each sequence's positions
     parallel::average_gradients(pieces, grid.dp_group, wire);
   model_.sum_replicated_grads();                              // sequence parallelism: each rank's positions' share
@@ -161,10 +181,13 @@ class LoadedGrid final : public LoadedModel {
   double full_loss(std::span<const int32_t> tokens) override {
     EvalMode eval(grid_model_.model());
     return full_split_loss(grid_model_.batch_loss(), tokens, grid_model_.model().config().block_size,
-                           grid_model_.grid.dp_group);
+                           grid_model_.grid.dp_group, grid_model_.grid.ep > 1);
   }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
-    return grid_model_.grid.first_replica() ? grid_model_.sample(vocabulary, o, stream) : "";  // the first replica samples
+    // The first replica samples (with its ep group, which runs the same forwards); it answers.
+    if (!grid_model_.grid.first_expert_group()) return "";
+    const std::string text = grid_model_.sample(vocabulary, o, stream);
+    return grid_model_.grid.first_replica() ? text : "";
   }
 
  private:
@@ -218,12 +241,14 @@ std::pair<float, float> GridStrategy::evaluate(int64_t step) {
 
 double GridStrategy::full_val_loss() {
   EvalMode eval(grid_model_.model());
-  return full_split_loss(grid_model_.batch_loss(), run_.data.val, T(), grid_.dp_group);
+  return full_split_loss(grid_model_.batch_loss(), run_.data.val, T(), grid_.dp_group, grid_.ep > 1);
 }
 
 void GridStrategy::print_sample(int64_t step) {
-  if (o_.sample_tokens == 0 || !grid_.first_replica()) return;  // the first replica samples; the others go on
-  say_sample(step, grid_model_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step)), world_);
+  // The first replica samples (with its ep group, which runs the same forwards); the others go on.
+  if (o_.sample_tokens == 0 || !grid_.first_expert_group()) return;
+  const std::string text = grid_model_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step));
+  say_sample(step, text, world_);
 }
 
 void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& train_state,

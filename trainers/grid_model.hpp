@@ -17,6 +17,7 @@
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
 #include "parallel/cp/context_parallel_layers.hpp"  // CpAttention
+#include "parallel/ep/expert_parallel_layers.hpp"
 #include "parallel/grid.hpp"
 #include "trainers/evaluation.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
@@ -32,6 +33,7 @@ struct GridShape {
   int cp = 1;  // context parallelism (train_3d --cp): each rank T/cp positions of every sequence
   parallel::CpAttention cp_attention = parallel::CpAttention::ring;
   bool cp_overlap = true;  // ring attention: the next block's transfer posted before the current block's compute
+  int ep = 1;  // expert parallelism (train_3d --ep): each rank of an ep group of dp ranks holds E/ep experts
   std::vector<int> stage_layers;  // empty: even
   bool sequence_parallel = false;
   int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
@@ -42,7 +44,8 @@ struct GridShape {
 // Refuses, in one line, what cannot be built: a world size other than dp·pp·cp·tp, n_head not
 // divisible by tp, sequence parallelism with tp = 1 or block_size not divisible by tp, more
 // stages than blocks; block_size not divisible by 2·cp, Ulysses with heads per tp rank not
-// divisible by cp, cp with sequence parallelism and an odd tp or one not dividing T/cp.
+// divisible by cp, cp with sequence parallelism and an odd tp or one not dividing T/cp; ep
+// without a mixture of experts, not dividing dp or the experts.
 void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_size);
 // The blocks of each of the pp·V chunks in model order (V = 1: of each stage): --stage-layers,
 // or even. Throws comm::UsageError naming the rule (V > 1 needs pp ≥ 2, a block per chunk).
@@ -67,9 +70,13 @@ class GridModel {
   nn::GPT& model() { return model_; }
   const nn::GPT& model() const { return model_; }
   std::vector<nn::NamedTensor> parameters() const { return model_.parameters(); }  // the optimizer's order
-  // The model's context-parallel layers, or null without --cp.
+  // The model's context-parallel layers, or null without --cp; its expert-parallel ones, or
+  // null without --ep.
   parallel::ContextParallelLayers* context_parallel_layers() {
     return dynamic_cast<parallel::ContextParallelLayers*>(&model_.layers());
+  }
+  parallel::ExpertParallelLayers* expert_parallel_layers() {
+    return dynamic_cast<parallel::ExpertParallelLayers*>(&model_.layers());
   }
 
   // Reads a checkpoint on world rank 0 (a bad file: one line on every rank) and gives every
@@ -78,7 +85,8 @@ class GridModel {
   // The first replica gathers and writes the whole model (atomic, as every trainer's).
   void save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
             nn::CheckpointWriter& writer);
-  // Rank 0 of the dp group's parameters and moments on every replica.
+  // Rank 0 of the dp group's parameters and moments on every replica (the experts: the first ep
+  // group's holder's).
   void broadcast_over_replicas(nn::AdamW* optimizer);
 
   // The loss of a batch (evaluation mode), the same on every rank of the replica.

@@ -60,8 +60,10 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
   stage_.before_backward = [this](int m) {
     if (averager_) averager_->before_backward(m == s_.micro_batches - 1);  // armed for the last one
   };
-  // One replica: nothing to average (and no bf16 wire to round the gradients through).
-  if (grid_.dp_group.size() > 1)  // the dp replicas and their cp ranks
+  // One replica: nothing to average (and no bf16 wire to round the gradients through). Under
+  // expert parallelism the experts average over another group: after backward, in one call
+  // each (GridModel::finish_gradients), not bucket by bucket.
+  if (grid_.dp_group.size() > 1 && grid_.ep == 1)  // the dp replicas and their cp ranks
     averager_ = parallel::make_gradient_averager(o_.ddp, parallel::GradientSource::of(grid_model_.model()),
                                                  grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
                                                  o_.grad_comm);
@@ -84,6 +86,8 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
   stage_.skip_sends = step == s_.skip_send_at_step && world_.rank() == o_.crash_rank;
   if (parallel::ContextParallelLayers* cp = grid_model_.context_parallel_layers())
     cp->skip_ring = step == s_.skip_ring_at_step && world_.rank() == o_.crash_rank;
+  if (parallel::ExpertParallelLayers* ep = grid_model_.expert_parallel_layers())
+    ep->skip_dispatch = step == s_.skip_dispatch_at_step && world_.rank() == o_.crash_rank;
   {
     Timed data(clock, Phase::data);
     sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)

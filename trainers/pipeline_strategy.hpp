@@ -23,6 +23,7 @@ struct ScheduleOptions {
   int virtual_stages = 1;  // V chunks of blocks per stage: interleaved 1F1B when V > 1
   int skip_send_at_step = -1;  // testing (train_pp): rank --crash-rank skips its sends at this step
   int skip_ring_at_step = -1;  // testing (train_3d --cp): rank --crash-rank skips the attention ring at this step
+  int skip_dispatch_at_step = -1;  // testing (train_3d --ep): rank --crash-rank skips the experts' dispatch
 };
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
 // One line for --micro-batches that do not divide --batch-size, for --grad-accum (the

@@ -4,6 +4,7 @@
 //   mpiexec -n 8 build/trainers/train_3d --dp 2 --pp 2 --tp 2 --n-layer 4 --micro-batches 4
 //   mpiexec -n 4 build/trainers/train_3d --pp 2 --tp 2 --sequence-parallel
 //   mpiexec -n 4 build/trainers/train_3d --cp 4 --cp-attention ring     # T/4 positions per rank
+//   mpiexec -n 4 build/trainers/train_3d --dp 4 --ep 2 --n-experts 4    # 2 experts per rank
 //
 // The ranks form a grid (parallel/grid.hpp), tp fastest, then cp. With --cp each rank of a
 // replica's cp group holds its load-balanced T/cp positions of every sequence while training, and
@@ -47,8 +48,8 @@ class ThreeDParallel final : public PipelineStrategy {
     const nn::GPTConfig& c = run_.start.config;
     StrategyFacts facts = PipelineStrategy::facts();
     facts.layout = {
-        fmt::format("train_3d: {} ranks = dp {} × pp {}{} × tp {}{}, schedule {}{}, {} micro-batches of {}{}",
-                    world_.size(), grid_.dp, grid_.pp, cp_note(), grid_.tp,
+        fmt::format("train_3d: {} ranks = dp {}{} × pp {}{} × tp {}{}, schedule {}{}, {} micro-batches of {}{}",
+                    world_.size(), grid_.dp, ep_note(), grid_.pp, cp_note(), grid_.tp,
                     shape_.sequence_parallel ? " (sequence parallel)" : "",
                     parallel::name_of(s_.schedule), virtual_stages_note(), s_.micro_batches,
                     o_.batch_size / s_.micro_batches,
@@ -74,12 +75,20 @@ class ThreeDParallel final : public PipelineStrategy {
                        pieces);
   }
 
+  // " (ep 2: each rank 2 of the 4 experts, its tokens sent to their experts' ranks)", or nothing.
+  std::string ep_note() const {
+    if (grid_.ep == 1) return "";
+    const int E = run_.start.config.n_experts;
+    return fmt::format(" (ep {}: each rank {} of the {} experts, tokens sent to their experts' ranks and back)",
+                       grid_.ep, E / grid_.ep, E);
+  }
+
   GridShape shape_;
 };
 
 // What context parallelism does not combine with, in one line each: ring attention computes in
 // fp32 with its own kernel (a bf16 or naive-kernel model would no longer match one process), and
-// --skip-ring-at-step needs a ring.
+// --skip-ring-at-step needs a ring (--skip-dispatch-at-step, expert parallelism).
 void check_context_modes(const GridShape& shape, const ScheduleOptions& s, const nn::ComputeModes& modes) {
   const bool ring = shape.cp > 1 && shape.cp_attention == parallel::CpAttention::ring;
   if (ring && modes.precision == nn::Precision::bf16)
@@ -89,6 +98,8 @@ void check_context_modes(const GridShape& shape, const ScheduleOptions& s, const
     throw comm::UsageError("--cp-attention ring has its own kernel: with --attention naive use --cp-attention ulysses");
   if (s.skip_ring_at_step >= 0 && !ring)
     throw comm::UsageError("--skip-ring-at-step needs a ring: --cp 2 or more with --cp-attention ring");
+  if (s.skip_dispatch_at_step >= 0 && shape.ep == 1)
+    throw comm::UsageError("--skip-dispatch-at-step needs a dispatch: --ep 2 or more");
 }
 
 }  // namespace
@@ -123,11 +134,20 @@ int main(int argc, char** argv) {
                  "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
     app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
     add_schedule_flags(app, s);
+    app.add_option("--ep", shape.ep,
+                   "expert-parallel ranks: each of ep consecutive dp ranks holds n_experts / ep of a mixture's "
+                   "experts, tokens go to their expert's rank and back (must divide --dp and --n-experts)")
+        ->check(comm::cli::whole(1))
+        ->capture_default_str();
     app.add_option("--skip-ring-at-step", s.skip_ring_at_step,
                    "testing: rank --crash-rank computes attention alone (skips the cp ring) at this step")
         ->check(comm::cli::whole(0));
+    app.add_option("--skip-dispatch-at-step", s.skip_dispatch_at_step,
+                   "testing: rank --crash-rank runs only its own experts on its own tokens (skips the ep dispatch) "
+                   "at this step")
+        ->check(comm::cli::whole(0));
   };
-  program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention",
+  program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention", "--ep",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions& o, comm::Communicator& world) {
     if (world.size() != shape.ranks()) check_grid(shape, o.model, world.size());

@@ -201,9 +201,10 @@ void finish_train_options(CLI::App& app, TrainOptions& o) {
     if (o.explicit_flags.count(f.flag) > 0) o.explicit_model_flags.push_back(f.field);
   // --crash-rank only says which rank a fault hits: alone it would do nothing, silently.
   if (o.explicit_flags.count("--crash-rank") && !o.explicit_flags.count("--crash-at-step") &&
-      !o.explicit_flags.count("--skip-send-at-step") && !o.explicit_flags.count("--skip-ring-at-step"))
+      !o.explicit_flags.count("--skip-send-at-step") && !o.explicit_flags.count("--skip-ring-at-step") &&
+      !o.explicit_flags.count("--skip-dispatch-at-step"))
     usage("--crash-rank {} does nothing without --crash-at-step (or train_pp's --skip-send-at-step, train_3d's "
-          "--skip-ring-at-step), which says when",
+          "--skip-ring-at-step or --skip-dispatch-at-step), which says when",
           o.crash_rank);
   // A mixture's settings without a mixture would do nothing, silently (a resume or --init-from
   // takes the mixture from its checkpoint: there they are compared with it instead).
@@ -355,7 +356,7 @@ std::vector<std::string> relaunch_flags(const TrainOptions& o) {
   static const std::set<std::string> not_again = {
       "--resume",        "--out-dir",    "--data-dir",           "--text",      "--init-from",
       "--eval-only",     "--sample-only", "--crash-at-step",     "--crash-rank", "--crash-in-checkpoint",
-      "--skip-send-at-step", "--skip-ring-at-step", "--trace"};
+      "--skip-send-at-step", "--skip-ring-at-step", "--skip-dispatch-at-step", "--trace"};
   const std::vector<std::string> kept = kept_flags(o);
   std::vector<std::string> words;
   for (const std::string& flag : o.explicit_flags) {

@@ -8,7 +8,7 @@ namespace parallel {
 
 ContextParallelLayers::ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
                                              CpAttention algorithm, bool overlap)
-    : inner_(std::move(inner)), cp_(cp), algorithm_(algorithm), overlap_(overlap) {}
+    : LayersAround(std::move(inner)), cp_(cp), algorithm_(algorithm), overlap_(overlap) {}
 
 int64_t ContextParallelLayers::stream_length(int64_t T, bool training) const {
   // The cp shard's T/c positions, cut again over tp under sequence parallelism.

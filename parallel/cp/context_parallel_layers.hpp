@@ -30,52 +30,20 @@ namespace parallel {
 enum class CpAttention { ring, ulysses };
 inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "ulysses"};
 
-class ContextParallelLayers final : public nn::GPTLayers {
+class ContextParallelLayers final : public nn::LayersAround {
  public:
   ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp, CpAttention algorithm,
                         bool overlap = true);
 
-  nn::Tensor keep(const nn::Tensor& whole, nn::ParameterRole role) override { return inner_->keep(whole, role); }
-  bool is_cut(nn::ParameterRole role) const override { return inner_->is_cut(role); }
-  std::vector<float> shard(nn::ParameterRole role, const nn::Shape& whole_shape,
-                           std::span<const float> whole) const override {
-    return inner_->shard(role, whole_shape, whole);
-  }
-  std::vector<float> gather(nn::ParameterRole role, const nn::Shape& mine_shape,
-                            std::span<const float> mine) const override {
-    return inner_->gather(role, mine_shape, mine);
-  }
-  nn::Shape whole_shape(nn::ParameterRole role, const nn::Shape& mine_shape) const override {
-    return inner_->whole_shape(role, mine_shape);
-  }
-  double sum_over_group(double mine) const override { return inner_->sum_over_group(mine); }
-  void sum_replicated_grads(std::span<const nn::Tensor> replicated) override {
-    inner_->sum_replicated_grads(replicated);
-  }
-  int local_heads(int n_head) const override { return inner_->local_heads(n_head); }
-  int first_head(int n_head) const override { return inner_->first_head(n_head); }
-
   int64_t stream_length(int64_t T, bool training) const override;
-  int64_t stream_shards(bool training) const override { return inner_->stream_shards(training); }
   int64_t first_stream_position(int64_t S, bool training) const override;
   StreamPlace stream_place(int64_t S, bool training) const override;
   int64_t sequence_length(int64_t rows, bool training) const override;
   nn::Tensor token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
                              bool training) override;
-  nn::Tensor column_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias, const char* family,
-                           nn::Precision precision, bool training) override {
-    return inner_->column_linear(x, weight, bias, family, precision, training);
-  }
-  nn::Tensor row_linear(const nn::Tensor& x, const nn::Tensor& weight, const nn::Tensor& bias, const char* family,
-                        nn::Precision precision, bool training) override {
-    return inner_->row_linear(x, weight, bias, family, precision, training);
-  }
   nn::Tensor attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout, nn::AttentionKernel kernel,
                        nn::Precision precision, bool training) override;
   nn::Tensor cross_entropy(const nn::Tensor& logits, std::span<const int32_t> targets) override;
-  void gather_vocabulary(std::span<const float> mine, std::span<float> whole) override {
-    inner_->gather_vocabulary(mine, whole);
-  }
 
   // Testing (train_3d --skip-ring-at-step): this rank attends to its own positions alone, as a
   // rank that skips the ring would; its peers wait for it, and the watchdog names it.
@@ -85,7 +53,6 @@ class ContextParallelLayers final : public nn::GPTLayers {
   // The rows of this rank's positions of every sequence: [B,T] → [B,S].
   std::vector<int32_t> mine(std::span<const int32_t> whole, int64_t B, int64_t T) const;
 
-  std::shared_ptr<nn::GPTLayers> inner_;
   comm::Communicator& cp_;
   CpAttention algorithm_;
   bool overlap_;

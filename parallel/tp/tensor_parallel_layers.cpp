@@ -37,7 +37,7 @@ nn::Tensor TensorParallelLayers::keep(const nn::Tensor& whole, nn::ParameterRole
   nn::Shape shape = whole.shape();
   if (role == nn::ParameterRole::row)
     shape[1] /= tp_.size();
-  else if (role != nn::ParameterRole::replicated)  // the row cuts: [rows/W (padded for the vocabulary), …]
+  else if (is_cut(role))  // the row cuts: [rows/W (padded for the vocabulary), …]
     shape[0] = static_cast<int64_t>(mine.size()) / columns_of(shape);
   return nn::Tensor::from(mine, shape, /*requires_grad=*/true);
 }
@@ -46,7 +46,8 @@ nn::Shape TensorParallelLayers::whole_shape(nn::ParameterRole role, const nn::Sh
   nn::Shape whole = mine;
   const int W = tp_.size();
   switch (role) {
-    case nn::ParameterRole::replicated: break;
+    case nn::ParameterRole::replicated:
+    case nn::ParameterRole::expert: break;
     case nn::ParameterRole::column:
     case nn::ParameterRole::fused_qkv_column: whole[0] *= W; break;
     case nn::ParameterRole::row: whole[1] *= W; break;
@@ -61,6 +62,7 @@ std::vector<float> TensorParallelLayers::shard(nn::ParameterRole role, const nn:
   const int64_t rows = rows_of(whole_shape), columns = columns_of(whole_shape);
   switch (role) {
     case nn::ParameterRole::replicated:
+    case nn::ParameterRole::expert:
       return {whole.begin(), whole.end()};
     case nn::ParameterRole::vocabulary: {
       // The vocabulary is padded with zero rows up to W·⌈V/W⌉ (the other row cuts divide evenly).
@@ -81,7 +83,7 @@ std::vector<float> TensorParallelLayers::shard(nn::ParameterRole role, const nn:
 
 std::vector<float> TensorParallelLayers::gather(nn::ParameterRole role, const nn::Shape& mine_shape,
                                                 std::span<const float> mine) const {
-  if (role == nn::ParameterRole::replicated) return {mine.begin(), mine.end()};
+  if (!is_cut(role)) return {mine.begin(), mine.end()};
   const int W = tp_.size();
   std::vector<float> parts(mine.size() * static_cast<std::size_t>(W));
   tp_.allgather(mine, std::span(parts));  // rank r's part at r·|mine|

@@ -41,7 +41,9 @@ class TensorParallelLayers final : public nn::GPTLayers {
   TensorParallelLayers(const nn::GPTConfig& config, comm::Communicator& tp, bool sequence_parallel);
 
   nn::Tensor keep(const nn::Tensor& whole, nn::ParameterRole role) override;
-  bool is_cut(nn::ParameterRole role) const override { return role != nn::ParameterRole::replicated; }
+  bool is_cut(nn::ParameterRole role) const override {  // (an expert is whole: a mixture is refused under tp)
+    return role != nn::ParameterRole::replicated && role != nn::ParameterRole::expert;
+  }
   std::vector<float> shard(nn::ParameterRole role, const nn::Shape& whole_shape,
                            std::span<const float> whole) const override;
   std::vector<float> gather(nn::ParameterRole role, const nn::Shape& mine_shape,
