@@ -102,6 +102,16 @@ TEST_CASE("train_3d with --cp 2: a rank of the ring killed, restarted on the sam
   same_end("cp_straight", "cp_killed");
 }
 
+TEST_CASE("train_3d with --ep 2: a rank holding half the experts killed, restarted: byte-identical") {
+  const std::string experts = " --dp 2 --ep 2 --batch-size 2 --micro-batches 1 --n-experts 4 --capacity-factor 1";
+  REQUIRE(run_trainer(TRAIN_3D, 2, run_settings("ep_straight") + experts).status == 0);
+  auto r = launcher("-n 2", TRAIN_3D, run_settings("ep_killed") + experts + crash(seeded_step(16), 1));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1") &&
+                           Catch::Contains("the state is sharded: a restart uses the last checkpoint"));
+  same_end("ep_straight", "ep_killed");
+}
+
 TEST_CASE("ZeRO-3: the writer killed half-way through a checkpoint, the previous one serves: byte-identical") {
   const std::string zero = " --zero 3";
   REQUIRE(run_trainer(TRAIN_DP, 3, run_settings("zero_straight") + zero).status == 0);
