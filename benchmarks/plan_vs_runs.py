@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`nanodist plan`'s predictions against the trainers' own logs, on this machine: for each layout
 below (DP, ZeRO 1-3, recompute, PP with 1F1B, GPipe and interleaving, TP with and without SP,
-3D, bf16, context parallelism by ring and Ulysses, alone and with DP, PP, TP), the planner's memory of the rank that holds most and its step time beside what the
+3D, bf16, context parallelism by ring and Ulysses, alone and with DP, PP, TP, mixtures of experts with and
+without expert parallelism), the planner's memory of the rank that holds most and its step time beside what the
 trainer measures — its "memory rank R (allocator)" lines (the step's peak, largest over ranks)
 and the median of its step times after warm-up.
 
@@ -65,14 +66,18 @@ ROWS = [
     ("cp 2 ring, 2 micro-batches", "--cp 2 --cp-attention ring --micro-batch 6", 12, "gpt-bench-a", "fp32"),
     ("cp 2 × tp 2 + SP ring", "--tp 2 --cp 2 --cp-attention ring --sequence-parallel 1 --micro-batch 12", 12,
      "gpt-bench-a", "fp32"),
-    ("MoE main job (dp 2)", "--dp 2 --zero 0 --micro-batch 12", 24, "main-job-moe", "fp32"),
-    ("MoE dp 2, top-2", "--dp 2 --zero 0 --micro-batch 12 --experts-per-token 2", 24, "main-job-moe", "fp32"),
+    ("MoE main job (dp 2)", "--dp 2 --ep 1 --zero 0 --micro-batch 12", 24, "main-job-moe", "fp32"),
+    ("MoE dp 2, top-2", "--dp 2 --ep 1 --zero 0 --micro-batch 12 --experts-per-token 2", 24, "main-job-moe", "fp32"),
     ("MoE ZeRO-1 on 2", "--dp 2 --zero 1 --micro-batch 12", 24, "main-job-moe", "fp32"),
-    ("MoE pp 2 1F1B", "--pp 2 --schedule 1f1b --micro-batch 3", 12, "main-job-moe", "fp32"),
-    ("MoE dp 2 full", "--dp 2 --zero 0 --recompute full --micro-batch 12", 24, "main-job-moe", "fp32"),
+    ("MoE pp 2 1F1B", "--pp 2 --ep 1 --schedule 1f1b --micro-batch 3", 12, "main-job-moe", "fp32"),
+    ("MoE dp 2 full", "--dp 2 --ep 1 --zero 0 --recompute full --micro-batch 12", 24, "main-job-moe", "fp32"),
+    ("MoE dp 2 ep 2", "--dp 2 --ep 2 --micro-batch 12", 24, "main-job-moe", "fp32"),
+    ("MoE dp 4 ep 4", "--dp 4 --ep 4 --micro-batch 6", 24, "main-job-moe", "fp32"),
+    ("MoE dp 4 ep 2", "--dp 4 --ep 2 --micro-batch 6", 24, "main-job-moe", "fp32"),
+    ("MoE ep 2 × pp 2", "--dp 2 --ep 2 --pp 2 --schedule 1f1b --micro-batch 3", 12, "main-job-moe", "fp32"),
 ]
 QUICK = ["main job (dp 2)", "ZeRO-3 on 4", "dp 2 full", "pp 2 1F1B", "pp 2 interleaved v2", "tp 2 + SP",
-         "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses", "MoE main job (dp 2)", "MoE pp 2 1F1B"]
+         "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses", "MoE main job (dp 2)", "MoE pp 2 1F1B", "MoE dp 4 ep 2"]
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3, "TiB": 1024 ** 4}
 MEMORY_LINE = re.compile(r"memory rank (\d+) \(allocator\): parameters ([\d.]+) (\w+), gradients ([\d.]+) (\w+), "

@@ -25,14 +25,18 @@ double active_parameter_count(const GPTConfig& c) {
   return parameter_count(c) - (blocks_parameter_count(c, c.n_experts) - blocks_parameter_count(c, c.experts_per_token));
 }
 
-double moe_block_extra_floats_per_token(const GPTConfig& c, Precision precision) {
+double moe_block_extra_floats_per_token(const GPTConfig& c, Precision precision, int ep) {
   // In place of the MLP's fc 4C, gelu 4C and output C: the router's logits and probabilities
   // 2E; for each of a token's k choices its gathered row C, fc 4C, gelu 4C and expert output
   // C; the combined output and attach_loss's copy 2C (an upper bound: dropped choices keep
   // nothing). Under bf16 each choice's two input copies (C + 4C)/2, the dense MLP's once.
+  // Expert parallelism moves each choice's row through five more copies, C each: the rows in
+  // expert order, as received, the outputs in their places, as returned, and each expert's
+  // share of them (the experts' rows counted at the rank's own k per token: balanced routing).
   const double C = c.n_embd, E = c.n_experts, k = c.experts_per_token;
   const double bf16 = precision == Precision::bf16 ? 1.0 : 0.0;
-  return 2 * E + 10 * k * C + 2 * C - 9 * C + bf16 * (k - 1) * 2.5 * C;
+  const double dispatch = ep > 1 ? 5 * k * C : 0.0;
+  return 2 * E + 10 * k * C + 2 * C - 9 * C + bf16 * (k - 1) * 2.5 * C + dispatch;
 }
 
 int moe_blocks(const GPTConfig& c) { return c.n_experts > 0 ? c.n_layer / c.moe_every : 0; }
@@ -93,12 +97,12 @@ double head_activation_floats_per_token(const GPTConfig& c, Precision precision,
 }
 
 double weight_cast_bytes(const GPTConfig& c, Precision precision, int blocks, int tp, bool with_head,
-                         int mixture_blocks) {
+                         int mixture_blocks, int ep) {
   if (precision != Precision::bf16) return 0;
   const double C = c.n_embd, V = c.vocab_size;
   // 2 bytes per matrix element; a mixture block's E experts (each cast when it has tokens; the
   // router stays fp32) in place of one MLP.
-  const double experts = mixture_blocks * (c.n_experts - 1) * 8 * C * C;
+  const double experts = mixture_blocks * (c.n_experts / ep - 1) * 8 * C * C;
   return 2 * (12 * C * C * blocks + experts + (with_head ? V * C : 0)) / tp;
 }
 

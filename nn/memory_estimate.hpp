@@ -39,9 +39,10 @@ std::string format_bytes(double bytes);
 // active_parameter_count: those one token uses (a mixture's k experts of E).
 double parameter_count(const GPTConfig& config);
 double active_parameter_count(const GPTConfig& config);
-// What a mixture-of-experts block keeps beyond a dense block, floats per token (nn/moe_mlp.hpp);
-// and how many of the model's blocks are mixtures.
-double moe_block_extra_floats_per_token(const GPTConfig& config, Precision precision);
+// What a mixture-of-experts block keeps beyond a dense block, floats per token (nn/moe_mlp.hpp;
+// `ep` > 1: expert parallelism's dispatch copies too, parallel/ep/); and how many of the
+// model's blocks are mixtures.
+double moe_block_extra_floats_per_token(const GPTConfig& config, Precision precision, int ep = 1);
 int moe_blocks(const GPTConfig& config);
 // GPT::flops_per_token without building the model (for trainers that hold only a slice).
 double flops_per_token(const GPTConfig& config, int64_t T);
@@ -83,9 +84,10 @@ double block_activation_floats_per_token(const GPTConfig& config, int64_t T, Rec
 double embedding_activation_floats_per_token(const GPTConfig& config, int64_t B, int sequence_shards = 1);
 double head_activation_floats_per_token(const GPTConfig& config, Precision precision, int tp = 1, int sequence_shards = 1);
 // Under bf16, the step's cast weights of `blocks` blocks (and the tied lm_head), 2 bytes per
-// matrix element of a tensor-parallel slice of 1/tp; 0 under fp32.
+// matrix element of a tensor-parallel slice of 1/tp (a mixture block's E/ep experts held); 0
+// under fp32.
 double weight_cast_bytes(const GPTConfig& config, Precision precision, int blocks, int tp = 1, bool with_head = true,
-                         int mixture_blocks = 0);
+                         int mixture_blocks = 0, int ep = 1);
 
 // `training`: gradients, optimizer and backward included; otherwise inference (evaluation).
 // Under context parallelism a rank keeps T/context positions of each sequence.

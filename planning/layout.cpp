@@ -33,14 +33,15 @@ std::string Layout::describe(const Workload& w) const {
   std::string pipeline = pp > 1 ? fmt::format(" {}", name_of(schedule)) : "";
   if (virtual_stages > 1) pipeline += fmt::format(" v{}", virtual_stages);
   if (cp > 1) pipeline += fmt::format(" · cp {} {}", cp, kCpAttentionNames[static_cast<std::size_t>(cp_attention)]);
-  return fmt::format("dp {}{} · tp {}{} · pp {}{} · {} · {} × {}", dp, zero > 0 ? fmt::format(" zero{}", zero) : "",
+  return fmt::format("dp {}{}{} · tp {}{} · pp {}{} · {} · {} × {}", dp, ep > 1 ? fmt::format(" ep {}", ep) : "",
+                     zero > 0 ? fmt::format(" zero{}", zero) : "",
                      tp, sequence_parallel ? " sp" : "", pp, pipeline, nn::name_of(recompute), micro_batch,
                      micro_batches(w));
 }
 
 std::string Layout::impossible(const Workload& w) const {
   const auto& c = w.model;
-  if (dp < 1 || tp < 1 || pp < 1 || cp < 1 || virtual_stages < 1 || micro_batch < 1)
+  if (dp < 1 || tp < 1 || pp < 1 || cp < 1 || ep < 1 || virtual_stages < 1 || micro_batch < 1)
     return "every degree must be ≥ 1";
   if (ranks() != w.devices)
     return fmt::format("dp × tp × pp{} = {} is not the {} devices", cp > 1 ? " × cp" : "", ranks(), w.devices);
@@ -65,6 +66,12 @@ std::string Layout::impossible(const Workload& w) const {
     return "the megatron implementation is planned dense (its 2021-22 papers had no mixture of experts)";
   if (c.n_experts > 0 && (tp > 1 || cp > 1))
     return "a mixture of experts runs on whole experts and whole sequences: no tp, no cp";
+  if (ep > 1) {  // what train_3d refuses with --ep
+    if (c.n_experts == 0) return "expert parallelism needs a mixture of experts";
+    if (dp % ep != 0) return fmt::format("ep {} does not divide dp {} (expert groups are carved from dp ranks)", ep, dp);
+    if (c.n_experts % ep != 0) return fmt::format("ep {} does not divide the {} experts", ep, c.n_experts);
+    if (zero > 0) return "nanodist's ZeRO runs in train_dp, expert parallelism in train_3d";
+  }
   if (cp > 1) return context_parallel_impossible(*this, w);
   return "";
 }
@@ -81,14 +88,14 @@ std::string Layout::trainer_command(const Workload& w) const {
   const std::string common =
       fmt::format("{} --precision {} --recompute {}", model, nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
                   nn::name_of(recompute));
-  if (tp == 1 && pp == 1 && cp == 1)
+  if (tp == 1 && pp == 1 && cp == 1 && ep == 1)
     return fmt::format("mpiexec -n {} train_dp {} --zero {} --batch-size {} --grad-accum {}", ranks(), common, zero,
                        micro_batch, micro_batches(w));
   const int64_t replica_batch = w.global_batch / dp;
   const std::string pipeline = fmt::format("--schedule {} --virtual-stages {} --micro-batches {}",
                                            schedule == Schedule::gpipe ? "gpipe" : "1f1b", virtual_stages,
                                            micro_batches(w));
-  if (tp == 1 && cp == 1)
+  if (tp == 1 && cp == 1 && ep == 1)
     return fmt::format("mpiexec -n {} train_pp {} --dp {} --batch-size {} {}", ranks(), common, dp, replica_batch,
                        pipeline);
   if (pp == 1 && dp == 1 && cp == 1)
@@ -97,8 +104,9 @@ std::string Layout::trainer_command(const Workload& w) const {
   const std::string context =
       cp > 1 ? fmt::format(" --cp {} --cp-attention {}", cp, kCpAttentionNames[static_cast<std::size_t>(cp_attention)])
              : "";
-  return fmt::format("mpiexec -n {} train_3d {} --dp {} --pp {} --tp {}{}{} --batch-size {} {}", ranks(), common, dp,
-                     pp, tp, sequence_parallel ? " --sequence-parallel" : "", context, replica_batch, pipeline);
+  const std::string experts = ep > 1 ? fmt::format(" --ep {}", ep) : "";
+  return fmt::format("mpiexec -n {} train_3d {} --dp {}{} --pp {} --tp {}{}{} --batch-size {} {}", ranks(), common, dp,
+                     experts, pp, tp, sequence_parallel ? " --sequence-parallel" : "", context, replica_batch, pipeline);
 }
 
 }  // namespace planning

@@ -26,6 +26,7 @@ inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "u
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
   int cp = 1;  // context-parallel ranks per sequence (train_3d --cp), each with T/cp positions
+  int ep = 1;  // expert-parallel ranks (train_3d --ep): ep of the dp ranks share the experts, E/ep each
   CpAttention cp_attention = CpAttention::ring;
   int virtual_stages = 1;  // chunks of blocks per stage (interleaved 1F1B when > 1)
   Schedule schedule = Schedule::one_f_one_b;
@@ -41,7 +42,8 @@ struct Layout {
   int64_t positions(const Workload& w) const { return w.model.block_size / cp; }
   // Micro-batches a replica runs per step (train_dp: accumulation steps; a pipeline: M).
   int64_t micro_batches(const Workload& w) const { return w.global_batch / (static_cast<int64_t>(dp) * micro_batch); }
-  // "dp 2 · tp 2 sp · pp 2 1f1b · none · 4 × 3" (" · cp 2 ring" after pp with context parallelism)
+  // "dp 2 · tp 2 sp · pp 2 1f1b · none · 4 × 3" (" · cp 2 ring" after pp with context
+  // parallelism; "dp 4 ep 2" with expert parallelism)
   std::string describe(const Workload& w) const;
   // Why this layout cannot run the workload ("" when it can): the degrees' product, the heads
   // tp must divide, the blocks the stages share, the batch the micro-batches share, and what

@@ -39,18 +39,18 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int64
   double floats = static_cast<double>(in_flight) * tokens * per_block * blocks / chunks;
   // A mixture block keeps more than a dense one (the router, k experts' rows; none under full recompute).
   if (c.n_experts > 0 && l.recompute != nn::Recompute::full)
-    floats += static_cast<double>(in_flight) * tokens * nn::moe_block_extra_floats_per_token(c, w.precision) *
+    floats += static_cast<double>(in_flight) * tokens * nn::moe_block_extra_floats_per_token(c, w.precision, l.ep) *
               moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages) / chunks;
   const int s = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) floats += micro_batches * tokens * nn::embedding_activation_floats_per_token(c, l.micro_batch, s);
   if (stage == l.pp - 1) floats += micro_batches * tokens * nn::head_activation_floats_per_token(c, w.precision, l.tp, s);
   return 4 * floats + nn::weight_cast_bytes(c, w.precision, blocks, l.tp, stage == l.pp - 1,
-                                            moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages));
+                                            moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages), l.ep);
 }
 
 // nanodist: backward's working set and the strategy's buffers at the step's peak (fitted to
 // what the allocator reports, docs/planning.md).
-double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters) {
+double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters, bool gradients_after_peak) {
   const auto& c = w.model;
   const double tokens = static_cast<double>(l.micro_batch) * l.positions(w), C = c.n_embd;
   // Backward's working set: the last block's gradients in flight at once — its MLP hidden
@@ -58,18 +58,22 @@ double nanodist_buffers(const Workload& w, const Layout& l, double rank_paramete
   // one (sample, head) at a time in per-thread scratch outside the tensors' allocator (the
   // fused one a [T,T] dP, the ring's [T/(2c), T/(2c)] pairs): no n_head·T² term. Under context
   // parallelism it is per position of the rank's T/c.
+  // (Expert parallelism with its gradients made after the peak: the peak ends forward, and
+  // backward's gradients in flight take the place of the activations it frees — measured.)
   const double working_set = 4 * tokens * 6 * C / l.tp;
-  double bytes = working_set;
+  double bytes = gradients_after_peak && l.ep > 1 ? 0.0 : working_set;
   // Full recompute: one block's replay (what it keeps without recompute), and the replay's own
   // backward working set.
   if (l.recompute == nn::Recompute::full)
     bytes += working_set + 4 * tokens *
                                nn::block_activation_floats_per_token(c, c.block_size, nn::Recompute::none, w.precision,
                                                                      l.tp, l.sequence_parallel, context_of(l));
-  const bool accumulates = l.micro_batches(w) > 1 && l.pp == 1;
+  const bool accumulates = l.micro_batches(w) > 1 && l.pp == 1 && l.ep == 1;
   // Replicated gradients averaged over dp: train_dp's accumulation keeps the micro-steps' sum
-  // beside the bucket being filled; a pipeline's replicas average a flat copy.
-  if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.gradient_group() > 1 && l.pp > 1))) bytes += 4 * rank_parameters;
+  // beside the bucket being filled; a pipeline's replicas average a flat copy. (Under expert
+  // parallelism the averaging comes after backward, when the activations are gone.)
+  if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.gradient_group() > 1 && l.pp > 1 && l.ep == 1)))
+    bytes += 4 * rank_parameters;
   // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
   if (l.zero == 3 && l.dp > 1) bytes += 4 * rank_parameters;
   // A pipeline's received activation and gradient, [B,T,C] each.
@@ -80,7 +84,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, double rank_paramete
 }  // namespace
 
 RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
-  const double P = rank_parameter_count(w.model, l.tp, l.pp, stage, l.virtual_stages);
+  const double P = rank_parameter_count(w.model, l.tp, l.pp, stage, l.virtual_stages, l.ep);
   const int64_t in_flight = micro_batches_in_flight(w, l, stage);
   RankMemory m{.stage = stage};
   if (w.implementation == Implementation::nanodist) {
@@ -90,12 +94,16 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
     // Where the peak comes before backward has made any — GPipe's, after every forward; one
     // micro-batch under tensor parallelism with nothing to average, at the end of its
     // forward — they are not in it.
+    // Under expert parallelism no averager's buckets hold them: the first backward makes them,
+    // as it frees activations, so they are in the peak only when a forward follows it with as
+    // many micro-batches in flight (more micro-batches than that).
     const bool made_after_the_peak = (l.pp > 1 && l.schedule == Schedule::gpipe) ||
-                                     (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1 && l.gradient_group() == 1);
+                                     (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1 && l.gradient_group() == 1) ||
+                                     (l.ep > 1 && l.micro_batches(w) <= in_flight);
     m.gradients = made_after_the_peak ? 0 : held.gradients;
     m.optimizer = held.optimizer;
     m.activations = nanodist_activations(w, l, stage, in_flight);
-    m.buffers = nanodist_buffers(w, l, P);
+    m.buffers = nanodist_buffers(w, l, P, made_after_the_peak);
   } else {
     m.parameters = 2 * P;
     m.gradients = 2 * P;

@@ -38,7 +38,7 @@ struct PlanOptions {
   int64_t global_batch = 12;
   int devices = 1;
   LayoutChoices choices;
-  int dp = 0, tp = 0, pp = 0, cp = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
+  int dp = 0, tp = 0, pp = 0, cp = 0, ep = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
   Schedule schedule = Schedule::one_f_one_b;
   CpAttention cp_attention = CpAttention::ring;
   nn::Recompute recompute = nn::Recompute::none;
@@ -61,7 +61,7 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
   const Layout& l = p.layout;
   const RankMemory& m = p.memory;
   const StepTime& t = p.time;
-  return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp},
+  return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"ep", l.ep},
           {"cp_attention", l.cp > 1 ? nlohmann::json(kCpAttentionNames[static_cast<std::size_t>(l.cp_attention)])
                                     : nlohmann::json(nullptr)},
           {"virtual_stages", l.virtual_stages},
@@ -72,10 +72,10 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
           {"memory", {{"stage", m.stage}, {"parameters", m.parameters}, {"gradients", m.gradients},
                       {"optimizer", m.optimizer}, {"activations", m.activations}, {"buffers", m.buffers},
                       {"total", m.total()}}},
-          {"time", {{"compute", t.compute}, {"tp", t.tp}, {"cp", t.cp}, {"cp_overlapped", t.cp_overlapped},
+          {"time", {{"compute", t.compute}, {"tp", t.tp}, {"cp", t.cp}, {"cp_overlapped", t.cp_overlapped}, {"ep", t.ep},
                     {"pp", t.pp}, {"bubble", t.bubble},
                     {"dp_exposed", t.dp_exposed}, {"dp_overlapped", t.dp_overlapped}, {"optimizer", t.optimizer},
-                    {"time_sharing", t.time_sharing}, {"tp_algorithm", t.tp_algorithm}, {"cp_algorithm", t.cp_algorithm}, {"dp_algorithm", t.dp_algorithm}, {"total", t.total()}}},
+                    {"time_sharing", t.time_sharing}, {"tp_algorithm", t.tp_algorithm}, {"cp_algorithm", t.cp_algorithm}, {"ep_algorithm", t.ep_algorithm}, {"dp_algorithm", t.dp_algorithm}, {"total", t.total()}}},
           {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}};
 }
 
@@ -102,19 +102,19 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
              counts.fit == 0 ? std::string("none fits: the smallest first")
              : static_cast<int>(layouts.size()) > top ? fmt::format("the first {} by predicted step time", top)
                                                       : std::string("by predicted step time"));
-  fmt::print("{:>3}  {:<60} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
-             "#", "layout (dp · tp · pp · cp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
-             "activ.", "buffers", "step", "compute", "tp", "cp", "pp", "bubble", "dp exposed/hidden", "optim", "turns",
+  fmt::print("{:>3}  {:<60} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10} {:>5}\n",
+             "#", "layout (dp ep · tp · pp · cp · recompute · micro-batch × M)", "memory", "params", "grads", "optim",
+             "activ.", "buffers", "step", "compute", "tp", "cp", "ep", "pp", "bubble", "dp exposed/hidden", "optim", "turns",
              "tokens/s", "MFU");
   int row = 0;
   for (const auto& p : layouts) {
     if (row++ >= top) break;
     const RankMemory& m = p.memory;
     const StepTime& t = p.time;
-    fmt::print("{:>3}  {:<60} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
+    fmt::print("{:>3}  {:<60} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>17} {:>8} {:>8} | {:>10.0f} {:>4.0f}%{}\n",
                row, p.layout.describe(w), bytes_text(m.total()), bytes_text(m.parameters), bytes_text(m.gradients),
                bytes_text(m.optimizer), bytes_text(m.activations), bytes_text(m.buffers), seconds(t.total()),
-               seconds(t.compute), seconds(t.tp), seconds(t.cp), seconds(t.pp), seconds(t.bubble),
+               seconds(t.compute), seconds(t.tp), seconds(t.cp), seconds(t.ep), seconds(t.pp), seconds(t.bubble),
                seconds(t.dp_exposed) + " / " + seconds(t.dp_overlapped), seconds(t.optimizer), seconds(t.time_sharing),
                p.tokens_per_s,
                100 * p.mfu, p.fits ? "" : "  does not fit");
@@ -158,6 +158,7 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--tp", o.tp, "fix the tensor-parallel degree")->check(whole(1));
   app.add_option("--pp", o.pp, "fix the pipeline stages")->check(whole(1));
   app.add_option("--cp", o.cp, "fix the context-parallel degree (ranks per sequence)")->check(whole(1));
+  app.add_option("--ep", o.ep, "fix the expert-parallel degree (dp ranks sharing a mixture's experts)")->check(whole(1));
   comm::cli::add_choice(app, "--cp-attention", o.cp_attention, kCpAttentionNames,
                         "fix how attention crosses the cp ranks: ring or ulysses");
   app.add_option("--virtual-stages", o.virtual_stages, "fix the chunks per stage (> 1: interleaved)")->check(whole(1, 64));
@@ -206,6 +207,7 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (given("--tp")) ch.tp = o.tp;
   if (given("--pp")) ch.pp = o.pp;
   if (given("--cp")) ch.cp = o.cp;
+  if (given("--ep")) ch.ep = o.ep;
   if (given("--cp-attention")) ch.cp_attention = o.cp_attention;
   if (given("--virtual-stages")) ch.virtual_stages = o.virtual_stages;
   if (given("--schedule")) ch.schedule = o.schedule;
@@ -223,6 +225,7 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
       throw Error(fmt::format("no layout can run this: tp {} × pp {}{} does not divide the {} devices", tp, pp,
                               cp > 1 ? fmt::format(" × cp {}", cp) : "", w.devices));
     const Layout example{.dp = ch.dp ? dp : static_cast<int>(w.devices / tp_pp_cp), .tp = tp, .pp = pp, .cp = cp,
+                         .ep = ch.ep.value_or(1),
                          .cp_attention = ch.cp_attention.value_or(CpAttention::ring),
                          .virtual_stages = ch.virtual_stages.value_or(1),
                          .schedule = ch.schedule.value_or(ch.virtual_stages.value_or(1) > 1 ? Schedule::interleaved

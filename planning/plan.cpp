@@ -40,6 +40,7 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
   if (ch.tp && (*ch.tp < 1 || *ch.tp > w.devices)) return all;
   if (ch.pp && (*ch.pp < 1 || *ch.pp > w.devices)) return all;
   if (ch.cp && (*ch.cp < 1 || *ch.cp > w.devices)) return all;
+  if (ch.ep && (*ch.ep < 1 || *ch.ep > w.devices)) return all;
   for (int tp : either(ch.tp, divisors(w.devices, c.n_head)))
     for (int pp : either(ch.pp, divisors(w.devices / tp, c.n_layer)))
       for (int cp : either(ch.cp, divisors(w.devices / (static_cast<int64_t>(tp) * pp), c.block_size / 2)))
@@ -50,6 +51,9 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
       if (w.devices % tp_pp_cp != 0) continue;
       const int dp = static_cast<int>(w.devices / tp_pp_cp);
       if (ch.dp && *ch.dp != dp) continue;
+      // Expert parallelism: every ep dividing dp and the experts (a mixture only).
+      const std::vector<int> eps = c.n_experts > 0 ? divisors(dp, c.n_experts) : std::vector<int>{1};
+      for (int ep : either(ch.ep, eps)) {
       std::vector<int> chunks{1};
       if (pp > 1)
         for (int v = 2; v <= 8; ++v)
@@ -58,18 +62,19 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
         for (Schedule schedule :
              either(ch.schedule, std::vector<Schedule>{Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved}))
           for (bool sp : either(ch.sequence_parallel, tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}))
-            for (int zero : either(ch.zero, tp == 1 && pp == 1 && cp == 1 && dp > 1 &&
+            for (int zero : either(ch.zero, tp == 1 && pp == 1 && cp == 1 && ep == 1 && dp > 1 &&
                                                     w.implementation == Implementation::nanodist
                                                 ? std::vector<int>{0, 1, 2, 3}
                                                 : std::vector<int>{0}))
               for (nn::Recompute r : either(ch.recompute, std::vector<nn::Recompute>{nn::Recompute::none, nn::Recompute::selective,
                                                                                      nn::Recompute::full}))
                 for (int b : either(ch.micro_batch, divisors(w.global_batch / dp, ch.max_micro_batch))) {
-                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .cp_attention = attention,
+                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .cp_attention = attention,
                                  .virtual_stages = v, .schedule = schedule, .sequence_parallel = sp, .zero = zero,
                                  .recompute = r, .micro_batch = b};
                   if (l.impossible(w).empty()) all.push_back(evaluate(w, l, machine));
                 }
+      }
     }
   // Those that fit, fastest first; then those that do not, closest to fitting first.
   std::stable_sort(all.begin(), all.end(), [](const PlannedLayout& a, const PlannedLayout& b) {

@@ -14,7 +14,7 @@
 namespace planning {
 
 struct LayoutChoices {
-  std::optional<int> dp, tp, pp, cp, virtual_stages, zero, micro_batch;
+  std::optional<int> dp, tp, pp, cp, ep, virtual_stages, zero, micro_batch;
   std::optional<Schedule> schedule;
   std::optional<CpAttention> cp_attention;
   std::optional<bool> sequence_parallel;

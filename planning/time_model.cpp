@@ -32,6 +32,7 @@ double replay_flops(const nn::GPTConfig& c, nn::Recompute recompute) {
 // gradients' group is the replicas and their cp ranks (dp × cp).
 struct Groups {
   GroupShape tp, cp, pp, dp;
+  GroupShape ep, expert_dp;  // ep consecutive dp ranks; the dp/ep of them holding the same experts
   bool pp_inside_a_node = true, cp_inside_a_node = true;
 };
 Groups groups_of(const Layout& l, const Machine& m) {
@@ -41,6 +42,8 @@ Groups groups_of(const Layout& l, const Machine& m) {
   };
   const int64_t tp_cp = static_cast<int64_t>(l.tp) * l.cp;
   Groups g{shape(l.tp, 1), shape(l.cp, l.tp), shape(l.pp, tp_cp), shape(l.dp, tp_cp * l.pp)};
+  g.ep = shape(l.ep, tp_cp * l.pp);
+  g.expert_dp = shape(l.dp / l.ep, tp_cp * l.pp * l.ep);
   g.dp = GroupShape{l.dp * l.cp, g.dp.per_node * g.cp.per_node};
   g.pp_inside_a_node = g.pp.nodes() == 1;
   g.cp_inside_a_node = g.cp.nodes() == 1;
@@ -143,17 +146,37 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
                              machine.achieved_flops(w.precision);
   const ContextTransfers cp_mb = context_transfers(w, l, groups, machine, blocks, attention_s);
   if (l.cp > 1) t.cp_algorithm = name_of(cp_mb.algorithm);
-  const double stage_mb = compute_mb + tp_mb + cp_mb.exposed + pp_mb;
+  // Expert parallelism: per mixture block, the dispatch and the combine of the rank's k rows a
+  // token, forward and backward (and the replay's forward), and the counts before each dispatch.
+  double ep_mb = 0;
+  if (l.ep > 1) {
+    const double moe_blocks = moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages);
+    const double rows = rank_tokens * c.experts_per_token * c.n_embd * 4;
+    const CollectiveCost trade = alltoall_cost(groups.ep, rows, machine);
+    const double forwards = l.recompute == nn::Recompute::full ? 2 : 1;
+    ep_mb = moe_blocks * (2 * (forwards + 1) * trade.seconds +
+                          forwards * alltoall_cost(groups.ep, 8.0 * c.n_experts, machine).seconds);
+    t.ep_algorithm = name_of(trade.algorithm);
+  }
+  const double stage_mb = compute_mb + tp_mb + cp_mb.exposed + ep_mb + pp_mb;
   t.compute = m * compute_mb;
   t.tp = m * tp_mb;
   t.cp = m * cp_mb.exposed;
   t.cp_overlapped = m * cp_mb.hidden;
+  t.ep = m * ep_mb;
   t.pp = m * pp_mb;
   t.bubble = l.pp > 1 ? (p - 1) / v * stage_mb : 0;
 
   // Data parallelism over the replicas (and each one's cp ranks: they hold the same weights).
-  const double P = rank_parameter_count(c, l.tp, l.pp, l.pp - 1, l.virtual_stages);
-  if (l.gradient_group() > 1) {
+  const double P = rank_parameter_count(c, l.tp, l.pp, l.pp - 1, l.virtual_stages, l.ep);
+  if (l.gradient_group() > 1 && l.ep > 1) {
+    // train_3d --ep averages after backward, in two calls: the experts' over expert_dp, the rest over dp.
+    const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0);
+    const double experts = moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (c.n_experts / l.ep) * expert;
+    const CollectiveCost rest = allreduce_cost(groups.dp, 4 * (P - experts), machine);
+    t.dp_algorithm = name_of(rest.algorithm);
+    t.dp_exposed = rest.seconds + allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds;
+  } else if (l.gradient_group() > 1) {
     const double gradient_bytes = P * (w.implementation == Implementation::megatron ? 2 : 4);
     const double backward_of_last = compute_mb * 2.0 / 3.0;  // the last micro-step's backward
     if (l.zero == 0) {

@@ -13,11 +13,15 @@
 //               the attention it computes meanwhile where they fit, and dK, dV c times (not
 //               hidden); Ulysses four all-to-alls (q|k|v and the output, forward and backward),
 //               never hidden
+//   ep          expert parallelism, per mixture block and micro-batch: the rows' dispatch and
+//               combine, all-to-alls of the rank's k·b·T rows of C forward, again backward
+//               (and in a replay), plus the counts' small one; never hidden
 //   pp          a send forward and one backward per micro-batch and chunk
 //   bubble      (p − 1)/v of a micro-batch's stage time (GPipe and 1F1B alike)
 //   dp          the gradients' allreduce over dp × cp (ZeRO: reduce-scatter and all-gather) — hidden
 //               behind backward where the trainer overlaps it (bucketed averaging: all but
-//               the last bucket; ZeRO-3: its prefetched gathers behind compute)
+//               the last bucket; ZeRO-3: its prefetched gathers behind compute); with ep, the
+//               experts' over the dp/ep ranks holding them and the rest over dp, after backward
 //   optimizer   AdamW over the rank's shard
 //   time sharing  on a CPU with more ranks than cores: the step lasts at least every rank's
 //               work (all but the bubble) over the cores
@@ -37,14 +41,15 @@ struct StepTime {
   double tp = 0;             // tensor-parallel collectives (never hidden)
   double cp = 0;             // context parallelism's transfers not hidden by attention's compute
   double cp_overlapped = 0;  // … hidden (the ring's K and V)
+  double ep = 0;             // expert parallelism's all-to-alls (never hidden)
   double pp = 0;             // the pipeline's sends
   double bubble = 0;         // the pipeline's idle slots
   double dp_exposed = 0;     // gradient averaging (or ZeRO's collectives) not hidden by compute
   double dp_overlapped = 0;  // … hidden behind backward
   double optimizer = 0;
   double time_sharing = 0;   // a CPU with more ranks than cores: waiting for a core
-  std::string tp_algorithm, cp_algorithm, dp_algorithm;  // the algorithm each group's collective uses
-  double total() const { return compute + tp + cp + pp + bubble + dp_exposed + optimizer + time_sharing; }
+  std::string tp_algorithm, cp_algorithm, ep_algorithm, dp_algorithm;  // the algorithm each group's collective uses
+  double total() const { return compute + tp + cp + ep + pp + bubble + dp_exposed + optimizer + time_sharing; }
 };
 
 // Training FLOPs of one token through the whole model, forward + backward (+ the replay).

@@ -79,15 +79,15 @@ int moe_blocks_on_stage(const nn::GPTConfig& c, int pp, int stage, int virtual_s
   return count;
 }
 
-double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, int virtual_stages) {
+double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, int virtual_stages, int ep) {
   const double C = c.n_embd, V = c.vocab_size, T = c.block_size, t = tp, bias = c.bias ? 1.0 : 0.0;
   // A block: the four matrices 12C² split by columns or rows; the two layernorms (2C, 4C with
   // biases) whole; c_attn's and c_fc's biases (3C, 4C) split, the two projections' (C each) whole.
   const double block = 12 * C * C / t + 2 * C * (1 + bias) + bias * (7 * C / t + 2 * C);
   double count = block * c.n_layer / pp;
-  // A mixture block on this stage: E MLPs (the 8C² and 5C of biases above counted one) and the router's E·C.
+  // A mixture block on this stage: E/ep MLPs (the 8C² and 5C of biases above counted one) and the router's E·C.
   const double mlp = 8 * C * C + bias * 5 * C;
-  count += moe_blocks_on_stage(c, pp, stage, virtual_stages) * ((c.n_experts - 1) * mlp + c.n_experts * C);
+  count += moe_blocks_on_stage(c, pp, stage, virtual_stages) * ((c.n_experts / ep - 1) * mlp + c.n_experts * C);
   const double vocabulary_rows = std::ceil(V / t);  // the first tp rank's share when t does not divide V
   if (stage == 0) count += vocabulary_rows * C + T * C;                            // wte (vocab-parallel), wpe
   if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? vocabulary_rows * C : 0);  // ln_f; the tied lm_head's copy

@@ -36,8 +36,9 @@ nn::GPTConfig model_preset(std::string_view name);  // throws planning::Error
 // Parameters one rank holds: a pipeline stage's blocks (and the embedding on the first stage,
 // ln_f and the tied lm_head on the last) as a tensor-parallel slice of 1/tp (layernorms, the
 // position embedding and the row-parallel biases whole on every tp rank).
-// A mixture of experts' blocks count its E experts and router (layouts with tp refuse it).
-double rank_parameter_count(const nn::GPTConfig& model, int tp, int pp, int stage, int virtual_stages = 1);
+// A mixture of experts' blocks count its E experts and router (layouts with tp refuse it); E/ep
+// of the experts under expert parallelism.
+double rank_parameter_count(const nn::GPTConfig& model, int tp, int pp, int stage, int virtual_stages = 1, int ep = 1);
 // How many of a stage's n_layer/pp blocks are mixtures of experts (its v chunks under interleaving).
 int moe_blocks_on_stage(const nn::GPTConfig& model, int pp, int stage, int virtual_stages = 1);
 

@@ -381,3 +381,52 @@ TEST_CASE("machine files: round trip, and a missing or bad field named", "[plann
   CHECK_THROWS_AS(machine_preset("tpu"), planning::Error);
   CHECK_THROWS_AS(model_preset("gpt-5"), planning::Error);
 }
+
+TEST_CASE("expert parallelism: E/ep experts a rank, the dispatch's copies and all-to-alls, the refusals",
+          "[planning]") {
+  Workload w = main_job(4, 24);
+  w.model = model_preset("main-job-moe");  // 4 experts, one a token, in both blocks
+  const auto& c = w.model;
+  const Layout dense_experts{.dp = 4, .micro_batch = 6};
+  const Layout ep2{.dp = 4, .ep = 2, .micro_batch = 6};
+  const Layout ep4{.dp = 4, .ep = 4, .micro_batch = 6};
+  REQUIRE(ep2.impossible(w).empty());
+  REQUIRE(ep4.impossible(w).empty());
+  // Parameters: each rank E/ep experts of each mixture block (8C² + its router row share stays whole).
+  const double C = c.n_embd, expert = 8 * C * C;
+  CHECK(rank_parameter_count(c, 1, 1, 0, 1, 2) == Approx(nn::parameter_count(c) - 2 * 2 * expert));
+  CHECK(rank_parameter_count(c, 1, 1, 0, 1, 4) == Approx(nn::parameter_count(c) - 2 * 3 * expert));
+  CHECK(stage_memory(w, ep4, 0).parameters == Approx(4 * rank_parameter_count(c, 1, 1, 0, 1, 4)));
+  // Activations: the dispatch's five copies of each kept row, 5·k·C floats a token and mixture block.
+  const double tokens = 6.0 * c.block_size;
+  CHECK(nn::moe_block_extra_floats_per_token(c, w.precision, 2) - nn::moe_block_extra_floats_per_token(c, w.precision) ==
+        Approx(5 * C));
+  CHECK(stage_memory(w, ep2, 0).activations - stage_memory(w, dense_experts, 0).activations ==
+        Approx(4 * tokens * 2 * 5 * C));
+  // Time: per block and micro-batch, dispatch and combine forward and backward (4 all-to-alls of
+  // the rank's k·b·T rows) and the counts'.
+  const Machine m = machine_preset("a100-80gb");
+  const GroupShape pair{.size = 2, .per_node = 8};
+  const StepTime t = step_time(w, ep2, m);
+  const double trades = 4 * alltoall_cost(pair, tokens * C * 4, m).seconds + alltoall_cost(pair, 8.0 * 4, m).seconds;
+  CHECK(t.ep == Approx(1 * 2 * trades));  // 1 micro-batch, 2 mixture blocks
+  CHECK(t.ep_algorithm == "pairwise");
+  CHECK(step_time(w, dense_experts, m).ep == 0);
+  // The sweep tries every ep dividing dp and the experts; the command is train_3d's.
+  bool saw_ep = false;
+  for (const auto& p : sweep(w, machine_preset("this-cpu"), {})) saw_ep |= p.layout.ep > 1;
+  CHECK(saw_ep);
+  CHECK(ep2.describe(w) == "dp 4 ep 2 · tp 1 · pp 1 · none · 6 × 1");
+  CHECK(ep2.trainer_command(w).find("train_3d") != std::string::npos);
+  CHECK(ep2.trainer_command(w).find("--dp 4 --ep 2 --pp 1") != std::string::npos);
+  // What train_3d refuses, the planner refuses.
+  CHECK(Layout{.dp = 4, .ep = 3, .micro_batch = 6}.impossible(w) ==
+        "ep 3 does not divide dp 4 (expert groups are carved from dp ranks)");
+  CHECK(Layout{.dp = 4, .ep = 2, .micro_batch = 6}.impossible(main_job(4, 24)) ==
+        "expert parallelism needs a mixture of experts");
+  Workload three = w;
+  three.model.n_experts = 6;
+  CHECK(Layout{.dp = 4, .ep = 4, .micro_batch = 6}.impossible(three) == "ep 4 does not divide the 6 experts");
+  CHECK(Layout{.dp = 4, .ep = 2, .zero = 1, .micro_batch = 6}.impossible(w) ==
+        "nanodist's ZeRO runs in train_dp, expert parallelism in train_3d");
+}
