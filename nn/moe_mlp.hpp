@@ -72,6 +72,7 @@ struct RoutingStats {
   int64_t choices = 0, dropped = 0;        // choices made (k per token and block), and dropped
   double aux_loss = 0.0;                   // Σ of the blocks' load-balancing losses …
   int64_t aux_terms = 0;                   // … and how many were summed
+  double dispatch_seconds = 0.0;           // in expert parallelism's exchanges, forward and backward (parallel/ep/)
   void clear() { *this = RoutingStats{}; }
 };
 

@@ -103,7 +103,10 @@ GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn
              parallel::with_expert_parallel(
                  parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
                                                  grid.cp_group, shape.cp_attention, shape.cp_overlap),
-                 grid.ep_group)) {}
+                 grid.ep_group)) {
+  if (parallel::ExpertParallelLayers* ep = expert_parallel_layers())  // the log's dispatch time
+    ep->dispatch_seconds = &model_.routing_stats().dispatch_seconds;
+}
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
   std::optional<nn::GPT> whole;
@@ -218,9 +221,15 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
 }
 
 std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::grid_groups() const {
-  if (grid_.cp > 1)
-    return {{"tp", &grid_.tp_group}, {"cp", &grid_.cp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
-  return {{"tp", &grid_.tp_group}, {"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};
+  std::vector<std::pair<std::string, const comm::Communicator*>> groups = {{"tp", &grid_.tp_group}};
+  if (grid_.cp > 1) groups.emplace_back("cp", &grid_.cp_group);
+  groups.emplace_back("pp", &grid_.pp_group);
+  groups.emplace_back("dp", &grid_.dp_group);
+  if (grid_.ep > 1) {  // the dispatch's all-to-alls; the experts' gradients
+    groups.emplace_back("ep", &grid_.ep_group);
+    groups.emplace_back("expert dp", &grid_.expert_dp_group);
+  }
+  return groups;
 }
 
 void GridStrategy::optimizer_step(float lr) {

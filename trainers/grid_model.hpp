@@ -125,7 +125,8 @@ class GridStrategy : public Strategy {
 
  protected:
   int T() const { return run_.start.config.block_size; }
-  // The groups' traffic, named "tp", "cp" (with cp > 1), "pp", "dp" (StrategyFacts::groups).
+  // The groups' traffic, named "tp", "cp" (with cp > 1), "pp", "dp", "ep" and "expert dp" (with
+  // ep > 1) (StrategyFacts::groups).
   std::vector<std::pair<std::string, const comm::Communicator*>> grid_groups() const;
   void verify_tied_copies();  // check mode: collective over the pipeline
   const RunStart& run_;

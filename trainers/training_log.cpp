@@ -33,7 +33,7 @@ RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& c,
   // the ranks: data-parallel replicas add their batches, pipeline stages their blocks.
   const auto blocks = static_cast<std::size_t>(c.n_layer / c.moe_every), E = static_cast<std::size_t>(c.n_experts);
   const std::size_t tail = blocks * E;
-  std::vector<double> sums(tail + 4, 0.0);
+  std::vector<double> sums(tail + 5, 0.0);
   for (const auto& [layer, tokens] : mine.tokens_per_expert)
     for (std::size_t e = 0; e < E; ++e)
       sums[static_cast<std::size_t>(layer / c.moe_every) * E + e] = static_cast<double>(tokens[e]);
@@ -41,6 +41,7 @@ RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& c,
   sums[tail + 1] = static_cast<double>(mine.dropped);
   sums[tail + 2] = mine.aux_loss;
   sums[tail + 3] = static_cast<double>(mine.aux_terms);
+  sums[tail + 4] = mine.dispatch_seconds;
   world.allreduce(std::span<double>(sums), comm::ReduceOp::sum);
   mine.clear();
   RoutingSummary s;
@@ -51,6 +52,7 @@ RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& c,
   s.tokens_mean = std::accumulate(per_expert.begin(), per_expert.end(), 0.0) / static_cast<double>(tail) / steps;
   s.dropped = sums[tail] > 0 ? sums[tail + 1] / sums[tail] : 0.0;
   s.aux_loss = sums[tail + 3] > 0 ? sums[tail + 2] / sums[tail + 3] : 0.0;
+  s.dispatch_seconds = sums[tail + 4] / world.size() / steps;
   return s;
 }
 
@@ -74,6 +76,10 @@ void TrainingLog::line(int64_t done, float loss, float lr, float norm, const std
               "dropped, balancing loss {:.3f}",
               routing->tokens_min, routing->tokens_mean, routing->tokens_max, 100.0 * routing->dropped,
               routing->aux_loss);
+  if (routing && routing->dispatch_seconds > 0)  // expert parallelism (train_3d --ep)
+    comm::say("  expert dispatch: {:.2f} ms a step in the ep group's all-to-alls, forward and backward ({:.0f}% of the "
+              "step; the ranks' mean)",
+              routing->dispatch_seconds * 1e3, 100.0 * routing->dispatch_seconds / per_step);
   if (metrics_) {
     nlohmann::json record = {{"kind", "train"},
                      {"step", done},

@@ -25,6 +25,7 @@ namespace trainers {
 // expert takes all).
 struct RoutingSummary {
   double tokens_min = 0, tokens_mean = 0, tokens_max = 0, dropped = 0, aux_loss = 0;
+  double dispatch_seconds = 0;  // per step, the ranks' mean: expert parallelism's exchanges
 };
 // Collective over `world`; clears `mine`.
 RoutingSummary summarise_routing(nn::RoutingStats& mine, const nn::GPTConfig& config, comm::Communicator& world,

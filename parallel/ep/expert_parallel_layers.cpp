@@ -1,8 +1,10 @@
 #include "parallel/ep/expert_parallel_layers.hpp"
 
+#include <chrono>
 #include <numeric>
 
 #include "comm/error.hpp"
+#include "nn/autograd.hpp"
 #include "nn/ops.hpp"
 #include "parallel/ep/row_exchange.hpp"
 
@@ -42,7 +44,11 @@ std::vector<nn::Tensor> ExpertParallelLayers::run_experts(const nn::Tensor& toke
   // Counts: to rank j, how many rows for each of its experts (expert order is rank order).
   std::vector<int64_t> sent_per_expert(static_cast<std::size_t>(E)), received_per_expert(sent_per_expert.size());
   for (int e = 0; e < E; ++e) sent_per_expert[e] = static_cast<int64_t>(rows[e].size());
+  // (Timed while training: evaluation's and sampling's forwards record no backward.)
+  double* clock = nn::autograd::grad_enabled() ? dispatch_seconds : nullptr;
+  const auto start = std::chrono::steady_clock::now();
   ep_.alltoall(std::span<const int64_t>(sent_per_expert), std::span<int64_t>(received_per_expert));
+  if (clock) *clock += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<int64_t> send_rows(W, 0), recv_rows(W, 0);  // rows to and from each rank
   for (int e = 0; e < E; ++e) {
     send_rows[e / per] += sent_per_expert[e];
@@ -52,7 +58,7 @@ std::vector<nn::Tensor> ExpertParallelLayers::run_experts(const nn::Tensor& toke
   // Dispatch: this rank's rows in expert order, [N_sent,C] → [N_received,C].
   std::vector<int32_t> order;
   for (const auto& r : rows) order.insert(order.end(), r.begin(), r.end());
-  const nn::Tensor received = exchange_rows(nn::gather_rows(tokens, order), send_rows, recv_rows, ep_);
+  const nn::Tensor received = exchange_rows(nn::gather_rows(tokens, order), send_rows, recv_rows, ep_, clock);
 
   // Each held expert on its rows from every rank, rank by rank; each output row back in its place.
   std::vector<std::vector<int32_t>> places(static_cast<std::size_t>(per));  // expert j's rows of `received`
@@ -73,7 +79,7 @@ std::vector<nn::Tensor> ExpertParallelLayers::run_experts(const nn::Tensor& toke
 
   // Combine: the outputs back to the ranks that sent the rows, [N_received,C] → [N_sent,C], in
   // the order they left; expert e's are the next rows[e].size() of them.
-  const nn::Tensor back = exchange_rows(answered, recv_rows, send_rows, ep_);
+  const nn::Tensor back = exchange_rows(answered, recv_rows, send_rows, ep_, clock);
   std::vector<nn::Tensor> results(rows.size());
   int32_t next = 0;
   for (int e = 0; e < E; ++e) {

@@ -42,6 +42,9 @@ class ExpertParallelLayers final : public nn::LayersAround {
   // rows and drops the rest, as a rank that skips the dispatch would; its peers wait for it,
   // and the watchdog names it.
   bool skip_dispatch = false;
+  // Where the time of the dispatch's exchanges is added up (the counts', the rows' there and
+  // back, forward and backward), or null: the model's RoutingStats::dispatch_seconds.
+  double* dispatch_seconds = nullptr;
 
  private:
   comm::Communicator& ep_;

@@ -20,7 +20,8 @@
 
 namespace parallel {
 
+// `seconds` (may be null) gains the time of each exchange, forward and backward.
 nn::Tensor exchange_rows(const nn::Tensor& rows, std::span<const int64_t> send_rows, std::span<const int64_t> recv_rows,
-                         comm::Communicator& group);
+                         comm::Communicator& group, double* seconds = nullptr);
 
 }  // namespace parallel
