@@ -10,25 +10,31 @@
 namespace parallel {
 namespace {
 
-// ---- over the pipeline: tensors by name -----------------------------------------------------
+// ---- over a group, tensors by name: a pipeline's stages, an ep group's experts --------------
 
-// The names of a stage's parameters (only its experts' with `experts_only`), one per line,
-// sent as a length and int32 characters.
-void send_names(const nn::GPT& model, comm::Communicator& pp, int dest, bool experts_only = false) {
-  std::string text;
-  for (const auto& p : model.parameters())
-    if (!experts_only || p.role == nn::ParameterRole::expert) text += p.name + "\n";
-  std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
-  pp.send(std::span<const int64_t>(size), dest);
-  std::vector<int32_t> chars(text.begin(), text.end());
-  pp.send(std::span<const int32_t>(chars), dest);
+// What a rank sends or receives by name: every parameter it holds (a pipeline's stages), or only
+// its experts (an ep group: the rest is the same on every one of its ranks).
+enum class Share { all, experts };
+bool shared(const nn::NamedTensor& p, Share share) {
+  return share == Share::all || p.role == nn::ParameterRole::expert;
 }
 
-std::vector<std::string> recv_names(comm::Communicator& pp, int source) {
+// The names of a rank's shared parameters, one per line, sent as a length and int32 characters.
+void send_names(const nn::GPT& model, comm::Communicator& group, int dest, Share share) {
+  std::string text;
+  for (const auto& p : model.parameters())
+    if (shared(p, share)) text += p.name + "\n";
+  std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
+  group.send(std::span<const int64_t>(size), dest);
+  std::vector<int32_t> chars(text.begin(), text.end());
+  group.send(std::span<const int32_t>(chars), dest);
+}
+
+std::vector<std::string> recv_names(comm::Communicator& group, int source) {
   std::array<int64_t, 1> size{0};
-  pp.recv(std::span<int64_t>(size), source);
+  group.recv(std::span<int64_t>(size), source);
   std::vector<int32_t> chars(static_cast<std::size_t>(size[0]));
-  pp.recv(std::span<int32_t>(chars), source);
+  group.recv(std::span<int32_t>(chars), source);
   std::istringstream in(std::string(chars.begin(), chars.end()));
   std::vector<std::string> names;
   for (std::string name; std::getline(in, name);) names.push_back(name);
@@ -56,80 +62,46 @@ void copy_all(const std::vector<std::span<float>>& from, const std::vector<std::
   for (std::size_t k = 0; k < from.size(); ++k) std::ranges::copy(from[k], to[k].begin());
 }
 
-// Pipeline rank 0 collects every stage's tensors into `whole` (the last stage's wte: the same
-// values again).
-void collect_stages(nn::GPT& stage, nn::AdamW& optimizer, comm::Communicator& pp, nn::GPT* whole,
-                    nn::AdamW* whole_optimizer) {
-  if (pp.rank() != 0) {
-    send_names(stage, pp, 0);
-    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-      for (auto t : tensors_of(stage, &optimizer, i)) pp.send(std::span<const float>(t), 0);
+// Rank 0 of `group` collects into `whole` its own tensors and every other rank's shared ones
+// (a pipeline: every stage's, the last stage's wte the same values again; an ep group: every
+// rank's experts).
+void collect_by_name(nn::GPT& mine, nn::AdamW& optimizer, comm::Communicator& group, Share share, nn::GPT* whole,
+                     nn::AdamW* whole_optimizer) {
+  if (group.rank() != 0) {
+    send_names(mine, group, 0, share);
+    for (std::size_t i = 0; i < mine.parameters().size(); ++i)
+      if (shared(mine.parameters()[i], share))
+        for (auto t : tensors_of(mine, &optimizer, i)) group.send(std::span<const float>(t), 0);
     return;
   }
-  for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-    copy_all(tensors_of(stage, &optimizer, i), tensors_of(*whole, whole_optimizer, stage.parameters()[i].name));
-  for (int s = 1; s < pp.size(); ++s)
-    for (const std::string& name : recv_names(pp, s))
-      for (auto t : tensors_of(*whole, whole_optimizer, name)) pp.recv(t, s);
+  for (std::size_t i = 0; i < mine.parameters().size(); ++i)
+    copy_all(tensors_of(mine, &optimizer, i), tensors_of(*whole, whole_optimizer, mine.parameters()[i].name));
+  for (int r = 1; r < group.size(); ++r)
+    for (const std::string& name : recv_names(group, r))
+      for (auto t : tensors_of(*whole, whole_optimizer, name)) group.recv(t, r);
 }
 
-// The way back: pipeline rank 0 hands each stage its tensors from `whole`.
-void hand_out_stages(nn::GPT& stage, nn::AdamW* optimizer, comm::Communicator& pp, nn::GPT* whole,
-                     nn::AdamW* whole_optimizer) {
+// The way back: rank 0 of `group` takes its tensors from `whole` and hands each other rank its
+// shared ones; the optimizer's step count from rank 0 to all.
+void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& group, Share share, nn::GPT* whole,
+                      nn::AdamW* whole_optimizer) {
   std::array<int64_t, 1> steps{0};
-  if (pp.rank() == 0) {
+  if (group.rank() == 0) {
     nn::AdamW* source_optimizer = optimizer ? whole_optimizer : nullptr;
-    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-      copy_all(tensors_of(*whole, source_optimizer, stage.parameters()[i].name), tensors_of(stage, optimizer, i));
-    for (int s = 1; s < pp.size(); ++s)
-      for (const std::string& name : recv_names(pp, s))
-        for (auto t : tensors_of(*whole, source_optimizer, name)) pp.send(std::span<const float>(t), s);
+    for (std::size_t i = 0; i < mine.parameters().size(); ++i)
+      copy_all(tensors_of(*whole, source_optimizer, mine.parameters()[i].name), tensors_of(mine, optimizer, i));
+    for (int r = 1; r < group.size(); ++r)
+      for (const std::string& name : recv_names(group, r))
+        for (auto t : tensors_of(*whole, source_optimizer, name)) group.send(std::span<const float>(t), r);
     if (source_optimizer) steps[0] = source_optimizer->steps();
   } else {
-    send_names(stage, pp, 0);
-    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-      for (auto t : tensors_of(stage, optimizer, i)) pp.recv(t, 0);
+    send_names(mine, group, 0, share);
+    for (std::size_t i = 0; i < mine.parameters().size(); ++i)
+      if (shared(mine.parameters()[i], share))
+        for (auto t : tensors_of(mine, optimizer, i)) group.recv(t, 0);
   }
-  pp.broadcast(std::span<int64_t>(steps), 0);
+  group.broadcast(std::span<int64_t>(steps), 0);
   if (optimizer) optimizer->set_steps(steps[0]);
-}
-
-// ---- over the expert-parallel group: every expert in one place -------------------------------
-
-// Ep rank 0's copy of the stage (every expert) gets its own tensors, then each ep rank's experts.
-void collect_experts(nn::GPT& stage, nn::AdamW& optimizer, comm::Communicator& ep, nn::GPT* whole,
-                     nn::AdamW* whole_optimizer) {
-  if (ep.rank() != 0) {
-    send_names(stage, ep, 0, /*experts_only=*/true);
-    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-      if (stage.parameters()[i].role == nn::ParameterRole::expert)
-        for (auto t : tensors_of(stage, &optimizer, i)) ep.send(std::span<const float>(t), 0);
-    return;
-  }
-  for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-    copy_all(tensors_of(stage, &optimizer, i), tensors_of(*whole, whole_optimizer, stage.parameters()[i].name));
-  for (int r = 1; r < ep.size(); ++r)
-    for (const std::string& name : recv_names(ep, r))
-      for (auto t : tensors_of(*whole, whole_optimizer, name)) ep.recv(t, r);
-}
-
-// The way back: each ep rank's experts from ep rank 0's copy (the rest reaches them over dp).
-void hand_out_experts(nn::GPT& stage, nn::AdamW* optimizer, comm::Communicator& ep, nn::GPT* whole,
-                      nn::AdamW* whole_optimizer) {
-  if (ep.rank() != 0) {
-    send_names(stage, ep, 0, /*experts_only=*/true);
-    for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-      if (stage.parameters()[i].role == nn::ParameterRole::expert)
-        for (auto t : tensors_of(stage, optimizer, i)) ep.recv(t, 0);
-    return;
-  }
-  nn::AdamW* source_optimizer = optimizer ? whole_optimizer : nullptr;
-  for (std::size_t i = 0; i < stage.parameters().size(); ++i)
-    copy_all(tensors_of(*whole, source_optimizer, stage.parameters()[i].name), tensors_of(stage, optimizer, i));
-  for (int r = 1; r < ep.size(); ++r)
-    for (const std::string& name : recv_names(ep, r))
-      for (auto t : tensors_of(*whole, source_optimizer, name)) ep.send(std::span<const float>(t), r);
-  if (optimizer) optimizer->set_steps(whole_optimizer->steps());
 }
 
 // ---- over the tensor-parallel group: a stage made whole --------------------------------------
@@ -175,7 +147,7 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
       }
     }
   if (grid.ep > 1)  // every ep rank sends its experts; ep rank 0's copy holds them all
-    collect_experts(model, optimizer, grid.ep_group, grid.ep_rank == 0 ? &stage.model() : nullptr,
+    collect_by_name(model, optimizer, grid.ep_group, Share::experts, grid.ep_rank == 0 ? &stage.model() : nullptr,
                     stage.optimizer());
   if (grid.tp_rank != 0 || grid.ep_rank != 0) return;
   stage.optimizer()->set_steps(optimizer.steps());
@@ -186,8 +158,8 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
     whole_optimizer.emplace(whole->parameters(), optimizer.config());
     whole_optimizer->set_steps(optimizer.steps());
   }
-  collect_stages(stage.model(), *stage.optimizer(), grid.pp_group, whole ? &*whole : nullptr,
-                 whole_optimizer ? &*whole_optimizer : nullptr);
+  collect_by_name(stage.model(), *stage.optimizer(), grid.pp_group, Share::all, whole ? &*whole : nullptr,
+                  whole_optimizer ? &*whole_optimizer : nullptr);
   if (grid.pp_rank == 0) writer.save(dir, *whole, *whole_optimizer, train_state);
 }
 
@@ -195,9 +167,9 @@ void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn:
                            nn::AdamW* whole_optimizer) {
   WholeStage stage(model, optimizer, optimizer ? optimizer->config() : nn::AdamWConfig{}, grid);
   if (grid.tp_rank == 0 && grid.ep_rank == 0)
-    hand_out_stages(stage.model(), stage.optimizer(), grid.pp_group, whole, whole_optimizer);
+    hand_out_by_name(stage.model(), stage.optimizer(), grid.pp_group, Share::all, whole, whole_optimizer);
   if (grid.ep > 1) {  // ep rank 0 keeps its own and hands each ep rank its experts
-    hand_out_experts(model, optimizer, grid.ep_group, grid.ep_rank == 0 ? &stage.model() : nullptr,
+    hand_out_by_name(model, optimizer, grid.ep_group, Share::experts, grid.ep_rank == 0 ? &stage.model() : nullptr,
                      stage.optimizer());
     return;  // (the ep ranks' other parameters and the optimizer's steps come over dp)
   }

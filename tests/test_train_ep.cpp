@@ -12,24 +12,10 @@ CommandResult train_dp(int ranks, const std::string& args) { return run_trainer(
 
 constexpr float kTolerance = 2e-5f;  // as the data-parallel tests: float sums in another order
 
-// 4 experts, 2 per token, capacity factor 1 (choices are dropped), a mixture in both blocks;
-// dropout on and the default random sampling (as test_train_moe.cpp).
-std::string moe() {
-  return tiny(shakespeareish(), "data") +
-         " --dropout 0.1 --n-experts 4 --experts-per-token 2 --capacity-factor 1 --aux-loss-weight 0.1 --max-iters 3";
-}
-
-// The first step's routing line: "  experts: tokens per expert and step … dropped, balancing loss …".
-std::string first_routing_line(const std::string& output) {
-  const auto at = output.find("  experts: ");
-  REQUIRE(at != std::string::npos);
-  return output.substr(at, output.find('\n', at) - at);
-}
-
 }  // namespace
 
 TEST_CASE("expert parallelism ends where one process ends: ep 2, ep 4, ep < dp, ep × pp") {
-  auto reference = train_dp(1, moe() + " --batch-size 4 --out-dir " + out("ep_ref"));
+  auto reference = train_dp(1, tiny_moe() + " --batch-size 4 --out-dir " + out("ep_ref"));
   REQUIRE(reference.status == 0);
   const std::string routing = first_routing_line(reference.output);
   struct Layout {
@@ -37,7 +23,7 @@ TEST_CASE("expert parallelism ends where one process ends: ep 2, ep 4, ep < dp, 
   };
   for (Layout l : {Layout{2, 2, 1}, Layout{4, 4, 1}, Layout{4, 2, 1}, Layout{2, 2, 2}}) {
     const std::string name = fmt::format("ep_d{}e{}p{}", l.dp, l.ep, l.pp);
-    auto r = train_3d(l.dp * l.pp, moe() + fmt::format(" --dp {} --ep {} --pp {} --batch-size {} --micro-batches {} "
+    auto r = train_3d(l.dp * l.pp, tiny_moe() + fmt::format(" --dp {} --ep {} --pp {} --batch-size {} --micro-batches {} "
                                                        "--out-dir {}",
                                                        l.dp, l.ep, l.pp, 4 / l.dp, l.pp, out(name)));
     REQUIRE(r.status == 0);
@@ -50,7 +36,7 @@ TEST_CASE("expert parallelism ends where one process ends: ep 2, ep 4, ep < dp, 
 }
 
 TEST_CASE("an ep checkpoint holds every expert, loads on any ep alike, and a resumed run is byte-identical") {
-  const std::string run = moe() + " --dp 2 --ep 2 --batch-size 2 --micro-batches 1 --lr-decay-iters 6 --max-iters 4";
+  const std::string run = tiny_moe() + " --dp 2 --ep 2 --batch-size 2 --micro-batches 1 --lr-decay-iters 6 --max-iters 4";
   REQUIRE(train_3d(2, run + " --out-dir " + out("ep_straight")).status == 0);
   REQUIRE(train_3d(2, run + " --max-iters 2 --out-dir " + out("ep_split")).status == 0);
   REQUIRE(train_3d(2, run + " --resume --out-dir " + out("ep_split")).status == 0);
@@ -74,7 +60,7 @@ TEST_CASE("an ep checkpoint holds every expert, loads on any ep alike, and a res
 }
 
 TEST_CASE("an ep rank that skips a dispatch is named by the watchdog") {
-  auto r = train_3d(2, moe() + " --dp 2 --ep 2 --batch-size 2 --micro-batches 1 --max-iters 4 --timeout 3 "
+  auto r = train_3d(2, tiny_moe() + " --dp 2 --ep 2 --batch-size 2 --micro-batches 1 --max-iters 4 --timeout 3 "
                                "--skip-dispatch-at-step 2 --crash-rank 1 --out-dir " + out("ep_skip"));
   CHECK(r.status == 3);
   // Rank 0 waits in the dispatch's count exchange (an alltoall on the ep group, the grid's
@@ -85,7 +71,7 @@ TEST_CASE("an ep rank that skips a dispatch is named by the watchdog") {
 }
 
 TEST_CASE("bad expert-parallel input: one line, exit status 2") {
-  const std::string run = moe() + " --micro-batches 1 --out-dir " + out("ep_bad");
+  const std::string run = tiny_moe() + " --micro-batches 1 --out-dir " + out("ep_bad");
   usage_failure(train_3d(4, run + " --dp 4 --ep 3"), "--ep 3 does not divide --dp 4");
   usage_failure(train_3d(2, run + " --dp 2 --ep 2 --n-experts 3 --experts-per-token 1"),
                 "--n-experts 3 is not divisible by --ep 2");

@@ -15,25 +15,10 @@ CommandResult train_tp(int ranks, const std::string& args) { return run_trainer(
 
 constexpr float kTolerance = 2e-5f;  // as the data-parallel tests: float sums in another order
 
-// 4 experts, 2 per token, capacity factor 1 (choices are dropped), a mixture in both blocks;
-// dropout on and the default random sampling: the global batch and every mask are the same
-// in any layout, and so are the sequences each capacity counts over.
-std::string moe() {
-  return tiny(shakespeareish(), "data") +
-         " --dropout 0.1 --n-experts 4 --experts-per-token 2 --capacity-factor 1 --aux-loss-weight 0.1 --max-iters 3";
-}
-
-// The first step's routing line: "  experts: tokens per expert and step … dropped, balancing loss …".
-std::string first_routing_line(const std::string& output) {
-  const auto at = output.find("  experts: ");
-  REQUIRE(at != std::string::npos);
-  return output.substr(at, output.find('\n', at) - at);
-}
-
 }  // namespace
 
 TEST_CASE("a mixture of experts ends where one process ends: dp 2, accumulation, ZeRO-1 and 3, pp 2, full recompute") {
-  auto reference = train_dp(1, moe() + " --batch-size 4 --out-dir " + out("moe_ref"));
+  auto reference = train_dp(1, tiny_moe() + " --batch-size 4 --out-dir " + out("moe_ref"));
   REQUIRE(reference.status == 0);
   CHECK_THAT(reference.output, Catch::Contains("mixture of experts: 4 experts in 2 of the 2 blocks (every 1), 2 per "
                                                "token, capacity ⌈1·2·16/4⌉ = 8 tokens of a sequence per expert"));
@@ -54,7 +39,7 @@ TEST_CASE("a mixture of experts ends where one process ends: dp 2, accumulation,
       {"moe_recompute", 1, false, "--batch-size 4 --recompute full"},
   };
   for (const Layout& l : layouts) {
-    const std::string args = moe() + " " + l.flags + " --out-dir " + out(l.name);
+    const std::string args = tiny_moe() + " " + l.flags + " --out-dir " + out(l.name);
     auto r = l.pipeline ? train_pp(l.ranks, args) : train_dp(l.ranks, args);
     REQUIRE(r.status == 0);
     const float diff = max_difference(checkpoint(l.name), checkpoint("moe_ref"));
@@ -63,14 +48,14 @@ TEST_CASE("a mixture of experts ends where one process ends: dp 2, accumulation,
     CHECK(first_routing_line(r.output) == routing);  // the same tokens per expert, dropped, balancing loss
   }
   SECTION("the comparison has teeth: without the balancing loss the run ends elsewhere") {
-    auto other = train_dp(1, moe() + " --batch-size 4 --aux-loss-weight 0 --out-dir " + out("moe_no_aux"));
+    auto other = train_dp(1, tiny_moe() + " --batch-size 4 --aux-loss-weight 0 --out-dir " + out("moe_no_aux"));
     REQUIRE(other.status == 0);
     CHECK(max_difference(checkpoint("moe_no_aux"), checkpoint("moe_ref")) > 10 * kTolerance);
   }
 }
 
 TEST_CASE("a mixture of experts resumes exactly, and its checkpoint keeps the experts' names") {
-  const std::string run = moe() + " --batch-size 2 --lr-decay-iters 6 --max-iters 4";
+  const std::string run = tiny_moe() + " --batch-size 2 --lr-decay-iters 6 --max-iters 4";
   REQUIRE(train_dp(2, run + " --out-dir " + out("moe_straight")).status == 0);
   REQUIRE(train_dp(2, run + " --max-iters 2 --out-dir " + out("moe_split")).status == 0);
   auto resumed = train_dp(2, run + " --resume --out-dir " + out("moe_split"));

@@ -136,7 +136,7 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
   // The same rank count with one layout flag typed again: the refusal names what came back.
   usage_failure(train_3d(4, common() + " --resume --tp 4 --out-dir " + out("3d_ctrl_c")),
                 "4 ranks cannot be --dp 1 × --pp 2 × --tp 4 = 8: run D·P·T ranks (from the checkpoint: --dp 1 --pp 2 "
-                "--cp 1 --cp-attention ring --sequence-parallel true --schedule 1f1b --micro-batches 2 --virtual-stages "
+                "--cp 1 --cp-attention ring --ep 1 --sequence-parallel true --schedule 1f1b --micro-batches 2 --virtual-stages "
                 "1; a flag typed again changes it)");
 }
 
