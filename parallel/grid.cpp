@@ -30,6 +30,12 @@ Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp, int e
     throw comm::UsageError(fmt::format("--ep {} does not divide --dp {}: expert-parallel groups are carved from the "
                                        "data-parallel ranks",
                                        ep, dp));
+  // (Its groups hold whole experts and whole sequences: the experts' average would otherwise
+  // need the cp ranks, and the checkpoint's gather the tp ranks, too.)
+  if (ep > 1 && (tp > 1 || cp > 1))
+    throw comm::UsageError(fmt::format("--ep {} with --{} {}: expert parallelism runs on whole experts and whole "
+                                       "sequences (dp and pp compose with it)",
+                                       ep, tp > 1 ? "tp" : "cp", tp > 1 ? tp : cp));
   const auto [d, p, k, t] = coordinates(world.rank(), pp, cp, tp);
   const int place = (p * cp + k) * tp + t;  // the (pp, cp, tp) coordinates the dp ranks share
   // split(color, key): ranks with the same color form a group, ordered by key. Braced

@@ -40,10 +40,10 @@ struct Grid {
   comm::Communicator dp_group;  // dp × cp ranks: the same parameters (but for the experts, with ep > 1)
   int ep = 1, ep_rank = 0;      // expert parallelism: ep divides dp; ep_rank = dp_rank mod ep
   comm::Communicator ep_group;         // same (pp, cp, tp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1
-  comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts
+  comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts (ep 1: dp's ranks)
 
   // Throws comm::UsageError naming the sizes when the world size is not dp · pp · cp · tp, or
-  // ep does not divide dp.
+  // ep does not divide dp, or ep > 1 comes with tp or cp.
   static Grid make(comm::Communicator& world, int dp, int pp, int tp, int cp = 1, int ep = 1);
   // The rank that speaks for its replica's data (writes, samples): dp 0, cp 0.
   bool first_replica() const { return dp_rank == 0 && cp_rank == 0; }
