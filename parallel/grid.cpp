@@ -1,5 +1,6 @@
 #include "parallel/grid.hpp"
 
+#include <array>
 #include <vector>
 
 #include <fmt/format.h>
@@ -9,34 +10,10 @@
 
 namespace parallel {
 
-namespace {
-struct Coordinates {
-  int d, p, k, t;  // dp, pp, cp, tp
-};
-Coordinates coordinates(int r, int pp, int cp, int tp) { return {r / (pp * cp * tp), r / (cp * tp) % pp, r / tp % cp, r % tp}; }
-}  // namespace
-
-Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp, int ep) {
-  const double ranks = static_cast<double>(dp) * pp * cp * tp;  // (four ints' product overflows an int)
-  if (dp < 1 || pp < 1 || tp < 1 || cp < 1 || ranks != world.size()) {
-    if (cp == 1)
-      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {:.0f}: run D·P·T ranks",
-                                         world.size(), dp, pp, tp, ranks));
-    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {:.0f}: run D·P·C·T "
-                                       "ranks",
-                                       world.size(), dp, pp, cp, tp, ranks));
-  }
-  if (ep < 1 || dp % ep != 0)
-    throw comm::UsageError(fmt::format("--ep {} does not divide --dp {}: expert-parallel groups are carved from the "
-                                       "data-parallel ranks",
-                                       ep, dp));
-  // (Its groups hold whole experts and whole sequences: the experts' average would otherwise
-  // need the cp ranks, and the checkpoint's gather the tp ranks, too.)
-  if (ep > 1 && (tp > 1 || cp > 1))
-    throw comm::UsageError(fmt::format("--ep {} with --{} {}: expert parallelism runs on whole experts and whole "
-                                       "sequences (dp and pp compose with it)",
-                                       ep, tp > 1 ? "tp" : "cp", tp > 1 ? tp : cp));
-  const auto [d, p, k, t] = coordinates(world.rank(), pp, cp, tp);
+Grid Grid::make(comm::Communicator& world, const Layout& layout) {
+  layout.check(world.size());
+  const auto [dp, pp, cp, tp, ep] = std::array{layout.dp, layout.pp, layout.cp, layout.tp, layout.ep};
+  const auto [d, p, k, t] = layout.place_of(world.rank());
   const int place = (p * cp + k) * tp + t;  // the (pp, cp, tp) coordinates the dp ranks share
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
   // initialisation runs the four (collective) splits in this order on every rank.
@@ -59,7 +36,7 @@ Grid Grid::make(comm::Communicator& world, int dp, int pp, int tp, int cp, int e
 }
 
 std::string Grid::describe(int world_rank) const {
-  const auto [d, p, k, t] = coordinates(world_rank, pp, cp, tp);
+  const auto [d, p, k, t] = Layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp}.place_of(world_rank);
   std::string text = fmt::format("rank {} = dp {} · pp {}", world_rank, d, p);
   if (cp > 1) text += fmt::format(" · cp {}", k);
   if (tp > 1) text += fmt::format(" · tp {}", t);

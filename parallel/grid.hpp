@@ -28,6 +28,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "parallel/layout.hpp"
 
 namespace parallel {
 
@@ -42,9 +43,9 @@ struct Grid {
   comm::Communicator ep_group;         // same (pp, cp, tp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1
   comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts (ep 1: dp's ranks)
 
-  // Throws comm::UsageError naming the sizes when the world size is not dp · pp · cp · tp, or
-  // ep does not divide dp, or ep > 1 comes with tp or cp.
-  static Grid make(comm::Communicator& world, int dp, int pp, int tp, int cp = 1, int ep = 1);
+  // Throws comm::UsageError with the layout's own line (Layout::why_not) when its degrees cannot
+  // be a grid of world's ranks.
+  static Grid make(comm::Communicator& world, const Layout& layout);
   // The rank that speaks for its replica's data (writes, samples): dp 0, cp 0.
   bool first_replica() const { return dp_rank == 0 && cp_rank == 0; }
   // The ranks that run the first replica's forwards together: its ep group (ep 1: the first replica).

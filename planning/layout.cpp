@@ -6,27 +6,6 @@ namespace planning {
 
 namespace {
 constexpr int kTrainersVocabulary = 65;  // tiny Shakespeare's characters
-
-// What train_3d refuses with --cp (trainers/train_3d.cpp), and the implementation planned.
-std::string context_parallel_impossible(const Layout& l, const Workload& w) {
-  const auto& c = w.model;
-  const int cp = l.cp, tp = l.tp;
-  if (w.implementation == Implementation::megatron)
-    return "the megatron implementation is planned without context parallelism (its 2021-22 papers had none)";
-  if (c.block_size % (2 * static_cast<int64_t>(cp)) != 0)
-    return fmt::format("context parallelism: 2 × cp {} does not divide the sequence of {} (two chunks a rank)", cp,
-                       c.block_size);
-  if (l.sequence_parallel && tp % 2 != 0)
-    return fmt::format("context parallelism with sequence parallelism needs an even tp (got {})", tp);
-  if (l.sequence_parallel && c.block_size / cp % tp != 0)
-    return fmt::format("sequence parallelism: tp {} does not divide a cp rank's {} positions", tp, c.block_size / cp);
-  if (l.cp_attention == CpAttention::ulysses && (c.n_head / tp) % cp != 0)
-    return fmt::format("Ulysses: cp {} does not divide the {} heads of a tp rank", cp, c.n_head / tp);
-  if (l.cp_attention == CpAttention::ring && w.precision == nn::Precision::bf16)
-    return "ring attention computes in fp32 (its own kernel): with bf16 use Ulysses";
-  return "";
-}
-
 }  // namespace
 
 std::string Layout::describe(const Workload& w) const {
@@ -39,40 +18,45 @@ std::string Layout::describe(const Workload& w) const {
                      micro_batches(w));
 }
 
+parallel::Layout Layout::grid(const Workload& w) const {
+  return {.dp = dp,
+          .pp = pp,
+          .cp = cp,
+          .tp = tp,
+          .ep = ep,
+          .virtual_stages = virtual_stages,
+          .stage_layers = {},
+          .cp_attention = cp_attention,
+          .sequence_parallel = sequence_parallel,
+          .micro_batches = static_cast<int>(micro_batches(w)),
+          .zero = zero};
+}
+
 std::string Layout::impossible(const Workload& w) const {
   const auto& c = w.model;
-  if (dp < 1 || tp < 1 || pp < 1 || cp < 1 || ep < 1 || virtual_stages < 1 || micro_batch < 1)
-    return "every degree must be ≥ 1";
-  if (ranks() != w.devices)
-    return fmt::format("dp × tp × pp{} = {} is not the {} devices", cp > 1 ? " × cp" : "", ranks(), w.devices);
-  if (c.n_head % tp != 0) return fmt::format("tp {} does not divide the {} heads", tp, c.n_head);
-  if (virtual_stages > c.n_layer || c.n_layer % (static_cast<int64_t>(pp) * virtual_stages) != 0)
-    return fmt::format("pp {} × v {} does not divide the {} blocks", pp, virtual_stages, c.n_layer);
-  if (sequence_parallel && c.block_size % tp != 0)
-    return fmt::format("sequence parallelism: tp {} does not divide the sequence of {}", tp, c.block_size);
+  if (dp < 1 || micro_batch < 1) return fmt::format("every degree must be 1 or more (dp {}, micro-batch {})", dp, micro_batch);
   if (w.global_batch % (static_cast<int64_t>(dp) * micro_batch) != 0)
     return fmt::format("dp {} × micro-batch {} does not divide the global batch {}", dp, micro_batch, w.global_batch);
-  if (sequence_parallel && tp == 1) return "sequence parallelism needs tp > 1";
-  if (zero < 0 || zero > 3) return "ZeRO's stage is 0 to 3";
+  if (w.implementation == Implementation::megatron) {
+    if (zero > 0) return "the megatron implementation is planned without ZeRO (Megatron-LM 2021 had none)";
+    if (c.n_experts > 0)
+      return "the megatron implementation is planned dense (its 2021-22 papers had no mixture of experts)";
+    if (cp > 1)
+      return "the megatron implementation is planned without context parallelism (its 2021-22 papers had none)";
+  }
+  // The trainers' rules, in their words.
+  const std::string why = grid(w).why_not({.model = c,
+                                           .world_size = w.devices,
+                                           .replica_batch = w.global_batch / dp,
+                                           .precision = w.precision,
+                                           .attention = nn::AttentionKernel::fused});
+  if (!why.empty()) return why;
+  // The planner's own: its formulas count n_layer / (pp·v) blocks a chunk.
+  if (c.n_layer % (static_cast<int64_t>(pp) * virtual_stages) != 0)
+    return fmt::format("pp {} × v {} does not divide the {} blocks", pp, virtual_stages, c.n_layer);
   if ((virtual_stages > 1) != (schedule == Schedule::interleaved))
     return "virtual stages > 1 is the interleaved schedule, and only it";
   if (pp == 1 && schedule != Schedule::one_f_one_b) return "a schedule needs pp > 1";
-  if (virtual_stages > 1 && micro_batches(w) % pp != 0)
-    return fmt::format("interleaved: the {} micro-batches are not a multiple of pp {}", micro_batches(w), pp);
-  if (zero > 0 && w.implementation == Implementation::megatron)
-    return "the megatron implementation is planned without ZeRO (Megatron-LM 2021 had none)";
-  if (zero > 0 && (tp > 1 || pp > 1 || cp > 1)) return "nanodist's ZeRO runs with pure data parallelism (train_dp)";
-  if (c.n_experts > 0 && w.implementation == Implementation::megatron)
-    return "the megatron implementation is planned dense (its 2021-22 papers had no mixture of experts)";
-  if (c.n_experts > 0 && (tp > 1 || cp > 1))
-    return "a mixture of experts runs on whole experts and whole sequences: no tp, no cp";
-  if (ep > 1) {  // what train_3d refuses with --ep
-    if (c.n_experts == 0) return "expert parallelism needs a mixture of experts";
-    if (dp % ep != 0) return fmt::format("ep {} does not divide dp {} (expert groups are carved from dp ranks)", ep, dp);
-    if (c.n_experts % ep != 0) return fmt::format("ep {} does not divide the {} experts", ep, c.n_experts);
-    if (zero > 0) return "nanodist's ZeRO runs in train_dp, expert parallelism in train_3d";
-  }
-  if (cp > 1) return context_parallel_impossible(*this, w);
   return "";
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "nn/recompute.hpp"
+#include "parallel/layout.hpp"
 #include "planning/workload.hpp"
 
 namespace planning {
@@ -18,10 +19,10 @@ enum class Schedule { gpipe, one_f_one_b, interleaved };
 inline constexpr std::array<std::string_view, 3> kScheduleNames = {"gpipe", "1f1b", "interleaved"};
 inline std::string_view name_of(Schedule s) { return kScheduleNames[static_cast<std::size_t>(s)]; }
 
-// How attention sees the other context-parallel ranks' positions (parallel/cp/): keys and
-// values round a ring, or two all-to-alls between a sequence shard and a head shard.
-enum class CpAttention { ring, ulysses };
-inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "ulysses"};
+// How attention sees the other context-parallel ranks' positions: the trainers' own
+// (parallel/layout.hpp).
+using parallel::CpAttention;
+using parallel::kCpAttentionNames;
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
@@ -31,7 +32,7 @@ struct Layout {
   int virtual_stages = 1;  // chunks of blocks per stage (interleaved 1F1B when > 1)
   Schedule schedule = Schedule::one_f_one_b;
   bool sequence_parallel = false;
-  int zero = 0;  // ZeRO stage over the dp group (nanodist: train_dp only)
+  int zero = 0;  // ZeRO stage over the dp group
   nn::Recompute recompute = nn::Recompute::none;
   int micro_batch = 1;  // sequences per micro-batch
 
@@ -45,10 +46,14 @@ struct Layout {
   // "dp 2 · tp 2 sp · pp 2 1f1b · none · 4 × 3" (" · cp 2 ring" after pp with context
   // parallelism; "dp 4 ep 2" with expert parallelism)
   std::string describe(const Workload& w) const;
-  // Why this layout cannot run the workload ("" when it can): the degrees' product, the heads
-  // tp must divide, the blocks the stages share, the batch the micro-batches share, and what
-  // the implementation supports (nanodist: ZeRO with pure data parallelism only; context
-  // parallelism's sequence split, Ulysses' heads, and what train_3d refuses with it).
+  // The trainers' layout value for this one (parallel/layout.hpp): the degrees, and the
+  // micro-batches as a count.
+  parallel::Layout grid(const Workload& w) const;
+  // Why this layout cannot run the workload ("" when it can): the trainers' own rules, in their
+  // own words (parallel::Layout::why_not: the grid, heads, sequence, experts, micro-batches,
+  // what computes exactly), after the batch the micro-batches share and what the megatron
+  // implementation was planned without; then the planner's own (blocks even over the chunks,
+  // a schedule with its virtual stages).
   std::string impossible(const Workload& w) const;
   // The nanodist command that runs it, for this machine's runs (docs/planning.md); "" when the
   // model's vocabulary is not the trainers' (65 characters).

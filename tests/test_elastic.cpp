@@ -56,7 +56,7 @@ TEST_CASE("train_dp: a rank killed at a random step, restarted on 3 ranks again:
   CHECK_THAT(r.output, Catch::Contains(fmt::format("a peer was lost after {} completed steps: saved them", step)));
   CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1 (on localhost); 0 finished step(s) lost") &&
                            Catch::Contains(fmt::format("resuming at step {} from the save of rank", step)) &&
-                           Catch::Contains("now 3 ranks: 3 replicas") && Catch::Contains("s after the failure"));
+                           Catch::Contains("now 3 ranks: 3 replica(s)") && Catch::Contains("s after the failure"));
   same_end("dp_straight", "dp_killed");
 }
 
@@ -67,7 +67,8 @@ TEST_CASE("train_dp: a device lost, the job shrinks 3 → 2 replicas with the gl
   auto r = launcher("-n 3 --drop-lost-slots", TRAIN_DP, run_settings("shrink_killed") + accumulate + crash(step, 2));
   REQUIRE(r.status == 0);
   CHECK_THAT(r.output, Catch::Contains("0 finished step(s) lost") &&
-                           Catch::Contains("now 2 ranks: 2 replicas × micro-batch 4 × 3 accumulation step(s)") &&
+                           Catch::Contains("now 2 ranks: 2 replica(s) of 1 rank(s) (pp 1 × cp 1 × tp 1) × batch 12 in 3 "
+                                           "micro-batch(es)") &&
                            Catch::Contains("2 ranks × micro-batch 4 × 3 accumulation step(s) × block 16 = 384 tokens"));
   CHECK(nn::read_checkpoint_info(checkpoint("shrink_killed")).train_state.at("step") == kSteps);
   // The same samples in the step; their gradients summed in another grouping: the last bits.
@@ -100,6 +101,16 @@ TEST_CASE("train_3d with --cp 2: a rank of the ring killed, restarted on the sam
   REQUIRE(r.status == 0);
   CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1"));
   same_end("cp_straight", "cp_killed");
+
+  // A device lost from dp 2 × cp 2 (batch 2 a replica): 3 slots are not whole replicas of 2
+  // ranks, so it goes on as one replica of cp 2 with the global batch of 4 kept (2 micro-batches).
+  auto shrunk = launcher("-n 4 --drop-lost-slots", TRAIN_3D,
+                         run_settings("cp_shrunk") + " --dp 2 --cp 2 --batch-size 2" + crash(seeded_step(17), 3));
+  REQUIRE(shrunk.status == 0);
+  CHECK_THAT(shrunk.output,
+             Catch::Contains("now 2 ranks: 1 replica(s) of 2 rank(s) (pp 1 × cp 2 × tp 1) × batch 4 in 2 micro-batch(es)"));
+  CHECK(nn::read_checkpoint_info(checkpoint("cp_shrunk")).train_state.at("step") == kSteps);
+  CHECK(max_difference(checkpoint("cp_straight"), checkpoint("cp_shrunk")) <= 2e-5f);
 }
 
 TEST_CASE("train_3d with --ep 2: a rank holding half the experts killed, restarted: byte-identical") {
@@ -110,6 +121,20 @@ TEST_CASE("train_3d with --ep 2: a rank holding half the experts killed, restart
   CHECK_THAT(r.output, Catch::Contains("restart 1/3: lost rank 1") &&
                            Catch::Contains("the state is sharded: a restart uses the last checkpoint"));
   same_end("ep_straight", "ep_killed");
+
+  // dp 4 × ep 2 loses a device: on 3 ranks ep 2 would not divide dp 3 (the trainer's own line
+  // says so), so it goes on as dp 2 × ep 2 with the global batch of 4 kept.
+  auto shrunk = launcher("-n 4 --drop-lost-slots", TRAIN_3D,
+                         run_settings("ep_shrunk") + " --dp 4 --ep 2 --batch-size 1 --n-experts 4 --capacity-factor 1" +
+                             crash(seeded_step(18), 3));
+  REQUIRE(shrunk.status == 0);
+  CHECK_THAT(shrunk.output, Catch::Contains("now 2 ranks: 2 replica(s) of 1 rank(s) (pp 1 × cp 1 × tp 1, ep 2)"));
+  CHECK(nn::read_checkpoint_info(checkpoint("ep_shrunk")).train_state.at("step") == kSteps);
+  CHECK(max_difference(checkpoint("ep_straight"), checkpoint("ep_shrunk")) <= 2e-5f);
+  // Where no layout is left, the launcher says why in the trainer's words before it starts.
+  usage_failure(launcher("-n 4 --min-ranks 3", TRAIN_3D, run_settings("ep_min") + " --dp 4 --ep 4 --n-experts 4"),
+                "--min-ranks 3: train_3d has no layout on fewer than 4 ranks (--ep 4 does not divide --dp 3: "
+                "expert-parallel groups are carved from the data-parallel ranks)");
 }
 
 TEST_CASE("ZeRO-3: the writer killed half-way through a checkpoint, the previous one serves: byte-identical") {
@@ -142,7 +167,8 @@ TEST_CASE("nanodist-run: bad input is one line and exit 2, restarts used up or n
   usage_failure(launcher("-n 2 --min-ranks 3", TRAIN_DP, run), "--min-ranks 3 must be from 1 to -n 2");
   usage_failure(launcher("-n 2", "/bin/true", run), "/bin/true: not a nanodist trainer");
   usage_failure(launcher("-n 2 --min-ranks 1", TRAIN_TP, run),
-                "--min-ranks 1: train_tp cannot run on fewer ranks than its tensor degree (2)");
+                "--min-ranks 1: train_tp has no layout on fewer than 2 ranks (1 ranks is not a multiple of the 2 "
+                "ranks of one replica (pp 1 × cp 1 × tp 2))");
   const fs::path no_slots = work_dir() / "no-slots";
   std::ofstream(no_slots) << "# every host is down\nnode-a slots=0\n";
   usage_failure(launcher("-n 2 --hostfile " + no_slots.string(), TRAIN_DP, run), "names no host with a slot");
@@ -156,8 +182,24 @@ TEST_CASE("nanodist-run: bad input is one line and exit 2, restarts used up or n
   CHECK(used_up.status == 1);
   auto no_layout = launcher("-n 2 --drop-lost-slots", TRAIN_TP, run + crash(4, 1));
   clean_failure(no_layout, "cannot restart after losing rank 1 (on localhost): 1 slot(s) left");
-  CHECK_THAT(no_layout.output, Catch::Contains("train_tp cannot shrink"));
+  CHECK_THAT(no_layout.output, Catch::Contains("1 ranks is not a multiple of the 2 ranks of one replica"));
   CHECK(no_layout.status == 1);
+}
+
+TEST_CASE("a layout that cannot run: the same line from the trainer, the planner and the launcher") {
+  // The rule is written once (parallel/layout.cpp); each door says it in its words.
+  const std::string why =
+      "--ep 2 does not divide --dp 3: expert-parallel groups are carved from the data-parallel ranks";
+  usage_failure(run_trainer(TRAIN_3D, 3, run_settings("same_line") + " --dp 3 --ep 2 --n-experts 4"), why);
+  usage_failure(launcher("-n 3", TRAIN_3D, run_settings("same_line") + " --dp 3 --ep 2 --n-experts 4"), why);
+  const CommandResult plan =
+      run_command(fmt::format("{} plan --model main-job-moe --devices 3 --dp 3 --ep 2 --global-batch 12", NANODIST_PLAN));
+  usage_failure(plan, "no layout can run this: " + why);
+  // A context-parallel split the sequence cannot take, likewise.
+  const std::string cp_why = "--cp 3: --block-size 16 does not split into 2·cp = 6 equal chunks";
+  usage_failure(launcher("-n 3", TRAIN_3D, run_settings("same_line") + " --cp 3"), cp_why);
+  usage_failure(run_command(fmt::format("{} plan --devices 3 --cp 3 --block-size 16 --global-batch 12", NANODIST_PLAN)),
+                cp_why);
 }
 
 TEST_CASE("Ctrl-C to nanodist-run: the job stops after the step with a checkpoint, no restart, the note says nanodist-run") {

@@ -245,11 +245,15 @@ TEST_CASE("the sweep: possible layouts only, those that fit first, fastest first
 
 TEST_CASE("layouts that cannot run say why", "[planning]") {
   const Workload w = main_job(4, 24);
-  CHECK(Layout{.dp = 1, .tp = 3, .pp = 1}.impossible(main_job(3, 24)) == "tp 3 does not divide the 4 heads");
-  CHECK(Layout{.dp = 2, .tp = 2}.impossible(main_job(8, 24)) == "dp × tp × pp = 4 is not the 8 devices");
-  CHECK(Layout{.dp = 1, .pp = 4}.impossible(w) == "pp 4 × v 1 does not divide the 2 blocks");
+  CHECK(Layout{.dp = 1, .tp = 3, .pp = 1}.impossible(main_job(3, 24)) ==
+        "--n-head 4 is not divisible by --tp 3: each tensor-parallel rank runs n_head / tp whole heads");
+  CHECK(Layout{.dp = 2, .tp = 2}.impossible(main_job(8, 24)) ==
+        "8 ranks cannot be --dp 2 × --pp 1 × --tp 2 = 4: run D·P·T ranks");
+  CHECK(Layout{.dp = 1, .pp = 4}.impossible(w) ==
+        "4 pipeline stages for 2 blocks: every stage needs at least one block (use fewer ranks, a larger --dp, or more --n-layer)");
   CHECK(Layout{.dp = 4, .micro_batch = 5}.impossible(w) == "dp 4 × micro-batch 5 does not divide the global batch 24");
-  CHECK(Layout{.dp = 2, .tp = 2, .zero = 1}.impossible(w) == "nanodist's ZeRO runs with pure data parallelism (train_dp)");
+  CHECK(Layout{.dp = 2, .tp = 2, .zero = 1}.impossible(w) ==
+        "--zero 1 runs with pure data parallelism (train_dp): no pp, cp, tp or ep");
   Workload megatron = w;
   megatron.implementation = Implementation::megatron;
   CHECK(Layout{.dp = 4, .zero = 1}.impossible(megatron) ==
@@ -257,9 +261,9 @@ TEST_CASE("layouts that cannot run say why", "[planning]") {
   Workload odd = main_job(2, 24);
   odd.model.block_size = 63;
   CHECK(Layout{.tp = 2, .sequence_parallel = true}.impossible(odd) ==
-        "sequence parallelism: tp 2 does not divide the sequence of 63");
+        "--sequence-parallel: --block-size 63 is not divisible by --tp 2");
   CHECK(Layout{.pp = 2, .virtual_stages = 1 << 30, .schedule = Schedule::interleaved}.impossible(main_job(2, 24)) ==
-        "pp 2 × v 1073741824 does not divide the 2 blocks");
+        "--virtual-stages 1073741824 × 2 stages = 2147483648 chunks for 2 blocks: every chunk needs at least one block (a smaller --virtual-stages, or more --n-layer)");
 }
 
 TEST_CASE("context parallelism: the rank's T/c positions, the ring's and Ulysses' transfers, the refusals",
@@ -332,23 +336,26 @@ TEST_CASE("context parallelism: the rank's T/c positions, the ring's and Ulysses
   // What train_3d refuses, the planner refuses in the same terms.
   Workload odd = w;
   odd.model.block_size = 1020;
-  CHECK(ring.impossible(odd) == "context parallelism: 2 × cp 4 does not divide the sequence of 1020 (two chunks a rank)");
+  CHECK(ring.impossible(odd) ==
+        "--cp 4: --block-size 1020 does not split into 2·cp = 8 equal chunks (each cp rank holds two, one from each end)");
   CHECK(Layout{.dp = 1, .cp = 8, .cp_attention = CpAttention::ulysses, .micro_batch = 2}.impossible(main_job(8, 8)) ==
-        "Ulysses: cp 8 does not divide the 4 heads of a tp rank");
+        "--cp-attention ulysses: the 4 heads of each tp rank do not split over --cp 8 (--cp-attention ring, or a cp dividing them)");
   CHECK(Layout{.dp = 1, .tp = 2, .cp = 2, .sequence_parallel = true, .micro_batch = 2}.impossible(w).empty());
   Workload six = main_job(6, 8);
   six.model.n_head = 6;
   six.model.n_embd = 192;
   six.model.block_size = 48;
   CHECK(Layout{.dp = 1, .tp = 3, .cp = 2, .sequence_parallel = true, .micro_batch = 2}.impossible(six) ==
-        "context parallelism with sequence parallelism needs an even tp (got 3)");
+        "--cp with --sequence-parallel needs an even --tp (got 3): each tp rank's share of a cp rank's positions must lie within one of its two chunks");
   Workload bf16 = w;
   bf16.precision = nn::Precision::bf16;
-  CHECK(ring.impossible(bf16) == "ring attention computes in fp32 (its own kernel): with bf16 use Ulysses");
+  CHECK(ring.impossible(bf16) ==
+        "--cp-attention ring computes attention in fp32: with --precision bf16 use --cp-attention ulysses (the model's own kernel)");
   CHECK(ulysses.impossible(bf16).empty());
   CHECK(Layout{.dp = 2, .cp = 2, .micro_batch = 2}.impossible(main_job(8, 8)) ==
-        "dp × tp × pp × cp = 4 is not the 8 devices");
-  CHECK(Layout{.dp = 1, .cp = 1 << 30}.impossible(w) == "dp × tp × pp × cp = 1073741824 is not the 4 devices");
+        "8 ranks cannot be --dp 2 × --pp 1 × --cp 2 × --tp 1 = 4: run D·P·C·T ranks");
+  CHECK(Layout{.dp = 1, .cp = 1 << 30}.impossible(w) ==
+        "4 ranks cannot be --dp 1 × --pp 1 × --cp 1073741824 × --tp 1 = 1073741824: run D·P·C·T ranks");
 }
 
 TEST_CASE("machine files: round trip, and a missing or bad field named", "[planning]") {
@@ -421,12 +428,13 @@ TEST_CASE("expert parallelism: E/ep experts a rank, the dispatch's copies and al
   CHECK(ep2.trainer_command(w).find("--dp 4 --ep 2 --pp 1") != std::string::npos);
   // What train_3d refuses, the planner refuses.
   CHECK(Layout{.dp = 4, .ep = 3, .micro_batch = 6}.impossible(w) ==
-        "ep 3 does not divide dp 4 (expert groups are carved from dp ranks)");
+        "--ep 3 does not divide --dp 4: expert-parallel groups are carved from the data-parallel ranks");
   CHECK(Layout{.dp = 4, .ep = 2, .micro_batch = 6}.impossible(main_job(4, 24)) ==
-        "expert parallelism needs a mixture of experts");
+        "--ep 2 needs a mixture of experts (--n-experts): it splits the experts over data-parallel ranks");
   Workload three = w;
   three.model.n_experts = 6;
-  CHECK(Layout{.dp = 4, .ep = 4, .micro_batch = 6}.impossible(three) == "ep 4 does not divide the 6 experts");
+  CHECK(Layout{.dp = 4, .ep = 4, .micro_batch = 6}.impossible(three) ==
+        "--n-experts 6 is not divisible by --ep 4: each expert-parallel rank holds n_experts / ep of them");
   CHECK(Layout{.dp = 4, .ep = 2, .zero = 1, .micro_batch = 6}.impossible(w) ==
-        "nanodist's ZeRO runs in train_dp, expert parallelism in train_3d");
+        "--zero 1 runs with pure data parallelism (train_dp): no pp, cp, tp or ep");
 }

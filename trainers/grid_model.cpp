@@ -20,85 +20,21 @@
 
 namespace trainers {
 
-void check_grid(const GridShape& s, const nn::GPTConfig& config, int world_size) {
-  if (s.ranks() != world_size) {
-    if (s.cp == 1)
-      throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --tp {} = {:.0f}: run D·P·T ranks",
-                                         world_size, s.dp, s.pp, s.tp, s.ranks()));
-    throw comm::UsageError(fmt::format("{} ranks cannot be --dp {} × --pp {} × --cp {} × --tp {} = {:.0f}: run D·P·C·T "
-                                       "ranks",
-                                       world_size, s.dp, s.pp, s.cp, s.tp, s.ranks()));
-  }
-  if (config.n_head % s.tp != 0)
-    throw comm::UsageError(
-        fmt::format("--n-head {} is not divisible by --tp {}: each tensor-parallel rank runs n_head / tp whole heads",
-                    config.n_head, s.tp));
-  if (s.sequence_parallel && s.tp == 1)
-    throw comm::UsageError("--sequence-parallel needs --tp 2 or more: it shards along the sequence over the tp group");
-  if (s.sequence_parallel && config.block_size % s.tp != 0)
-    throw comm::UsageError(
-        fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}", config.block_size, s.tp));
-  if (s.cp > 1 && config.block_size % (2 * s.cp) != 0)
-    throw comm::UsageError(fmt::format("--cp {}: --block-size {} does not split into 2·cp = {} equal chunks (each cp "
-                                       "rank holds two, one from each end)",
-                                       s.cp, config.block_size, 2 * s.cp));
-  if (s.cp > 1 && s.cp_attention == parallel::CpAttention::ulysses && config.n_head / s.tp % s.cp != 0)
-    throw comm::UsageError(fmt::format("--cp-attention ulysses: the {} heads of each tp rank do not split over --cp {} "
-                                       "(--cp-attention ring, or a cp dividing them)",
-                                       config.n_head / s.tp, s.cp));
-  // Sequence parallelism cuts each cp rank's T/cp positions again over tp: each piece must lie
-  // within one of its two chunks (one run of positions), which an even tp gives.
-  if (s.cp > 1 && s.sequence_parallel && s.tp % 2 != 0)
-    throw comm::UsageError(fmt::format("--cp with --sequence-parallel needs an even --tp (got {}): each tp rank's share "
-                                       "of a cp rank's positions must lie within one of its two chunks",
-                                       s.tp));
-  if (s.cp > 1 && s.sequence_parallel && config.block_size / s.cp % s.tp != 0)
-    throw comm::UsageError(fmt::format("--cp {} with --sequence-parallel: the {} positions of a cp rank do not split "
-                                       "over --tp {}",
-                                       s.cp, config.block_size / s.cp, s.tp));
-  // A mixture routes whole sequences, and its experts are not cut: not under tp or cp.
-  if (config.n_experts > 0 && (s.tp > 1 || s.cp > 1))
-    throw comm::UsageError(fmt::format("--n-experts {} with --{} {}: a mixture of experts runs on whole sequences and "
-                                       "whole experts (dp and pp compose with it)",
-                                       config.n_experts, s.tp > 1 ? "tp" : "cp", s.tp > 1 ? s.tp : s.cp));
-  if (s.ep > 1 && config.n_experts == 0)
-    throw comm::UsageError(fmt::format("--ep {} needs a mixture of experts (--n-experts): it splits the experts over "
-                                       "data-parallel ranks",
-                                       s.ep));
-  if (s.ep > 1 && s.dp % s.ep != 0)
-    throw comm::UsageError(fmt::format("--ep {} does not divide --dp {}: expert-parallel groups are carved from the "
-                                       "data-parallel ranks",
-                                       s.ep, s.dp));
-  if (s.ep > 1 && config.n_experts % s.ep != 0)
-    throw comm::UsageError(fmt::format("--n-experts {} is not divisible by --ep {}: each expert-parallel rank holds "
-                                       "n_experts / ep of them",
-                                       config.n_experts, s.ep));
-  chunk_layers(s, config.n_layer);  // throws on a bad split
-}
-
-std::vector<int> chunk_layers(const GridShape& s, int n_layer) {
-  const int V = s.virtual_stages, chunks = s.pp * V;
-  if (V == 1) return parallel::stage_layers(n_layer, s.pp, s.stage_layers);
-  if (s.pp < 2)
-    throw comm::UsageError(fmt::format(
-        "--virtual-stages {} needs 2 or more pipeline stages: the chunks of one stage go round a ring of stages", V));
-  if (chunks > n_layer)
-    throw comm::UsageError(fmt::format("--virtual-stages {} × {} stages = {} chunks for {} blocks: every chunk needs at "
-                                       "least one block (a smaller --virtual-stages, or more --n-layer)",
-                                       V, s.pp, chunks, n_layer));
-  if (!s.stage_layers.empty() && static_cast<int>(s.stage_layers.size()) != chunks)
-    throw comm::UsageError(fmt::format("--stage-layers lists {} numbers, but {} stages × --virtual-stages {} make {} "
-                                       "chunks: give each chunk's blocks, in model order",
-                                       s.stage_layers.size(), s.pp, V, chunks));
-  return parallel::stage_layers(n_layer, chunks, s.stage_layers);
+parallel::LayoutJob layout_job(const TrainOptions& o, const nn::GPTConfig& config, int world_size) {
+  const nn::ComputeModes modes = compute_modes(o);
+  return {.model = config,
+          .world_size = world_size,
+          .replica_batch = o.batch_size,
+          .precision = modes.precision,
+          .attention = modes.attention};
 }
 
 // ---- the model piece ------------------------------------------------------------------------
 
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
                      const nn::ComputeModes& modes)
-    : grid(parallel::Grid::make(world, shape.dp, shape.pp, shape.tp, shape.cp, shape.ep)),
-      layers(chunk_layers(shape, config.n_layer)),
+    : grid(parallel::Grid::make(world, shape)),
+      layers(shape.chunk_layers(config.n_layer)),
       model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes,
              parallel::with_expert_parallel(
                  parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
@@ -201,8 +137,12 @@ class LoadedGrid final : public LoadedModel {
 
 std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const TrainOptions& o, const Start& start,
                                              comm::Communicator& world) {
-  check_grid(shape, start.config, world.size());
-  return std::make_unique<LoadedGrid>(shape, o, start, world);
+  GridShape evaluating = shape;
+  evaluating.micro_batches = 1;  // (no training batch to cut)
+  parallel::LayoutJob job = layout_job(o, start.config, world.size());
+  job.replica_batch = 0;
+  evaluating.check(job);
+  return std::make_unique<LoadedGrid>(evaluating, o, start, world);
 }
 
 // ---- the grid trainers' shared strategy -------------------------------------------------------
@@ -211,6 +151,7 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
     : run_(run),
       o_(run.options),
       world_(world),
+      shape_(shape),
       grid_model_(world, shape, run.start.config, seed, compute_modes(run.options)),
       optimizer_(grid_model_.parameters(), run.options.adamw) {
   if (!run.load_from.empty())

@@ -16,9 +16,10 @@
 #include "comm/communicator.hpp"
 #include "nn/adamw.hpp"
 #include "nn/data.hpp"
-#include "parallel/cp/context_parallel_layers.hpp"  // CpAttention
+#include "parallel/cp/context_parallel_layers.hpp"
 #include "parallel/ep/expert_parallel_layers.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/layout.hpp"
 #include "trainers/evaluation.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
 #include "trainers/inference_modes.hpp"
@@ -28,28 +29,15 @@
 
 namespace trainers {
 
-struct GridShape {
-  int dp = 1, pp = 1, tp = 1;
-  int cp = 1;  // context parallelism (train_3d --cp): each rank T/cp positions of every sequence
-  parallel::CpAttention cp_attention = parallel::CpAttention::ring;
+// The layout (parallel/layout.hpp: the degrees, their rules, the micro-batches) and how ring
+// attention overlaps its hops.
+struct GridShape : parallel::Layout {
   bool cp_overlap = true;  // ring attention: the next block's transfer posted before the current block's compute
-  int ep = 1;  // expert parallelism (train_3d --ep): each rank of an ep group of dp ranks holds E/ep experts
-  std::vector<int> stage_layers;  // empty: even
-  bool sequence_parallel = false;
-  int virtual_stages = 1;     // chunks per stage (interleaved 1F1B): stage_layers lists pp·V of them
-  // dp·pp·cp·tp in a double (the product of four ints overflows an int; exact below 2^53).
-  double ranks() const { return static_cast<double>(dp) * pp * cp * tp; }
 };
 
-// Refuses, in one line, what cannot be built: a world size other than dp·pp·cp·tp, n_head not
-// divisible by tp, sequence parallelism with tp = 1 or block_size not divisible by tp, more
-// stages than blocks; block_size not divisible by 2·cp, Ulysses with heads per tp rank not
-// divisible by cp, cp with sequence parallelism and an odd tp or one not dividing T/cp; ep
-// without a mixture of experts, not dividing dp or the experts.
-void check_grid(const GridShape& shape, const nn::GPTConfig& config, int world_size);
-// The blocks of each of the pp·V chunks in model order (V = 1: of each stage): --stage-layers,
-// or even. Throws comm::UsageError naming the rule (V > 1 needs pp ≥ 2, a block per chunk).
-std::vector<int> chunk_layers(const GridShape& shape, int n_layer);
+// What the layout is asked to run here: the model on world_size ranks, a replica's batch
+// (--batch-size), the precision and attention kernel the flags resolve to.
+parallel::LayoutJob layout_job(const TrainOptions& o, const nn::GPTConfig& config, int world_size);
 
 // --eval-only and --sample-only (inference_modes.hpp) of a checkpoint under this grid: each
 // rank loads its piece; the first replica samples.
@@ -132,6 +120,7 @@ class GridStrategy : public Strategy {
   const RunStart& run_;
   const TrainOptions& o_;
   comm::Communicator& world_;
+  const GridShape shape_;  // the layout this rank runs
   GridModel grid_model_;
   parallel::Grid& grid_ = grid_model_.grid;
   nn::AdamW optimizer_;

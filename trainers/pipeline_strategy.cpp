@@ -15,39 +15,38 @@
 
 namespace trainers {
 
-void add_schedule_flags(CLI::App& app, ScheduleOptions& s) {
+void add_schedule_flags(CLI::App& app, ScheduleOptions& s, parallel::Layout& layout) {
   comm::cli::add_choice(app, "--schedule", s.schedule, parallel::kScheduleNames,
                         "pipeline schedule: gpipe (naive) or 1f1b (interleaved with --virtual-stages > 1)");
-  app.add_option("--micro-batches", s.micro_batches, "micro-batches M per step (must divide --batch-size)")
-      ->check(comm::cli::whole(1))
+  layout.micro_batches = 0;  // the default: what fits the layout
+  app.add_option("--micro-batches", layout.micro_batches,
+                 "micro-batches M per step (must divide --batch-size; 0: 1 without a pipeline, else 4 or the most "
+                 "that divide --batch-size)")
+      ->check(comm::cli::whole(0))
       ->capture_default_str();
-  app.add_option("--virtual-stages", s.virtual_stages,
+  app.add_option("--virtual-stages", layout.virtual_stages,
                  "chunks of blocks per stage V: stage r holds chunks r, r+P, …; > 1 runs interleaved 1F1B "
                  "(Megatron), a (P−1)/(V·M+P−1) bubble for V times the messages")
       ->check(comm::cli::whole(1, 64))
       ->capture_default_str();
 }
 
-void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program, int stages) {
-  if (o.batch_size % s.micro_batches != 0)
-    throw comm::UsageError(
-        fmt::format("--micro-batches {} does not divide --batch-size {}", s.micro_batches, o.batch_size));
+void settle_pipeline_layout(GridShape& shape, const RunStart& run, int world_size, const std::string& program) {
+  const TrainOptions& o = run.options;
+  if (shape.micro_batches == 0)
+    shape.micro_batches = parallel::Layout::default_micro_batches(shape.pp, shape.virtual_stages, o.batch_size);
   if (o.grad_accum != 1) throw comm::UsageError(program + ": use --micro-batches instead of --grad-accum");
-  if (s.virtual_stages > 1 && s.micro_batches % stages != 0)
-    throw comm::UsageError(
-        fmt::format("--virtual-stages {}: --micro-batches {} is not a multiple of the {} pipeline stages (interleaved "
-                    "1F1B runs micro-batches in groups of p)",
-                    s.virtual_stages, s.micro_batches, stages));
+  check_layout(run, [&] { shape.check(layout_job(o, run.start.config, world_size)); });
 }
 
 std::string PipelineStrategy::virtual_stages_note() const {
-  if (s_.virtual_stages == 1) return "";
+  if (shape_.virtual_stages == 1) return "";
   return fmt::format(" interleaved, {} chunks per stage ({} virtual stages; stage r holds chunks r, r+{}, …)",
-                     s_.virtual_stages, s_.virtual_stages * grid_.pp, grid_.pp);
+                     shape_.virtual_stages, shape_.virtual_stages * grid_.pp, grid_.pp);
 }
 
 nn::DropoutBatch PipelineStrategy::dropout_batch(int64_t step, int m) const {
-  const int64_t rows = o_.batch_size / s_.micro_batches;
+  const int64_t rows = o_.batch_size / shape_.micro_batches;
   return {.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(0) + m * rows};
 }
 
@@ -56,9 +55,9 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
     : GridStrategy(run, world, shape, seed),
       s_(s),
       sampler_(run.data.train, T(), o_.batch_size, 1, o_.sampling, o_.seed, grid_.dp_rank, grid_.dp),
-      stage_(grid_model_.model(), grid_.pp_group, s.micro_batches, o_.batch_size / s.micro_batches, T()) {
+      stage_(grid_model_.model(), grid_.pp_group, shape.micro_batches, o_.batch_size / shape.micro_batches, T()) {
   stage_.before_backward = [this](int m) {
-    if (averager_) averager_->before_backward(m == s_.micro_batches - 1);  // armed for the last one
+    if (averager_) averager_->before_backward(m == shape_.micro_batches - 1);  // armed for the last one
   };
   // One replica: nothing to average (and no bf16 wire to round the gradients through). Under
   // expert parallelism the experts average over another group: after backward, in one call
@@ -71,11 +70,11 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
 
 StrategyFacts PipelineStrategy::facts() const {
   StrategyFacts facts{.batch_layout = fmt::format("{} {} × {} micro-batches × {}", grid_.dp, replicas_are_,
-                                                  s_.micro_batches, o_.batch_size / s_.micro_batches),
+                                                  shape_.micro_batches, o_.batch_size / shape_.micro_batches),
                       .step_batch = {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size},
                       .groups = grid_groups()};
   for (int r = 0; r < world_.size(); ++r) {
-    const int stage = r / (grid_.tp * grid_.cp) % grid_.pp;  // the grid's order: tp fastest, then cp, then pp
+    const int stage = shape_.place_of(r).pp;
     facts.trace_rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") +
                                (stage == grid_.pp - 1 ? " (head)" : ""));
   }
@@ -135,7 +134,7 @@ LogFacts PipelineStrategy::log_facts() {
     memory.push_back(nn::format_bytes(all[s + 1]));
     flight.push_back(fmt::format("{:.0f}", all[s + 2]));
   }
-  const int p = grid_.pp, m = s_.micro_batches, v = s_.virtual_stages;
+  const int p = grid_.pp, m = shape_.micro_batches, v = shape_.virtual_stages;
   facts.note = fmt::format(
       "        bubble {:.0f}% measured (stages {}), {:.0f}% by the formula {} | peak activations {} | {} in flight ≤ {}",
       100 * mean, fmt::join(bubble, " "), 100.0 * (p - 1) / (v * m + p - 1),

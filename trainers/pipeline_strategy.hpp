@@ -19,18 +19,16 @@ namespace trainers {
 
 struct ScheduleOptions {
   parallel::Schedule schedule = parallel::Schedule::one_f_one_b;
-  int micro_batches = 4;
-  int virtual_stages = 1;  // V chunks of blocks per stage: interleaved 1F1B when V > 1
   int skip_send_at_step = -1;  // testing (train_pp): rank --crash-rank skips its sends at this step
   int skip_ring_at_step = -1;  // testing (train_3d --cp): rank --crash-rank skips the attention ring at this step
   int skip_dispatch_at_step = -1;  // testing (train_3d --ep): rank --crash-rank skips the experts' dispatch
 };
-void add_schedule_flags(CLI::App& app, ScheduleOptions& s);
-// One line for --micro-batches that do not divide --batch-size, for --grad-accum (the
-// micro-batches are the accumulation), and for --virtual-stages with micro-batches that are not
-// a multiple of the `stages` (interleaved 1F1B runs them in groups of p; the chunks' own rules
-// are trainers::chunk_layers').
-void check_schedule(const TrainOptions& o, const ScheduleOptions& s, const std::string& program, int stages);
+// --schedule into `s`; --micro-batches and --virtual-stages into the layout (0 micro-batches:
+// the default that fits it, parallel::Layout::default_micro_batches).
+void add_schedule_flags(CLI::App& app, ScheduleOptions& s, parallel::Layout& layout);
+// The layout's micro-batches when none were asked for; then --grad-accum refused (the
+// micro-batches are the accumulation) and the layout checked against the run (one line).
+void settle_pipeline_layout(GridShape& shape, const RunStart& run, int world_size, const std::string& program);
 
 class PipelineStrategy : public GridStrategy {
  public:

@@ -42,7 +42,7 @@ class ThreeDParallel final : public PipelineStrategy {
  public:
   // Every replica draws the same start from the run's seed (each rank keeps its slice of its stage).
   ThreeDParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
-      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s), shape_(shape) {}
+      : PipelineStrategy(run, world, shape, stream_seed(run.options.seed, Stream::init, 0), s) {}
 
   StrategyFacts facts() const override {
     const nn::GPTConfig& c = run_.start.config;
@@ -51,13 +51,13 @@ class ThreeDParallel final : public PipelineStrategy {
         fmt::format("train_3d: {} ranks = dp {}{} × pp {}{} × tp {}{}, schedule {}{}, {} micro-batches of {}{}",
                     world_.size(), grid_.dp, ep_note(), grid_.pp, cp_note(), grid_.tp,
                     shape_.sequence_parallel ? " (sequence parallel)" : "",
-                    parallel::name_of(s_.schedule), virtual_stages_note(), s_.micro_batches,
-                    o_.batch_size / s_.micro_batches,
+                    parallel::name_of(s_.schedule), virtual_stages_note(), shape_.micro_batches,
+                    o_.batch_size / shape_.micro_batches,
                     parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
         fmt::format("{}: {} blocks each; each block's matmuls split over {} tp ranks ({} heads each); vocabulary "
                     "padded to {}",
-                    s_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
+                    shape_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
                     parallel::padded_vocab(c.vocab_size, grid_.tp))};
     if (averager_) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
     if (grid_.ep > 1 && grid_.dp_group.size() > 1)
@@ -87,21 +87,11 @@ class ThreeDParallel final : public PipelineStrategy {
     return fmt::format(" (ep {}: each rank {} of the {} experts, tokens sent to their experts' ranks and back)",
                        grid_.ep, E / grid_.ep, E);
   }
-
-  GridShape shape_;
 };
 
-// What context parallelism does not combine with, in one line each: ring attention computes in
-// fp32 with its own kernel (a bf16 or naive-kernel model would no longer match one process), and
-// --skip-ring-at-step needs a ring (--skip-dispatch-at-step, expert parallelism).
-void check_context_modes(const GridShape& shape, const ScheduleOptions& s, const nn::ComputeModes& modes) {
-  const bool ring = shape.cp > 1 && shape.cp_attention == parallel::CpAttention::ring;
-  if (ring && modes.precision == nn::Precision::bf16)
-    throw comm::UsageError("--cp-attention ring computes attention in fp32: with --precision bf16 use "
-                           "--cp-attention ulysses (the model's own kernel)");
-  if (ring && modes.attention == nn::AttentionKernel::naive)
-    throw comm::UsageError("--cp-attention ring has its own kernel: with --attention naive use --cp-attention ulysses");
-  if (s.skip_ring_at_step >= 0 && !ring)
+// The testing flags that need their dimension (the layout's own rules: parallel/layout.hpp).
+void check_fault_flags(const GridShape& shape, const ScheduleOptions& s) {
+  if (s.skip_ring_at_step >= 0 && !(shape.cp > 1 && shape.cp_attention == parallel::CpAttention::ring))
     throw comm::UsageError("--skip-ring-at-step needs a ring: --cp 2 or more with --cp-attention ring");
   if (s.skip_dispatch_at_step >= 0 && shape.ep == 1)
     throw comm::UsageError("--skip-dispatch-at-step needs a dispatch: --ep 2 or more");
@@ -138,7 +128,7 @@ int main(int argc, char** argv) {
     app.add_flag("--sequence-parallel", shape.sequence_parallel,
                  "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
     app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
-    add_schedule_flags(app, s);
+    add_schedule_flags(app, s, shape);
     app.add_option("--ep", shape.ep,
                    "expert-parallel ranks: each of ep consecutive dp ranks holds n_experts / ep of a mixture's "
                    "experts, tokens go to their expert's rank and back (must divide --dp and --n-experts)")
@@ -154,19 +144,15 @@ int main(int argc, char** argv) {
   };
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention", "--ep",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
-  program.check_world = [&](const TrainOptions& o, comm::Communicator& world) {
-    if (world.size() != shape.ranks()) check_grid(shape, o.model, world.size());
-  };
+  program.check_world = [&](const TrainOptions&, comm::Communicator& world) { shape.check(world.size()); };
+  program.layout_query = [&](const TrainOptions& o, int) { return grid_layout_query(shape, o); };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
-    shape.virtual_stages = s.virtual_stages;
     return load_grid_model(shape, o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
     // On --resume, shape and s hold the checkpoint's layout now.
-    check_schedule(run.options, s, "train_3d", shape.pp);
-    shape.virtual_stages = s.virtual_stages;
-    check_layout(run, [&] { check_grid(shape, run.start.config, world.size()); });
-    check_context_modes(shape, s, compute_modes(run.options));
+    settle_pipeline_layout(shape, run, world.size(), "train_3d");
+    check_fault_flags(shape, s);
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world, 0,
                  {shape.cp, shape.cp_attention == parallel::CpAttention::ring});
     return std::make_unique<ThreeDParallel>(run, world, shape, s);

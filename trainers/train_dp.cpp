@@ -129,7 +129,12 @@ int main(int argc, char** argv) {
         ->capture_default_str();
   };
   program.layout_flags = {"--zero"};
-  program.make_strategy = [](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
+  // Every rank a replica: the layout is dp = N (and ZeRO's stage).
+  const auto layout = [](const TrainOptions& o, int ranks) { return parallel::Layout{.dp = ranks, .zero = o.zero}; };
+  program.layout_query = [&](const TrainOptions& o, int from) { return accumulating_layout_query(layout(o, from), o); };
+  program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
+    layout(run.options, world.size()).check(
+        {.model = run.start.config, .world_size = world.size(), .precision = compute_modes(run.options).precision});
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world, run.options.zero);
     return std::make_unique<DataParallel>(run, world);
   };

@@ -34,35 +34,26 @@ namespace {
 
 using namespace trainers;
 
-struct PipelineLayout {
-  int dp = 1;
-  std::vector<int> stage_layers;  // empty: even
-  ScheduleOptions schedule;
-};
-
-// Each stage holds nn::GPT's blocks whole: the grid with tp = 1.
-GridShape grid_shape(const PipelineLayout& p, int world_size) {
-  return {.dp = p.dp,
-          .pp = world_size / p.dp,
-          .tp = 1,
-          .stage_layers = p.stage_layers,
-          .virtual_stages = p.schedule.virtual_stages};
+// train_pp's layout: --dp pipelines of world/dp stages, no tp, no cp.
+GridShape grid_shape(GridShape shape, int world_size) {
+  shape.pp = world_size / shape.dp;
+  return shape;
 }
 
-void check_replicas(const PipelineLayout& p, int world_size) {
-  if (world_size % p.dp != 0)
-    throw comm::UsageError(fmt::format("--dp {} does not divide the world size {}: run D × P ranks", p.dp, world_size));
+std::string replicas_why_not(const GridShape& shape, int world_size) {
+  if (world_size % shape.dp == 0) return "";
+  return fmt::format("--dp {} does not divide the world size {}: run D × P ranks", shape.dp, world_size);
 }
 
 class PipelineParallel final : public PipelineStrategy {
  public:
   // The same start: replica 0 builds every stage from the run's seed (each stage keeps the
   // whole model's numbers for its part); the others from other seeds, then rank 0's are broadcast.
-  PipelineParallel(const RunStart& run, comm::Communicator& world, const PipelineLayout& p)
-      : PipelineStrategy(run, world, grid_shape(p, world.size()),
+  PipelineParallel(const RunStart& run, comm::Communicator& world, const GridShape& shape, const ScheduleOptions& s)
+      : PipelineStrategy(run, world, shape,
                          stream_seed(run.options.seed, Stream::init, 0) +
-                             static_cast<uint64_t>(world.rank() / (world.size() / p.dp)),
-                         p.schedule) {
+                             static_cast<uint64_t>(world.rank() / (world.size() / shape.dp)),
+                         s) {
     if (o_.check) parallel::verify_identical(grid_model_.model(), grid_.dp_group);
     replicas_are_ = "pipeline(s)";
   }
@@ -71,10 +62,10 @@ class PipelineParallel final : public PipelineStrategy {
     facts.layout = {
         fmt::format("train_pp: {} ranks = {} pipeline(s) × {} stages, schedule {}{}, {} micro-batches of {}{}",
                     world_.size(), grid_.dp, grid_.pp, parallel::name_of(s_.schedule), virtual_stages_note(),
-                    s_.micro_batches, o_.batch_size / s_.micro_batches, parallel::wire_note(o_.grad_comm)),
+                    shape_.micro_batches, o_.batch_size / shape_.micro_batches, parallel::wire_note(o_.grad_comm)),
         fmt::format("layout: {}", grid_.layout(world_.size())),
         fmt::format("{}: {} blocks each (stage 0 + embedding, stage {} + head)",
-                    s_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"),
+                    shape_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"),
                     grid_.pp - 1)};
     facts.groups = {{"pp", &grid_.pp_group}, {"dp", &grid_.dp_group}};  // no tp group: each stage's blocks are whole
     return facts;
@@ -87,27 +78,37 @@ int main(int argc, char** argv) {
   Program program{"train_pp: pipeline-parallel GPT training on tiny Shakespeare (mpiexec -n P·D train_pp --dp D)"};
   program.defaults.out_dir = "out/train_pp";
   program.defaults.model.n_layer = 4;  // enough blocks for 4 stages
-  PipelineLayout p;
+  GridShape shape;
+  ScheduleOptions s;
   program.add_flags = [&](CLI::App& app, TrainOptions&) {
-    add_schedule_flags(app, p.schedule);
-    app.add_option("--stage-layers", p.stage_layers, "blocks per stage, e.g. 3,2,2,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
-    app.add_option("--dp", p.dp, "data-parallel replicas of the pipeline (world = dp × stages)")
+    add_schedule_flags(app, s, shape);
+    app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,2,2,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
+    app.add_option("--dp", shape.dp, "data-parallel replicas of the pipeline (world = dp × stages)")
         ->check(comm::cli::whole(1))
         ->capture_default_str();
-    app.add_option("--skip-send-at-step", p.schedule.skip_send_at_step,
+    app.add_option("--skip-send-at-step", s.skip_send_at_step,
                    "testing: rank --crash-rank skips its sends at this step")
         ->check(comm::cli::whole(0));
   };
   program.layout_flags = {"--dp", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
-  program.check_world = [&](const TrainOptions&, comm::Communicator& world) { check_replicas(p, world.size()); };
+  const auto check_replicas = [&](int world_size) {
+    if (std::string why = replicas_why_not(shape, world_size); !why.empty()) throw comm::UsageError(why);
+  };
+  program.check_world = [&](const TrainOptions&, comm::Communicator& world) { check_replicas(world.size()); };
+  program.layout_query = [&](const TrainOptions& o, int from) {
+    LayoutQuery query = grid_layout_query(grid_shape(shape, from), o);
+    query.why = replicas_why_not(shape, from);
+    return query;
+  };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
-    return load_grid_model(grid_shape(p, world.size()), o, start, world);
+    return load_grid_model(grid_shape(shape, world.size()), o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
-    check_layout(run, [&] { check_replicas(p, world.size()); });  // on --resume, p holds the checkpoint's layout
-    check_schedule(run.options, p.schedule, "train_pp", world.size() / p.dp);
+    check_layout(run, [&] { check_replicas(world.size()); });  // on --resume, shape holds the checkpoint's layout
+    GridShape pipelines = grid_shape(shape, world.size());
+    settle_pipeline_layout(pipelines, run, world.size(), "train_pp");
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
-    return std::make_unique<PipelineParallel>(run, world, p);
+    return std::make_unique<PipelineParallel>(run, world, pipelines, s);
   };
   return run_trainer(argc, argv, program);
 }

@@ -89,11 +89,16 @@ int main(int argc, char** argv) {
     s.tp = world.size();
     return s;
   };
+  program.layout_query = [&](const TrainOptions& o, int from) {
+    GridShape s = shape;
+    s.tp = from;
+    return accumulating_layout_query(s, o);
+  };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
     return load_grid_model(tp_shape(world), o, start, world);
   };
   program.make_strategy = [&](const RunStart& run, comm::Communicator& world) -> std::unique_ptr<Strategy> {
-    check_layout(run, [&] { check_grid(tp_shape(world), run.start.config, world.size()); });
+    check_layout(run, [&] { tp_shape(world).check(layout_job(run.options, run.start.config, world.size())); });
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world);
     return std::make_unique<TensorParallel>(run, world, tp_shape(world));
   };

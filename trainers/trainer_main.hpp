@@ -20,6 +20,7 @@
 
 #include "comm/communicator.hpp"
 #include "trainers/inference_modes.hpp"
+#include "trainers/layout_query.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
 #include "trainers/training_loop.hpp"
@@ -35,6 +36,8 @@ struct Program {
   // After the start and before any data is read: refuse a layout the world cannot hold.
   std::function<void(const TrainOptions&, comm::Communicator&)> check_world = [](const TrainOptions&,
                                                                                  comm::Communicator&) {};
+  // --layout-query FROM:TO (trainers/layout_query.hpp): the layout the flags give on `from` ranks.
+  std::function<LayoutQuery(const TrainOptions&, int from)> layout_query;
   // How --eval-only and --sample-only hold the checkpoint's model (inference_modes.hpp).
   LoadModel load_model = load_whole_model;
   // Builds the model on every rank from run (fresh, --init-from or --resume) and returns the

@@ -17,18 +17,13 @@
 // no attention to split, nothing to gain for short sequences, the same answer everywhere.
 #pragma once
 #include <memory>
-#include <string_view>
-#include <array>
 
 #include "comm/communicator.hpp"
 #include "nn/gpt_layers.hpp"
 #include "parallel/cp/context_shard.hpp"
+#include "parallel/layout.hpp"  // CpAttention
 
 namespace parallel {
-
-// --cp-attention: how attention sees the other ranks' positions.
-enum class CpAttention { ring, ulysses };
-inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "ulysses"};
 
 class ContextParallelLayers final : public nn::LayersAround {
  public:

@@ -1,0 +1,71 @@
+#include "trainers/layout_query.hpp"
+
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "comm/error.hpp"
+#include "trainers/run_setup.hpp"
+
+namespace trainers {
+
+LayoutQuery grid_layout_query(parallel::Layout layout, const TrainOptions& o) {
+  if (layout.micro_batches == 0)
+    layout.micro_batches = parallel::Layout::default_micro_batches(layout.pp, layout.virtual_stages, o.batch_size);
+  return {.layout = layout,
+          .why = "",
+          .replica_batch = o.batch_size,
+          .flags = [](const parallel::Layout& l, int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
+            return {{"--dp", std::to_string(l.dp)},
+                    {"--batch-size", std::to_string(batch)},
+                    {"--micro-batches", std::to_string(l.micro_batches)}};
+          }};
+}
+
+LayoutQuery accumulating_layout_query(parallel::Layout layout, const TrainOptions& o) {
+  layout.micro_batches = o.grad_accum;  // a replica's batch: grad_accum micro-steps of batch_size
+  return {.layout = layout,
+          .why = "",
+          .replica_batch = static_cast<int64_t>(o.batch_size) * o.grad_accum,
+          .flags = [](const parallel::Layout& l, int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
+            return {{"--batch-size", std::to_string(batch / l.micro_batches)},
+                    {"--grad-accum", std::to_string(l.micro_batches)}};
+          }};
+}
+
+nlohmann::json answer_layout_query(const LayoutQuery& query, const TrainOptions& o, int from, int to) {
+  const auto refuse = [to](const std::string& why) -> nlohmann::json {
+    return {{"ok", false}, {"ranks", to}, {"why", why}};
+  };
+  if (!query.why.empty()) return refuse(query.why);
+  if (std::string why = query.layout.why_not(from); !why.empty()) return refuse(why);  // as launched
+  const parallel::Layout::Moved moved = query.layout.on(to, query.replica_batch);
+  if (!moved.why.empty()) return refuse(moved.why);
+  const nn::ComputeModes modes = compute_modes(o);
+  const std::string why = moved.layout.why_not({.model = o.model,
+                                                .world_size = to,
+                                                .replica_batch = moved.replica_batch,
+                                                .precision = modes.precision,
+                                                .attention = modes.attention});
+  if (!why.empty()) return refuse(why);
+  nlohmann::json flags = nlohmann::json::object();
+  for (const auto& [flag, value] : query.flags(moved.layout, moved.replica_batch)) flags[flag] = value;
+  const parallel::Layout& l = moved.layout;
+  return {{"ok", true},
+          {"ranks", to},
+          {"flags", flags},
+          {"describe", fmt::format("{} replica(s) of {} rank(s) (pp {} × cp {} × tp {}{}) × batch {} in {} "
+                                   "micro-batch(es)",
+                                   l.dp, l.model_parallel(), l.pp, l.cp, l.tp,
+                                   l.ep > 1 ? fmt::format(", ep {}", l.ep) : "", moved.replica_batch,
+                                   l.micro_batches)}};
+}
+
+std::pair<int, int> parse_layout_query(const std::string& text) {
+  std::smatch m;
+  if (!std::regex_match(text, m, std::regex(R"((\d{1,9}):(\d{1,9}))")) || std::stoi(m[1]) < 1 || std::stoi(m[2]) < 1)
+    throw comm::UsageError(fmt::format("--layout-query {}: give FROM:TO, two rank counts of 1 or more (e.g. 4:2)", text));
+  return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+}  // namespace trainers

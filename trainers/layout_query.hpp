@@ -1,0 +1,49 @@
+// What nanodist-run asks a trainer, before it launches and before each restart, instead of
+// knowing the layouts itself:
+//
+//   train_3d --dp 2 --cp 2 --batch-size 8 --layout-query 4:2
+//   {"ok":true,"ranks":2,"flags":{"--dp":"1","--batch-size":"16","--micro-batches":"2"},
+//    "describe":"1 replica(s) of 2 ranks (pp 1 × cp 2 × tp 1) × batch 16 in 2 micro-batches"}
+//
+// FROM:TO: the layout these flags run on FROM ranks, moved to TO ranks with the global batch kept
+// (parallel::Layout::on: the model-parallel part as it is, fewer replicas with more each), then
+// asked why it cannot run (parallel::Layout::why_not) — so the launcher says the trainer's own
+// line. One line of JSON on stdout, exit 0 whatever the answer; nothing else runs (no MPI).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/layout.hpp"
+#include "trainers/train_options.hpp"
+
+namespace trainers {
+
+struct LayoutQuery {
+  parallel::Layout layout;    // on FROM ranks
+  std::string why;            // the trainer's own refusal of FROM ranks, before any layout ("" for none)
+  int64_t replica_batch = 0;  // sequences a replica takes a step
+  // The flags that carry a layout and its batch on the command line (train_dp: --batch-size and
+  // --grad-accum; the grid trainers: --dp, --batch-size, --micro-batches).
+  std::function<std::vector<std::pair<std::string, std::string>>(const parallel::Layout&, int64_t replica_batch)>
+      flags;
+};
+
+// The grid trainers (train_pp, train_3d): --dp, --batch-size (a replica's) and --micro-batches
+// carry the layout (0 micro-batches: the default that fits it).
+LayoutQuery grid_layout_query(parallel::Layout layout, const TrainOptions& o);
+// train_dp and train_tp: --batch-size sequences a micro-step, --grad-accum micro-steps a step.
+LayoutQuery accumulating_layout_query(parallel::Layout layout, const TrainOptions& o);
+
+// The answer for TO ranks (the JSON above; {"ok":false,"why":"…"} when it cannot run, FROM
+// ranks included).
+nlohmann::json answer_layout_query(const LayoutQuery& query, const TrainOptions& o, int from, int to);
+
+// "4:2" → {4, 2}; throws comm::UsageError on anything else.
+std::pair<int, int> parse_layout_query(const std::string& text);
+
+}  // namespace trainers
