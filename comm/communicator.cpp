@@ -24,6 +24,12 @@ std::int64_t derive_id(std::int64_t parent, std::int64_t split, int color) {
 
 }  // namespace
 
+void Communicator::count_traffic(OpKind kind, std::size_t count, DataType type) {
+  Traffic& t = traffic_[static_cast<std::size_t>(kind)];
+  ++t.calls;
+  t.bytes += call_bytes(kind, count, type, size_);
+}
+
 Communicator::Communicator(MPI_Comm group, std::string name, std::int64_t id, std::shared_ptr<Backend> backend,
                            const BackendSettings& settings, Progress progress)
     : backend_(std::move(backend)),

@@ -2,16 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "comm/communicator.hpp"
-
 namespace comm {
 
-void Communicator::count_traffic(OpKind kind, std::size_t count, DataType type) {
+double call_bytes(OpKind kind, std::size_t count, DataType type, int ranks) {
   const bool per_rank = kind == OpKind::reduce_scatter || kind == OpKind::allgather || kind == OpKind::gather ||
                         kind == OpKind::scatter || kind == OpKind::alltoall;
-  Traffic& t = traffic_[static_cast<std::size_t>(kind)];
-  ++t.calls;
-  t.bytes += static_cast<double>(count * size_of(type)) * (per_rank ? size_ : 1);
+  return static_cast<double>(count * size_of(type)) * (per_rank ? ranks : 1);
 }
 
 double bytes_sent_per_rank(const TrafficByKind& traffic, int n) {

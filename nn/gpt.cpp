@@ -12,6 +12,7 @@
 #include "nn/recompute.hpp"
 #include "nn/error.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/mlp.hpp"
 #include "nn/ops.hpp"
 
 namespace nn {
@@ -99,7 +100,7 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
 // The layers keep this process's part of the whole initial value (all of it, but under
 // tensor parallelism).
 Tensor GPT::add_parameter(const std::string& name, const Tensor& whole, ParameterRole role) {
-  Tensor mine = layers_->keep(whole, role);
+  Tensor mine = layers_.weights->keep(whole, role);
   parameters_.push_back({name, mine, role});
   return mine;
 }
@@ -176,7 +177,7 @@ void GPT::init_blocks(Rng& rng) {
       b.moe.router_weight = init_parameter(rng, p + "mlp.router.weight", {config_.n_experts, C}, owned, replicated);
       for (int e = 0; e < config_.n_experts; ++e) {  // (expert parallelism: this rank's E/ep of them)
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        const bool held = owned && layers_->holds_expert(e, config_.n_experts);
+        const bool held = owned && layers_.dispatcher->holds_expert(e, config_.n_experts);
         ExpertWeights w;
         w.c_fc_weight = init_parameter(rng, x + "c_fc.weight", {4 * C, C}, held, expert);
         w.c_fc_bias = init_bias(rng, x + "c_fc.bias", 4 * C, held, expert);
@@ -196,11 +197,11 @@ void GPT::init_blocks(Rng& rng) {
 // parameters it owns and skips the others' — so every part starts from exactly the whole
 // model's numbers, and the copies of wte on the first and last stage are identical.
 GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes,
-         std::shared_ptr<GPTLayers> layers)
+         const GPTLayers& layers)
     : config_(config),
       part_(part),
       modes_(modes),
-      layers_(layers ? std::move(layers) : std::make_shared<WholeLayers>()),
+      layers_(layers.filled()),
       dropout_batch_{.seed = seed} {
   config_.validate();
   const int64_t C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
@@ -210,10 +211,6 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const Comp
       fail("GPT part: blocks [{}, {}) are not a range of the {} blocks after block {}", c.first, c.end, L, next);
     next = c.end;
   }
-  // A mixture routes whole sequences through whole experts: not on tensor- or context-parallel layers.
-  if (config_.n_experts > 0 && (layers_->local_heads(config_.n_head) != config_.n_head ||
-                                layers_->stream_length(config_.block_size, true) != config_.block_size))
-    fail("GPT: a mixture of experts needs whole layers (no tensor or context parallelism)");
   Rng rng(seed);
   // state_dict order: wte, wpe, then each block, then ln_f (lm_head is wte). The head needs
   // wte too (lm_head is tied to it): a last stage without the embedding keeps its own copy.
@@ -277,18 +274,20 @@ void GPT::sum_replicated_grads() {
   std::vector<Tensor> replicated;
   for (const NamedTensor& p : parameters_)
     if (p.role == ParameterRole::replicated) replicated.push_back(p.tensor);
-  layers_->sum_replicated_grads(replicated);
+  layers_.weights->sum_replicated_grads(replicated);
 }
 
-// In parameters' order, each tensor's Σ g² in double; the cut ones apart, summed over the group.
+// In parameters' order, each tensor's Σ g² in double; by role: the experts summed over the ranks
+// sharing them, the cut ones over the group cutting them, the whole ones as they are.
 double GPT::squared_grad_norm() const {
-  double cut = 0.0, whole = 0.0;
+  double experts = 0.0, cut = 0.0, whole = 0.0;
   for (const NamedTensor& p : parameters_) {
     if (!part_.embedding && wte_.defined() && p.tensor.same_storage(wte_)) continue;  // the head's copy: counted on stage 0
     std::vector<NamedTensor> one{p};
-    (layers_->is_cut(p.role) ? cut : whole) += nn::squared_grad_norm(one);
+    (p.role == ParameterRole::expert ? experts : layers_.weights->is_cut(p.role) ? cut : whole) +=
+        nn::squared_grad_norm(one);
   }
-  return layers_->sum_over_group(cut) + whole;
+  return layers_.dispatcher->sum_over_holders(experts) + layers_.weights->sum_over_group(cut) + whole;
 }
 
 int64_t dropout_site(DropoutSite which, int layer) {
@@ -308,7 +307,7 @@ DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, Drop
 
 Tensor GPT::maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSite which, int layer) {
   const int64_t S = x.size(1), C = x.size(2);  // x [B,S,C]
-  const GPTLayers::StreamPlace place = layers_->stream_place(S, training_);
+  const SequenceLayout::StreamPlace place = layers_.sequence->stream_place(S, training_);
   DropoutMask mask = dropout_mask(config_.dropout, training_, batch, which, layer, place.first * C);
   if (place.second >= 0) {  // two runs of positions: the second half's elements lie further on
     mask.jump_at = S / 2 * C;
@@ -318,7 +317,7 @@ Tensor GPT::maybe_dropout(const Tensor& x, const DropoutBatch& batch, DropoutSit
 }
 
 Shape GPT::activation_shape(int64_t B, int64_t T) const {
-  return {B, layers_->stream_length(T, training_), config_.n_embd};
+  return {B, layers_.sequence->stream_length(T, training_), config_.n_embd};
 }
 
 void GPT::mark_grad_ready(const std::vector<int>& group) {
@@ -359,14 +358,17 @@ Tensor GPT::embed(std::span<const int32_t> ids, int64_t B, int64_t T) {
   if (T > config_.block_size) fail("GPT: sequence length {} exceeds block_size {}", T, config_.block_size);
   mark_grad_ready(embedding_group_);  // recorded first, so it runs last: wte also serves lm_head
   // The stream's positions: all T, or this rank's S of them under sequence parallelism.
-  const int64_t S = layers_->stream_length(T, training_);
-  const GPTLayers::StreamPlace place = layers_->stream_place(S, training_);
+  const int64_t S = layers_.sequence->stream_length(T, training_);
+  const SequenceLayout::StreamPlace place = layers_.sequence->stream_place(S, training_);
   std::vector<int32_t> positions(static_cast<std::size_t>(S));  // the stream's, in the sequence
   for (int64_t s = 0; s < S; ++s)
     positions[static_cast<std::size_t>(s)] =
         static_cast<int32_t>(place.second < 0 || s < S / 2 ? place.first + s : place.second + s - S / 2);
   begin_use(0);
-  Tensor tok = layers_->token_embedding(wte_, ids, B, T, training_);  // [B,S,C]
+  // The ids of the positions this rank's layers see whole (context parallelism: its T/c).
+  const std::vector<int32_t> here = layers_.sequence->picked(ids, B, T, training_);
+  Tensor tok = layers_.weights->token_embedding(wte_, here, B, layers_.sequence->picked_length(T, training_),
+                                                training_);  // [B,S,C]
   Tensor pos = embedding(wpe_, positions, {S});                         // [S,C]
   end_use(0);
   return maybe_dropout(add(tok, pos), dropout_batch_, DropoutSite::embedding, 0);
@@ -429,23 +431,24 @@ std::pair<Tensor, Tensor> GPT::run_chunk_open(Tensor x, Tensor mlp_out, int chun
 std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
                                              Tensor previous_mlp_out) {
   const Precision precision = modes_.precision;
-  GPTLayers& layers = *layers_;
+  WeightCut& weights = *layers_.weights;
+  SequenceLayout& sequence = *layers_.sequence;
   const bool training = training_;
   Tensor h;
   std::tie(x, h) = add_pending_layernorm(x, std::exchange(previous_mlp_out, {}), b.ln_1_weight, b.ln_1_bias);
-  h = layers.column_linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn", precision, training);  // [B,T,3C/W]
+  h = weights.column_linear(h, b.c_attn_weight, b.c_attn_bias, "GEMM attn.c_attn", precision, training);  // [B,T,3C/W]
   // The heads held here, and their part of the sample's attention weights [n_head,T,T] for the mask.
-  const int heads = layers.local_heads(config_.n_head);
-  const int64_t T = layers.sequence_length(h.size(1), training);  // the whole sequence, wherever its rows are
-  const int64_t first_element = int64_t{layers.first_head(config_.n_head)} * T * T;
+  const int heads = weights.local_heads(config_.n_head);
+  const int64_t T = sequence.sequence_length(h.size(1), training);  // the whole sequence, wherever its rows are
+  const int64_t first_element = int64_t{weights.first_head(config_.n_head)} * T * T;
   const DropoutMask weights_mask =
       dropout_mask(config_.dropout, training, batch, DropoutSite::attention_weights, layer, first_element);
   auto attention_core = [this, heads, weights_mask, training](const Tensor& qkv) {
-    return layers_->attention(qkv, heads, weights_mask, modes_.attention, modes_.precision,
+    return layers_.sequence->attention(qkv, heads, weights_mask, modes_.attention, modes_.precision,
                               training);  // [B,T,3C/W] → [B,T,C/W]
   };
   h = modes_.recompute == Recompute::selective ? recomputed(h, attention_core) : attention_core(h);     // [B,T,C/W]
-  h = maybe_dropout(layers.row_linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj", precision, training),
+  h = maybe_dropout(weights.row_linear(h, b.attn_proj_weight, b.attn_proj_bias, "GEMM attn.c_proj", precision, training),
                     batch, DropoutSite::attention_output, layer);  // the stream [B,S,C]
   if (modes_.fusion == Fusion::fused) {
     std::tie(x, h) = add_layernorm(x, h, b.ln_2_weight, b.ln_2_bias);  // x + h, and its layernorm
@@ -457,16 +460,13 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
     // Its routing counted once per training forward: not again in --recompute full's replay.
     const bool replay = modes_.recompute == Recompute::full && autograd::grad_enabled();
     h = moe_mlp(h, b.moe, config_.moe(), precision, modes_.fusion == Fusion::fused, loss_scale_,
-                training && !replay ? &routing_stats_ : nullptr, layer, layers);
+                training && !replay ? &routing_stats_ : nullptr, layer, *layers_.dispatcher);
     return {x, maybe_dropout(h, batch, DropoutSite::mlp_output, layer)};
   }
-  if (modes_.fusion == Fusion::fused && b.c_fc_bias.defined())  // c_fc's bias added in GELU's pass
-    h = bias_gelu(layers.column_linear(h, b.c_fc_weight, {}, "GEMM mlp.c_fc", precision, training),
-                  b.c_fc_bias);  // [B,T,4C/W]
-  else
-    h = gelu(layers.column_linear(h, b.c_fc_weight, b.c_fc_bias, "GEMM mlp.c_fc", precision, training));
-  h = maybe_dropout(layers.row_linear(h, b.mlp_proj_weight, b.mlp_proj_bias, "GEMM mlp.c_proj", precision, training),
-                    batch, DropoutSite::mlp_output, layer);  // the stream [B,S,C]
+  // The MLP (nn/mlp.hpp): [B,S,C] → [B,T,4C/W] → the stream [B,S,C]
+  h = mlp(h, {b.c_fc_weight, b.c_fc_bias, b.mlp_proj_weight, b.mlp_proj_bias}, weights, precision,
+          modes_.fusion == Fusion::fused, training, {"GEMM mlp.c_fc", "GEMM mlp.c_proj"});
+  h = maybe_dropout(h, batch, DropoutSite::mlp_output, layer);
   return {x, h};
 }
 
@@ -485,13 +485,22 @@ Tensor GPT::head_logits(const Tensor& x) { return lm_head(final_norm(x)); }
 Tensor GPT::lm_head(const Tensor& h) {
   begin_use(0);
   // lm_head, tied to wte: a column layer over the vocabulary → [B,T,V] (or [B,T,V/W])
-  Tensor logits = layers_->column_linear(h, wte_, {}, "GEMM lm_head", modes_.precision, training_);
+  Tensor logits = layers_.weights->column_linear(h, wte_, {}, "GEMM lm_head", modes_.precision, training_);
   end_use(0);
   return logits;
 }
 
+// logits [B,rows,V/W] against the targets of its rows: the batch's [B,T] targets, or (context
+// parallelism while training) the picked ones of this rank's positions.
+Tensor GPT::cross_entropy_of(const Tensor& logits, std::span<const int32_t> targets) {
+  const int64_t B = logits.size(0), rows = logits.size(1);
+  if (static_cast<int64_t>(targets.size()) == B * rows) return layers_.weights->cross_entropy(logits, targets);
+  const int64_t T = static_cast<int64_t>(targets.size()) / B;
+  return layers_.weights->cross_entropy(logits, layers_.sequence->picked(targets, B, T, training_));
+}
+
 Tensor GPT::head_loss(const Tensor& x, std::span<const int32_t> targets) {
-  return layers_->cross_entropy(head_logits(x), targets);
+  return cross_entropy_of(head_logits(x), targets);
 }
 
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
@@ -501,7 +510,7 @@ Tensor GPT::forward(std::span<const int32_t> ids, int64_t B, int64_t T) {
 }
 
 Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t B, int64_t T) {
-  return layers_->cross_entropy(forward(ids, B, T), targets);
+  return cross_entropy_of(forward(ids, B, T), targets);
 }
 
 void GPT::next_token_logits(const Tensor& x, int64_t T, float temperature, std::span<float> logits) {
@@ -511,7 +520,7 @@ void GPT::next_token_logits(const Tensor& x, int64_t T, float temperature, std::
   Tensor last = Tensor::from(std::span<const float>(h.data() + (T - 1) * C, static_cast<std::size_t>(C)), {1, 1, C});
   Tensor mine = lm_head(last);  // [1,1,V], or this rank's vocabulary columns [1,1,V/W]
   for (float& z : mine.values()) z /= temperature;
-  layers_->gather_vocabulary(mine.values(), logits);
+  layers_.weights->gather_vocabulary(mine.values(), logits);
 }
 
 int32_t sample_token(std::span<float> logits, int top_k, Rng& rng) {

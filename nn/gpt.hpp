@@ -27,6 +27,7 @@
 #include "nn/error.hpp"
 #include "nn/gpt_layers.hpp"
 #include "nn/moe_mlp.hpp"
+#include "nn/named_tensor.hpp"
 #include "nn/rng.hpp"
 #include "nn/tensor.hpp"
 
@@ -94,16 +95,9 @@ int64_t dropout_site(DropoutSite which, int layer);
 DropoutMask dropout_mask(float p, bool training, const DropoutBatch& batch, DropoutSite which, int layer,
                          int64_t first_element = 0);
 
-// A parameter: its nanoGPT name, this process's tensor, and how tensor parallelism cuts it
-// (declared where the model makes it; replicated for anything that is not a model's parameter).
-struct NamedTensor {
-  std::string name;
-  Tensor tensor;
-  ParameterRole role = ParameterRole::replicated;
-};
 
 // A transformer block's tensors: whole, or this rank's slices under tensor parallelism
-// (GPTLayers::keep). Biases stay undefined when GPTConfig::bias is false. A mixture-of-experts
+// (WeightCut::keep). Biases stay undefined when GPTConfig::bias is false. A mixture-of-experts
 // block has `moe` (router and experts) in place of the MLP's four tensors (undefined there).
 struct BlockWeights {
   Tensor ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
@@ -133,16 +127,16 @@ class GPT {
   GPT(const GPTConfig& config, uint64_t seed, const ComputeModes& modes = {});
   // A part of it: allocates only the part's parameters (and their gradients), initialised
   // with exactly the values the whole model would give them. `layers`: what computes the
-  // linears, the embedding and the loss, and on which slice (null: WholeLayers).
+  // linears, the embedding and the loss and on which slice, where the sequence's positions lie,
+  // where its experts run (nn/gpt_layers.hpp; each one left null: the whole one).
   GPT(const GPTConfig& config, uint64_t seed, const GPTPart& part, const ComputeModes& modes = {},
-      std::shared_ptr<GPTLayers> layers = nullptr);
+      const GPTLayers& layers = {});
 
   const GPTConfig& config() const { return config_; }
   const ComputeModes& modes() const { return modes_; }
   const GPTPart& part() const { return part_; }
   // What computes its linears, embedding and loss, and on which slice (whole, or tensor-parallel).
-  const GPTLayers& layers() const { return *layers_; }
-  GPTLayers& layers() { return *layers_; }
+  const GPTLayers& layers() const { return layers_; }
   // wte, the tied embedding (this process's rows of it): the embedding's, or the head's copy on
   // a last pipeline stage; undefined when this part has neither.
   Tensor tied_embedding() const { return wte_; }
@@ -248,13 +242,14 @@ class GPT {
   std::pair<Tensor, Tensor> block_forward(const BlockWeights& b, int layer, const DropoutBatch& batch, Tensor x,
                                           Tensor previous_mlp_out);
   void mark_grad_ready(const std::vector<int>& group);
+  Tensor cross_entropy_of(const Tensor& logits, std::span<const int32_t> targets);
   void begin_use(int group);  // the group-use hooks around a span of ops, in forward and backward
   void end_use(int group);
 
   GPTConfig config_;
   GPTPart part_;
   ComputeModes modes_;
-  std::shared_ptr<GPTLayers> layers_;
+  GPTLayers layers_;  // each of the three set
   std::vector<NamedTensor> parameters_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   std::vector<BlockWeights> blocks_;  // the blocks it owns, in model order

@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "nn/gpt.hpp"
+#include "nn/named_tensor.hpp"
 
 namespace nn {
 

@@ -61,7 +61,7 @@ Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const M
 }
 
 Tensor moe_mlp(const Tensor& h, const MoEWeights& w, const MoESettings& s, Precision precision, bool fused_bias_gelu,
-               float loss_scale, RoutingStats* stats, int layer, GPTLayers& layers) {
+               float loss_scale, RoutingStats* stats, int layer, TokenDispatcher& dispatcher) {
   if (h.ndim() != 3) fail("moe_mlp: h must be [B,T,C], got {}", shape_string(h.shape()));
   const int64_t B = h.size(0), T = h.size(1), C = h.size(2), E = s.n_experts;
   // The router in fp32 whatever the precision: which expert a token goes to should not hang on
@@ -69,17 +69,16 @@ Tensor moe_mlp(const Tensor& h, const MoEWeights& w, const MoESettings& s, Preci
   Tensor probs = softmax(linear(h, w.router_weight, {}, "GEMM moe.router", Precision::fp32));  // [B,T,E]
   const Routing routing = route_tokens(probs.values(), B, T, s);
 
-  // Each expert on its rows: [M_e,C] → [M_e,4C] → [M_e,C]. An expert with no rows computes
-  // nothing; under expert parallelism the rows travel to the expert's rank and back.
-  const auto expert = [&](int e, const Tensor& a_in) {
+  // Each expert, the block's MLP on its rows: [M_e,C] → [M_e,4C] → [M_e,C], its weights whole.
+  // An expert with no rows computes nothing; under expert parallelism the rows travel to the
+  // expert's rank and back.
+  WholeWeights whole;
+  const auto expert = [&](int e, const Tensor& rows) {
     const ExpertWeights& x = w.experts[static_cast<std::size_t>(e)];
     if (!x.c_fc_weight.defined()) fail("moe_mlp: expert {} is not held here", e);
-    Tensor a = fused_bias_gelu && x.c_fc_bias.defined()
-                   ? bias_gelu(linear(a_in, x.c_fc_weight, {}, "GEMM expert.c_fc", precision), x.c_fc_bias)
-                   : gelu(linear(a_in, x.c_fc_weight, x.c_fc_bias, "GEMM expert.c_fc", precision));
-    return linear(a, x.c_proj_weight, x.c_proj_bias, "GEMM expert.c_proj", precision);
+    return mlp(rows, x, whole, precision, fused_bias_gelu, /*training=*/true, {"GEMM expert.c_fc", "GEMM expert.c_proj"});
   };
-  const std::vector<Tensor> outputs = layers.run_experts(h, routing.rows, expert);
+  const std::vector<Tensor> outputs = dispatcher.run_experts(h, routing.rows, expert);
   // (capacity ≥ 1: the first token of a sequence always keeps its first choice)
   Tensor y = combine_rows(outputs, routing.rows, probs, routing.gate, B * T);  // [B·T,C]
   const Tensor aux = load_balancing_loss(probs, routing.shares);

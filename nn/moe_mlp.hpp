@@ -32,6 +32,7 @@
 
 #include "nn/gemm.hpp"  // Precision
 #include "nn/gpt_layers.hpp"
+#include "nn/mlp.hpp"
 #include "nn/tensor.hpp"
 
 namespace nn {
@@ -44,11 +45,9 @@ struct MoESettings {
   int64_t sequence_length = 1;  // T of the capacity: the model's block_size
 };
 
-// One expert's tensors (transformer.h.<l>.mlp.experts.<i>.c_fc.weight, …): the MLP's shapes;
-// undefined for an expert held by another rank (expert parallelism).
-struct ExpertWeights {
-  Tensor c_fc_weight, c_fc_bias, c_proj_weight, c_proj_bias;  // [4C,C], [4C], [C,4C], [C]
-};
+// One expert's tensors (transformer.h.<l>.mlp.experts.<i>.c_fc.weight, …): the block's MLP
+// (nn/mlp.hpp); undefined for an expert held by another rank (expert parallelism).
+using ExpertWeights = MLPWeights;
 struct MoEWeights {
   Tensor router_weight;  // [E,C] (transformer.h.<l>.mlp.router.weight), no bias
   std::vector<ExpertWeights> experts;
@@ -76,12 +75,13 @@ struct RoutingStats {
   void clear() { *this = RoutingStats{}; }
 };
 
-// The mixture on h [B,T,C] → [B,T,C], the balancing loss attached with weight
-// aux_loss_weight · loss_scale (loss_scale: what the training loss is multiplied by before
-// backward, 1/micro-batches when they are averaged). `stats` (may be null) gains this call's, under block
-// number `layer`. `layers` runs the experts on their rows (GPTLayers::run_experts: here, or
-// over the expert-parallel group).
+// The mixture on h [B,T,C] → [B,T,C], in four steps: the router's probabilities, the routing,
+// the dispatcher running each expert (the block's MLP, nn/mlp.hpp) on its rows — here, or over
+// the expert-parallel group (TokenDispatcher::run_experts) — and the combine. The balancing
+// loss is attached with weight aux_loss_weight · loss_scale (loss_scale: what the training loss
+// is multiplied by before backward, 1/micro-batches when they are averaged). `stats` (may be
+// null) gains this call's, under block number `layer`.
 Tensor moe_mlp(const Tensor& h, const MoEWeights& weights, const MoESettings& settings, Precision precision,
-               bool fused_bias_gelu, float loss_scale, RoutingStats* stats, int layer, GPTLayers& layers);
+               bool fused_bias_gelu, float loss_scale, RoutingStats* stats, int layer, TokenDispatcher& dispatcher);
 
 }  // namespace nn

@@ -13,8 +13,9 @@ namespace {
 // ---- over a group, tensors by name: a pipeline's stages, an ep group's experts --------------
 
 // What a rank sends or receives by name: every parameter it holds (a pipeline's stages), or only
-// its experts (an ep group: the rest is the same on every one of its ranks).
-enum class Share { all, experts };
+// those whose role spreads them over the ep group (Grid::spread_over_ep: each ep rank holds its
+// own experts; the rest is the same on every one of its ranks).
+enum class Share { all, spread_over_ep };
 bool shared(const nn::NamedTensor& p, Share share) {
   return share == Share::all || p.role == nn::ParameterRole::expert;
 }
@@ -142,12 +143,12 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
       const nn::NamedTensor& p = model.parameters()[i];
       const auto mine = tensors_of(model, &optimizer, i);
       for (std::size_t k = 0; k < mine.size(); ++k) {
-        const std::vector<float> whole = model.layers().gather(p.role, p.tensor.shape(), mine[k]);
+        const std::vector<float> whole = model.layers().weights->gather(p.role, p.tensor.shape(), mine[k]);
         if (grid.tp_rank == 0) std::ranges::copy(whole, tensors_of(stage.model(), stage.optimizer(), i)[k].begin());
       }
     }
   if (grid.ep > 1)  // every ep rank sends its experts; ep rank 0's copy holds them all
-    collect_by_name(model, optimizer, grid.ep_group, Share::experts, grid.ep_rank == 0 ? &stage.model() : nullptr,
+    collect_by_name(model, optimizer, grid.ep_group, Share::spread_over_ep, grid.ep_rank == 0 ? &stage.model() : nullptr,
                     stage.optimizer());
   if (grid.tp_rank != 0 || grid.ep_rank != 0) return;
   stage.optimizer()->set_steps(optimizer.steps());
@@ -169,7 +170,7 @@ void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn:
   if (grid.tp_rank == 0 && grid.ep_rank == 0)
     hand_out_by_name(stage.model(), stage.optimizer(), grid.pp_group, Share::all, whole, whole_optimizer);
   if (grid.ep > 1) {  // ep rank 0 keeps its own and hands each ep rank its experts
-    hand_out_by_name(model, optimizer, grid.ep_group, Share::experts, grid.ep_rank == 0 ? &stage.model() : nullptr,
+    hand_out_by_name(model, optimizer, grid.ep_group, Share::spread_over_ep, grid.ep_rank == 0 ? &stage.model() : nullptr,
                      stage.optimizer());
     return;  // (the ep ranks' other parameters and the optimizer's steps come over dp)
   }
@@ -177,13 +178,13 @@ void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn:
   // tp rank 0 broadcasts each whole tensor over the group; every rank keeps its cut.
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     const nn::NamedTensor& p = model.parameters()[i];
-    const nn::Shape whole_shape = model.layers().whole_shape(p.role, p.tensor.shape());
+    const nn::Shape whole_shape = model.layers().weights->whole_shape(p.role, p.tensor.shape());
     const auto mine = tensors_of(model, optimizer, i);
     for (std::size_t k = 0; k < mine.size(); ++k) {
       std::vector<float> full(static_cast<std::size_t>(nn::numel_of(whole_shape)));
       if (grid.tp_rank == 0) std::ranges::copy(tensors_of(stage.model(), stage.optimizer(), i)[k], full.begin());
       grid.tp_group.broadcast(std::span(full), 0);
-      std::ranges::copy(model.layers().shard(p.role, whole_shape, full), mine[k].begin());
+      std::ranges::copy(model.layers().weights->shard(p.role, whole_shape, full), mine[k].begin());
     }
   }
   if (!optimizer) return;

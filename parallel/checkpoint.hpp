@@ -3,12 +3,12 @@
 // train_dp and in PyTorch.
 //
 //   save:  each stage's tp group gathers its cut parameters whole on its tp rank 0, by each
-//          parameter's role (nn::GPTLayers::gather; the vocabulary's padding rows cut); those
+//          parameter's role (nn::WeightCut::gather; the vocabulary's padding rows cut); those
 //          ranks are one pipeline, whose stage 0 collects every stage's tensors by name into
 //          the whole model and hands it to the writer (atomic, now or in the background)
 //   load:  the way back — stage 0 hands each stage its tensors by name from the whole model
 //          world rank 0 read, tp rank 0 broadcasts them over its group, and every rank keeps
-//          its cut (nn::GPTLayers::shard)
+//          its cut (nn::WeightCut::shard)
 //
 //   expert parallelism: each ep rank of the first replica's ep group sends its experts by name
 //          to ep rank 0, whose copy of the stage holds every expert (and the way back)

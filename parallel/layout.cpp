@@ -98,8 +98,9 @@ std::string Layout::why_not(const LayoutJob& job) const {
   } catch (const comm::UsageError& e) {
     return e.what();
   }
+  if (job.replica_batch == 0) return "";  // no training batch (evaluation, sampling): nothing to cut
   if (micro_batches < 1) return fmt::format("--micro-batches {} must be 1 or more", micro_batches);
-  if (job.replica_batch > 0 && job.replica_batch % micro_batches != 0)
+  if (job.replica_batch % micro_batches != 0)
     return fmt::format("--micro-batches {} does not divide --batch-size {}", micro_batches, job.replica_batch);
   if (virtual_stages > 1 && micro_batches % pp != 0)
     return fmt::format("--virtual-stages {}: --micro-batches {} is not a multiple of the {} pipeline stages "

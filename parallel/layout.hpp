@@ -28,7 +28,8 @@ inline constexpr std::array<std::string_view, 2> kCpAttentionNames = {"ring", "u
 struct LayoutJob {
   const nn::GPTConfig& model;
   int world_size = 1;
-  int64_t replica_batch = 0;  // sequences a replica takes a step (--batch-size; 0: not checked)
+  int64_t replica_batch = 0;  // sequences a replica takes a step (--batch-size; 0: no training batch, the
+                              // micro-batch rules do not apply)
   nn::Precision precision = nn::Precision::fp32;
   nn::AttentionKernel attention = nn::AttentionKernel::fused;
 };

@@ -1,5 +1,5 @@
 // Expert parallelism's dispatch, under mpiexec (the world is the ep group): each rank routes
-// its own tokens to 2 experts per rank, and ExpertParallelLayers::run_experts — rows sent to
+// its own tokens to 2 experts per rank, and ExpertParallelDispatcher::run_experts — rows sent to
 // their expert's rank and the outputs back — gives what one process computes with every
 // expert: the outputs, the tokens' gradients and the experts' weight gradients (summed over
 // every rank's tokens). With an expert nobody chose, a rank that sends one expert nothing, and
@@ -48,7 +48,7 @@ struct Result {
 
 // One rank's mixture: the experts' outputs put back in their tokens' rows [N,C] (a gate of 1),
 // and backward from a fixed dy.
-Result run(nn::GPTLayers& layers, const std::vector<nn::Tensor>& weights, int rank, int64_t N, int E) {
+Result run(nn::TokenDispatcher& layers, const std::vector<nn::Tensor>& weights, int rank, int64_t N, int E) {
   nn::Tensor tokens = nn::Tensor::from(pattern(N * C, rank), {N, C}, true);
   const auto rows = rows_of(rank, N, E);
   const auto expert = [&](int e, const nn::Tensor& x) {
@@ -91,12 +91,12 @@ TEST_CASE("expert parallelism: rows to their experts' ranks and back give one pr
   for (bool empty_last : {false, true}) {
     INFO("ep " << W << (empty_last ? ", the last rank without tokens" : ""));
     // One process: every rank's tokens through every expert, the weights' gradients summed.
-    nn::WholeLayers whole;
+    nn::LocalDispatcher whole;  // the dispatcher of one process
     const std::vector<nn::Tensor> reference_weights = expert_weights(E);
     std::vector<Result> reference;
     for (int r = 0; r < W; ++r) reference.push_back(run(whole, reference_weights, r, tokens_of(r, empty_last, W), E));
 
-    parallel::ExpertParallelLayers layers(std::make_shared<nn::WholeLayers>(), ep);
+    parallel::ExpertParallelDispatcher layers(ep);  // the all-to-all one
     const std::vector<nn::Tensor> weights = expert_weights(E);
     const Result mine = run(layers, weights, ep.rank(), tokens_of(ep.rank(), empty_last, W), E);
     CHECK(largest_difference(mine.y, reference[ep.rank()].y) == 0.0f);  // row by row: the same products
@@ -118,8 +118,7 @@ TEST_CASE("expert parallelism: rows to their experts' ranks and back give one pr
 
 TEST_CASE("expert parallelism: experts that do not split over the group are refused") {
   comm::Communicator& ep = comm::runtime().world();
-  parallel::ExpertParallelLayers layers(std::make_shared<nn::WholeLayers>(), ep);
+  parallel::ExpertParallelDispatcher layers(ep);
   if (ep.size() > 1) CHECK_THROWS_WITH(layers.holds_expert(0, ep.size() + 1), Catch::Contains("do not split over"));
-  CHECK(layers.is_cut(nn::ParameterRole::expert));
-  CHECK(!layers.is_cut(nn::ParameterRole::replicated));
+  CHECK(layers.sum_over_holders(1.0) == ep.size());  // Σ g² of the experts: each rank's own, summed
 }

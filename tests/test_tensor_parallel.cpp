@@ -117,15 +117,15 @@ TEST_CASE("tensor-parallel GPT ≡ the one-process GPT: the loss and every gradi
     for (const nn::NamedTensor& p : model.parameters()) {
       INFO(p.name << " (" << nn::name_of(p.role) << ") on " << T << " ranks, bias " << bias);
       const nn::Tensor& full = whole.parameter(p.name);
-      const std::vector<float> expected_grad = model.layers().shard(p.role, full.shape(), full.grad_values());
+      const std::vector<float> expected_grad = model.layers().weights->shard(p.role, full.shape(), full.grad_values());
       REQUIRE(expected_grad.size() == static_cast<std::size_t>(p.tensor.numel()));
       float worst = 0.0f;
       for (std::size_t i = 0; i < expected_grad.size(); ++i)
         worst = std::max(worst, std::abs(p.tensor.grad()[i] - expected_grad[i]));
       CHECK(worst < 2e-6f);
-      CHECK(model.layers().gather(p.role, p.tensor.shape(), p.tensor.values()) ==
+      CHECK(model.layers().weights->gather(p.role, p.tensor.shape(), p.tensor.values()) ==
             std::vector<float>(full.values().begin(), full.values().end()));
-      CHECK(model.layers().whole_shape(p.role, p.tensor.shape()) == full.shape());
+      CHECK(model.layers().weights->whole_shape(p.role, p.tensor.shape()) == full.shape());
     }
   }
 }
@@ -169,7 +169,7 @@ TEST_CASE("tensor-parallel GPT ≡ one process after 5 AdamW steps with global-n
   }
   float worst = 0.0f;
   for (const nn::NamedTensor& p : model.parameters()) {
-    const std::vector<float> gathered = model.layers().gather(p.role, p.tensor.shape(), p.tensor.values());
+    const std::vector<float> gathered = model.layers().weights->gather(p.role, p.tensor.shape(), p.tensor.values());
     const nn::Tensor& full = whole.parameter(p.name);
     for (std::size_t i = 0; i < gathered.size(); ++i) worst = std::max(worst, std::abs(gathered[i] - full.data()[i]));
   }

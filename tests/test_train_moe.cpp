@@ -124,6 +124,15 @@ TEST_CASE("expert parallelism ends where one process ends: ep 2, ep 4, ep < dp, 
     INFO(name << ": largest parameter difference from one process " << diff);
     CHECK(diff <= kTolerance);
     CHECK(first_routing_line(r.output) == routing);  // the same tokens per expert, dropped, balancing loss
+    if (l.dp == 4 && l.ep == 2) {
+      // The experts' gradients average over their own group, bucket by bucket during backward
+      // (parallel/dp/replicas_by_role.hpp): the same as one blocking call per group after it.
+      CHECK_THAT(r.output, Catch::Contains("dp averaging: ") && Catch::Contains("over 2 rank(s), then × 1/2: bucketed"));
+      auto naive = train_3d(4, tiny_moe() + " --dp 4 --ep 2 --batch-size 1 --micro-batches 1 --ddp naive --out-dir " +
+                                   out("ep_naive"));
+      REQUIRE(naive.status == 0);
+      CHECK(max_difference(checkpoint(name), checkpoint("ep_naive")) <= 1e-6f);
+    }
   }
 }
 

@@ -16,7 +16,7 @@
 #include "parallel/cp/context_parallel_layers.hpp"
 #include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
-#include "parallel/ep/expert_replicas.hpp"
+#include "parallel/dp/replicas_by_role.hpp"
 
 namespace trainers {
 
@@ -31,17 +31,39 @@ parallel::LayoutJob layout_job(const TrainOptions& o, const nn::GPTConfig& confi
 
 // ---- the model piece ------------------------------------------------------------------------
 
+GridModel::Pieces GridModel::build_pieces(parallel::Grid& grid, const GridShape& shape,
+                                          const nn::GPTConfig& config, const LayerFaults& faults) {
+  Pieces p;
+  p.tensor = parallel::make_tensor_parallel(config, grid.tp_group, shape.sequence_parallel);
+  p.context = parallel::with_context_parallel(p.tensor ? p.tensor : std::make_shared<nn::WholeSequence>(),
+                                              grid.cp_group, shape.cp_attention, shape.cp_overlap,
+                                              faults.skip_ring_at_step);
+  p.experts = parallel::with_expert_parallel(grid.ep_group, faults.skip_dispatch_at_step);
+  return p;
+}
+
+nn::GPTLayers GridModel::Pieces::layers() const {
+  nn::GPTLayers l{.weights = tensor, .sequence = tensor, .dispatcher = experts};
+  if (context) l.sequence = context;
+  return l;
+}
+
 GridModel::GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
-                     const nn::ComputeModes& modes)
+                     const nn::ComputeModes& modes, const LayerFaults& faults)
     : grid(parallel::Grid::make(world, shape)),
       layers(shape.chunk_layers(config.n_layer)),
-      model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes,
-             parallel::with_expert_parallel(
-                 parallel::with_context_parallel(parallel::make_gpt_layers(config, grid.tp_group, shape.sequence_parallel),
-                                                 grid.cp_group, shape.cp_attention, shape.cp_overlap),
-                 grid.ep_group)) {
-  if (parallel::ExpertParallelLayers* ep = expert_parallel_layers())  // the log's dispatch time
-    ep->dispatch_seconds = &model_.routing_stats().dispatch_seconds;
+      pieces_(build_pieces(grid, shape, config, faults)),
+      model_(config, seed, parallel::stage_part(layers, grid.pp_rank, grid.pp), modes, pieces_.layers()) {}
+
+void GridModel::begin_step(int64_t step) {
+  if (pieces_.context) pieces_.context->begin_step(step);
+  if (pieces_.experts) pieces_.experts->begin_step(step);
+}
+
+nn::RoutingStats& GridModel::routing_stats() {
+  nn::RoutingStats& stats = model_.routing_stats();
+  if (pieces_.experts) stats.dispatch_seconds += pieces_.experts->take_dispatch_seconds();
+  return stats;
 }
 
 void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, comm::Communicator& world) {
@@ -64,12 +86,8 @@ void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, con
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
-  if (grid.dp_group.size() == 1) return;  // (the dp replicas and their cp ranks)
   std::vector<nn::NamedTensor> pieces = parameters();
-  if (grid.ep > 1)
-    parallel::broadcast_state_with_experts(pieces, optimizer, grid);
-  else
-    parallel::broadcast_state(pieces, optimizer, grid.dp_group);
+  parallel::broadcast_state_by_role(pieces, optimizer, grid);  // each over the ranks holding its copy
 }
 
 BatchLoss GridModel::batch_loss() {
@@ -96,10 +114,8 @@ float GridModel::finish_gradients(float max_norm, parallel::GradientWire wire, p
   // overlapped averager has sent most of it during backward already.
   if (averager)
     averager->finish();
-  else if (grid.ep > 1)  // the experts apart (parallel/ep/expert_replicas.hpp)
-    parallel::average_gradients_with_experts(pieces, grid, wire);
-  else if (grid.dp_group.size() > 1)  // dp × cp: the mean over replicas and over each sequence's positions
-    parallel::average_gradients(pieces, grid.dp_group, wire);
+  else  // each over the ranks holding its copy: dp × cp (the mean over replicas and each sequence's positions), experts apart
+    parallel::average_gradients_by_role(pieces, grid, wire);
   model_.sum_replicated_grads();                              // sequence parallelism: each rank's positions' share
   parallel::sum_tied_embedding_grads(model_, grid.pp_group);  // the first and last stage's copies
   const float norm = global_grad_norm();
@@ -120,7 +136,7 @@ class LoadedGrid final : public LoadedModel {
   double full_loss(std::span<const int32_t> tokens) override {
     EvalMode eval(grid_model_.model());
     return full_split_loss(grid_model_.batch_loss(), tokens, grid_model_.model().config().block_size,
-                           grid_model_.grid.dp_group, grid_model_.grid.ep > 1);
+                           grid_model_.grid.dp_group, grid_model_.grid.forwards_across_replicas());
   }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
     // The first replica samples (with its ep group, which runs the same forwards); it answers.
@@ -137,22 +153,21 @@ class LoadedGrid final : public LoadedModel {
 
 std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const TrainOptions& o, const Start& start,
                                              comm::Communicator& world) {
-  GridShape evaluating = shape;
-  evaluating.micro_batches = 1;  // (no training batch to cut)
   parallel::LayoutJob job = layout_job(o, start.config, world.size());
-  job.replica_batch = 0;
-  evaluating.check(job);
-  return std::make_unique<LoadedGrid>(evaluating, o, start, world);
+  job.replica_batch = 0;  // no training batch to cut into micro-batches
+  shape.check(job);
+  return std::make_unique<LoadedGrid>(shape, o, start, world);
 }
 
 // ---- the grid trainers' shared strategy -------------------------------------------------------
 
-GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed)
+GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed,
+                           const LayerFaults& faults)
     : run_(run),
       o_(run.options),
       world_(world),
       shape_(shape),
-      grid_model_(world, shape, run.start.config, seed, compute_modes(run.options)),
+      grid_model_(world, shape, run.start.config, seed, compute_modes(run.options), faults),
       optimizer_(grid_model_.parameters(), run.options.adamw) {
   if (!run.load_from.empty())
     grid_model_.load(run.load_from, o_.resume ? &optimizer_ : nullptr, world);
@@ -191,7 +206,7 @@ std::pair<float, float> GridStrategy::evaluate(int64_t step) {
 
 double GridStrategy::full_val_loss() {
   EvalMode eval(grid_model_.model());
-  return full_split_loss(grid_model_.batch_loss(), run_.data.val, T(), grid_.dp_group, grid_.ep > 1);
+  return full_split_loss(grid_model_.batch_loss(), run_.data.val, T(), grid_.dp_group, grid_.forwards_across_replicas());
 }
 
 void GridStrategy::print_sample(int64_t step) {

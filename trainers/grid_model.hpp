@@ -19,6 +19,7 @@
 #include "parallel/cp/context_parallel_layers.hpp"
 #include "parallel/ep/expert_parallel_layers.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/layout.hpp"
 #include "trainers/evaluation.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
@@ -44,12 +45,19 @@ parallel::LayoutJob layout_job(const TrainOptions& o, const nn::GPTConfig& confi
 std::unique_ptr<LoadedModel> load_grid_model(const GridShape& shape, const TrainOptions& o, const Start& start,
                                              comm::Communicator& world);
 
+// Testing faults this rank injects (train_3d --skip-ring-at-step, --skip-dispatch-at-step, on
+// --crash-rank): -1 for none.
+struct LayerFaults {
+  int64_t skip_ring_at_step = -1;
+  int64_t skip_dispatch_at_step = -1;
+};
+
 class GridModel {
  public:
   // Every rank of a replica draws its stage's part of the same start from `seed`.
   // `modes`: how its piece computes (precision, attention kernel, recompute, fusion).
   GridModel(comm::Communicator& world, const GridShape& shape, const nn::GPTConfig& config, uint64_t seed,
-            const nn::ComputeModes& modes);
+            const nn::ComputeModes& modes, const LayerFaults& faults = {});
 
   parallel::Grid grid;
   std::vector<int> layers;  // blocks per stage (per chunk, in model order, with virtual stages)
@@ -58,14 +66,10 @@ class GridModel {
   nn::GPT& model() { return model_; }
   const nn::GPT& model() const { return model_; }
   std::vector<nn::NamedTensor> parameters() const { return model_.parameters(); }  // the optimizer's order
-  // The model's context-parallel layers, or null without --cp; its expert-parallel ones, or
-  // null without --ep.
-  parallel::ContextParallelLayers* context_parallel_layers() {
-    return dynamic_cast<parallel::ContextParallelLayers*>(&model_.layers());
-  }
-  parallel::ExpertParallelLayers* expert_parallel_layers() {
-    return dynamic_cast<parallel::ExpertParallelLayers*>(&model_.layers());
-  }
+  // The step about to run (the layers' testing faults).
+  void begin_step(int64_t step);
+  // The model's routing statistics, with the expert dispatch's time since the last call added.
+  nn::RoutingStats& routing_stats();
 
   // Reads a checkpoint on world rank 0 (a bad file: one line on every rank) and gives every
   // rank of every replica its piece; `optimizer` may be null (weights only).
@@ -93,6 +97,17 @@ class GridModel {
                          parallel::GradientAverager* averager = nullptr);
 
  private:
+  // The pieces built for the model's layers (each null when its dimension is 1): typed handles,
+  // kept beside the model that computes with them.
+  struct Pieces {
+    std::shared_ptr<parallel::TensorParallelLayers> tensor;
+    std::shared_ptr<parallel::ContextParallelSequence> context;
+    std::shared_ptr<parallel::ExpertParallelDispatcher> experts;
+    nn::GPTLayers layers() const;
+  };
+  static Pieces build_pieces(parallel::Grid& grid, const GridShape& shape, const nn::GPTConfig& config,
+                             const LayerFaults& faults);
+  Pieces pieces_;
   nn::GPT model_;
 };
 
@@ -100,7 +115,8 @@ class GridModel {
 // evaluation and samples by the first replica, the checkpoint, the traffic of its groups.
 class GridStrategy : public Strategy {
  public:
-  GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed);
+  GridStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape, uint64_t seed,
+               const LayerFaults& faults = {});
 
   void optimizer_step(float lr) override;
   parallel::HeldBytes held() const override;
@@ -109,7 +125,7 @@ class GridStrategy : public Strategy {
   void print_sample(int64_t step) override;
   void save(const std::filesystem::path& dir, const nlohmann::json& train_state, nn::CheckpointWriter& writer) override;
   void at_end() override;  // check mode: the tied embedding's two copies still equal
-  nn::RoutingStats& routing_stats() override { return grid_model_.model().routing_stats(); }
+  nn::RoutingStats& routing_stats() override { return grid_model_.routing_stats(); }
 
  protected:
   int T() const { return run_.start.config.block_size; }

@@ -19,6 +19,11 @@ LayoutQuery grid_layout_query(parallel::Layout layout, const TrainOptions& o) {
             return {{"--dp", std::to_string(l.dp)},
                     {"--batch-size", std::to_string(batch)},
                     {"--micro-batches", std::to_string(l.micro_batches)}};
+          },
+          .describe = [](const parallel::Layout& l, int64_t batch) {
+            return fmt::format("{} replica(s) of {} rank(s) (pp {} × cp {} × tp {}{}) × batch {} in {} micro-batch(es)",
+                               l.dp, l.model_parallel(), l.pp, l.cp, l.tp,
+                               l.ep > 1 ? fmt::format(", ep {}", l.ep) : "", batch, l.micro_batches);
           }};
 }
 
@@ -30,6 +35,11 @@ LayoutQuery accumulating_layout_query(parallel::Layout layout, const TrainOption
           .flags = [](const parallel::Layout& l, int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
             return {{"--batch-size", std::to_string(batch / l.micro_batches)},
                     {"--grad-accum", std::to_string(l.micro_batches)}};
+          },
+          .describe = [](const parallel::Layout& l, int64_t batch) {
+            if (l.tp > 1) return fmt::format("{} tensor-parallel ranks, batch {}", l.tp, batch / l.micro_batches);
+            return fmt::format("{} replicas × micro-batch {} × {} accumulation step(s)", l.dp, batch / l.micro_batches,
+                               l.micro_batches);
           }};
 }
 
@@ -50,15 +60,10 @@ nlohmann::json answer_layout_query(const LayoutQuery& query, const TrainOptions&
   if (!why.empty()) return refuse(why);
   nlohmann::json flags = nlohmann::json::object();
   for (const auto& [flag, value] : query.flags(moved.layout, moved.replica_batch)) flags[flag] = value;
-  const parallel::Layout& l = moved.layout;
   return {{"ok", true},
           {"ranks", to},
           {"flags", flags},
-          {"describe", fmt::format("{} replica(s) of {} rank(s) (pp {} × cp {} × tp {}{}) × batch {} in {} "
-                                   "micro-batch(es)",
-                                   l.dp, l.model_parallel(), l.pp, l.cp, l.tp,
-                                   l.ep > 1 ? fmt::format(", ep {}", l.ep) : "", moved.replica_batch,
-                                   l.micro_batches)}};
+          {"describe", query.describe(moved.layout, moved.replica_batch)}};
 }
 
 std::pair<int, int> parse_layout_query(const std::string& text) {

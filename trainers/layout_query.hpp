@@ -31,6 +31,9 @@ struct LayoutQuery {
   // --grad-accum; the grid trainers: --dp, --batch-size, --micro-batches).
   std::function<std::vector<std::pair<std::string, std::string>>(const parallel::Layout&, int64_t replica_batch)>
       flags;
+  // The restart line's words for a layout and its batch ("2 replicas × micro-batch 4 × 3
+  // accumulation step(s)").
+  std::function<std::string(const parallel::Layout&, int64_t replica_batch)> describe;
 };
 
 // The grid trainers (train_pp, train_3d): --dp, --batch-size (a replica's) and --micro-batches

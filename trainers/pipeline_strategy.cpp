@@ -11,6 +11,7 @@
 #include "comm/runtime.hpp"
 #include "nn/buffer_pool.hpp"
 #include "nn/memory_estimate.hpp"
+#include "parallel/dp/replicas_by_role.hpp"
 #include "parallel/pp/schedule.hpp"
 
 namespace trainers {
@@ -18,12 +19,11 @@ namespace trainers {
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s, parallel::Layout& layout) {
   comm::cli::add_choice(app, "--schedule", s.schedule, parallel::kScheduleNames,
                         "pipeline schedule: gpipe (naive) or 1f1b (interleaved with --virtual-stages > 1)");
-  layout.micro_batches = 0;  // the default: what fits the layout
+  layout.micro_batches = 0;  // not given: what fits the layout (settle_pipeline_layout)
   app.add_option("--micro-batches", layout.micro_batches,
-                 "micro-batches M per step (must divide --batch-size; 0: 1 without a pipeline, else 4 or the most "
-                 "that divide --batch-size)")
-      ->check(comm::cli::whole(0))
-      ->capture_default_str();
+                 "micro-batches M per step (must divide --batch-size; default: 1 without a pipeline, else 4 or the "
+                 "most that divide --batch-size)")
+      ->check(comm::cli::whole(1));
   app.add_option("--virtual-stages", layout.virtual_stages,
                  "chunks of blocks per stage V: stage r holds chunks r, r+P, …; > 1 runs interleaved 1F1B "
                  "(Megatron), a (P−1)/(V·M+P−1) bubble for V times the messages")
@@ -45,6 +45,11 @@ std::string PipelineStrategy::virtual_stages_note() const {
                      shape_.virtual_stages, shape_.virtual_stages * grid_.pp, grid_.pp);
 }
 
+LayerFaults faults_of(const ScheduleOptions& s, const TrainOptions& o, int world_rank) {
+  if (world_rank != o.crash_rank) return {};
+  return {.skip_ring_at_step = s.skip_ring_at_step, .skip_dispatch_at_step = s.skip_dispatch_at_step};
+}
+
 nn::DropoutBatch PipelineStrategy::dropout_batch(int64_t step, int m) const {
   const int64_t rows = o_.batch_size / shape_.micro_batches;
   return {.seed = o_.seed, .step = step, .first_sample = sampler_.first_sample(0) + m * rows};
@@ -52,20 +57,18 @@ nn::DropoutBatch PipelineStrategy::dropout_batch(int64_t step, int m) const {
 
 PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& world, const GridShape& shape,
                                    uint64_t seed, const ScheduleOptions& s)
-    : GridStrategy(run, world, shape, seed),
+    : GridStrategy(run, world, shape, seed, faults_of(s, run.options, world.rank())),
       s_(s),
       sampler_(run.data.train, T(), o_.batch_size, 1, o_.sampling, o_.seed, grid_.dp_rank, grid_.dp),
       stage_(grid_model_.model(), grid_.pp_group, shape.micro_batches, o_.batch_size / shape.micro_batches, T()) {
   stage_.before_backward = [this](int m) {
     if (averager_) averager_->before_backward(m == shape_.micro_batches - 1);  // armed for the last one
   };
-  // One replica: nothing to average (and no bf16 wire to round the gradients through). Under
-  // expert parallelism the experts average over another group: after backward, in one call
-  // each (GridModel::finish_gradients), not bucket by bucket.
-  if (grid_.dp_group.size() > 1 && grid_.ep == 1)  // the dp replicas and their cp ranks
-    averager_ = parallel::make_gradient_averager(o_.ddp, parallel::GradientSource::of(grid_model_.model()),
-                                                 grid_.dp_group, static_cast<std::size_t>(o_.bucket_mb * 1e6),
-                                                 o_.grad_comm);
+  // Each parameter over the ranks holding its copy (dp × cp; an expert's expert-dp ranks), bucket by
+  // bucket as backward completes it; null with one replica (nothing to average, and no bf16 wire
+  // to round the gradients through).
+  averager_ = parallel::make_averager_by_role(o_.ddp, grid_model_.model(), grid_,
+                                              static_cast<std::size_t>(o_.bucket_mb * 1e6), o_.grad_comm);
 }
 
 StrategyFacts PipelineStrategy::facts() const {
@@ -83,10 +86,7 @@ StrategyFacts PipelineStrategy::facts() const {
 
 void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
   stage_.skip_sends = step == s_.skip_send_at_step && world_.rank() == o_.crash_rank;
-  if (parallel::ContextParallelLayers* cp = grid_model_.context_parallel_layers())
-    cp->skip_ring = step == s_.skip_ring_at_step && world_.rank() == o_.crash_rank;
-  if (parallel::ExpertParallelLayers* ep = grid_model_.expert_parallel_layers())
-    ep->skip_dispatch = step == s_.skip_dispatch_at_step && world_.rank() == o_.crash_rank;
+  grid_model_.begin_step(step);
   {
     Timed data(clock, Phase::data);
     sampler_.fill(step, 0, batch_);  // this replica's batch; micro-batch m is rows [m·b, (m+1)·b)

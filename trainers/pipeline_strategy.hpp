@@ -23,12 +23,15 @@ struct ScheduleOptions {
   int skip_ring_at_step = -1;  // testing (train_3d --cp): rank --crash-rank skips the attention ring at this step
   int skip_dispatch_at_step = -1;  // testing (train_3d --ep): rank --crash-rank skips the experts' dispatch
 };
-// --schedule into `s`; --micro-batches and --virtual-stages into the layout (0 micro-batches:
+// --schedule into `s`; --micro-batches and --virtual-stages into the layout (not given: 0, then
 // the default that fits it, parallel::Layout::default_micro_batches).
 void add_schedule_flags(CLI::App& app, ScheduleOptions& s, parallel::Layout& layout);
 // The layout's micro-batches when none were asked for; then --grad-accum refused (the
 // micro-batches are the accumulation) and the layout checked against the run (one line).
 void settle_pipeline_layout(GridShape& shape, const RunStart& run, int world_size, const std::string& program);
+
+// The testing faults `s` asks of this rank (--crash-rank's), for its layers.
+LayerFaults faults_of(const ScheduleOptions& s, const TrainOptions& o, int world_rank);
 
 class PipelineStrategy : public GridStrategy {
  public:

@@ -60,11 +60,6 @@ class ThreeDParallel final : public PipelineStrategy {
                     shape_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
                     parallel::padded_vocab(c.vocab_size, grid_.tp))};
     if (averager_) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
-    if (grid_.ep > 1 && grid_.dp_group.size() > 1)
-      facts.layout.push_back(fmt::format(
-          "dp averaging: after backward, the experts' over the {} rank(s) holding them (then × 1/{}), the rest over "
-          "dp (--ddp and --bucket-mb do not apply with --ep)",
-          grid_.expert_dp_group.size(), grid_.ep));
     return facts;
   }
 

@@ -6,37 +6,35 @@
 
 namespace parallel {
 
-ContextParallelLayers::ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
-                                             CpAttention algorithm, bool overlap)
-    : LayersAround(std::move(inner)), cp_(cp), algorithm_(algorithm), overlap_(overlap) {}
+ContextParallelSequence::ContextParallelSequence(std::shared_ptr<nn::SequenceLayout> inner, comm::Communicator& cp,
+                                                 CpAttention algorithm, bool overlap, int64_t skip_ring_at_step)
+    : inner_(std::move(inner)), cp_(cp), algorithm_(algorithm), overlap_(overlap), skip_ring_at_step_(skip_ring_at_step) {}
 
-int64_t ContextParallelLayers::stream_length(int64_t T, bool training) const {
+int64_t ContextParallelSequence::stream_length(int64_t T, bool training) const {
   // The cp shard's T/c positions, cut again over tp under sequence parallelism.
   return inner_->stream_length(training ? ContextShard::of(T, cp_.size(), cp_.rank()).length() : T, training);
 }
 
-int64_t ContextParallelLayers::first_stream_position(int64_t S, bool training) const {
-  return training ? stream_place(S, training).first : inner_->first_stream_position(S, training);
-}
-
-nn::GPTLayers::StreamPlace ContextParallelLayers::stream_place(int64_t S, bool training) const {
+nn::SequenceLayout::StreamPlace ContextParallelSequence::stream_place(int64_t S, bool training) const {
   if (!training) return inner_->stream_place(S, training);
   const int64_t shard_length = S * inner_->stream_shards(training);  // the cp shard's positions
   const ContextShard shard{shard_length * cp_.size(), cp_.size(), cp_.rank()};
   if (S == shard_length) return {shard.position(0), shard.position(S / 2)};  // chunks r and 2c−1−r
   // Sequence parallelism: this tp rank's piece of the shard, S positions from `local`.
-  const int64_t local = inner_->first_stream_position(S, training), half = shard_length / 2;
+  const int64_t local = inner_->stream_place(S, training).first, half = shard_length / 2;
   if (local < half && local + S > half)
     comm::fail("context parallelism with sequence parallelism: positions {}…{} of the shard straddle its two chunks "
                "(the tp degree must be even)", local, local + S - 1);
   return {shard.position(local), -1};
 }
 
-int64_t ContextParallelLayers::sequence_length(int64_t rows, bool training) const {
+int64_t ContextParallelSequence::sequence_length(int64_t rows, bool training) const {
   return training ? rows * cp_.size() : rows;
 }
 
-std::vector<int32_t> ContextParallelLayers::mine(std::span<const int32_t> whole, int64_t B, int64_t T) const {
+std::vector<int32_t> ContextParallelSequence::picked(std::span<const int32_t> whole, int64_t B, int64_t T,
+                                                     bool training) const {
+  if (!training) return {whole.begin(), whole.end()};
   const ContextShard shard = ContextShard::of(T, cp_.size(), cp_.rank());
   std::vector<int32_t> rows;
   rows.reserve(static_cast<std::size_t>(B * shard.length()));
@@ -45,34 +43,24 @@ std::vector<int32_t> ContextParallelLayers::mine(std::span<const int32_t> whole,
   return rows;
 }
 
-nn::Tensor ContextParallelLayers::token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B,
-                                                  int64_t T, bool training) {
-  if (!training) return inner_->token_embedding(wte, ids, B, T, training);
-  const std::vector<int32_t> picked = mine(ids, B, T);
-  return inner_->token_embedding(wte, picked, B, T / cp_.size(), training);
+int64_t ContextParallelSequence::picked_length(int64_t T, bool training) const {
+  return training ? T / cp_.size() : T;
 }
 
-nn::Tensor ContextParallelLayers::attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout,
-                                            nn::AttentionKernel kernel, nn::Precision precision, bool training) {
-  if (!training || skip_ring) return inner_->attention(qkv, heads, dropout, kernel, precision, training);
+nn::Tensor ContextParallelSequence::attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout,
+                                              nn::AttentionKernel kernel, nn::Precision precision, bool training) {
+  if (!training || skip_ring_) return inner_->attention(qkv, heads, dropout, kernel, precision, training);
   const ContextShard shard = ContextShard::of(qkv.size(1) * cp_.size(), cp_.size(), cp_.rank());
   if (algorithm_ == CpAttention::ulysses)
     return ulysses_attention(qkv, heads, dropout, kernel, precision, shard, cp_);
   return ring_attention(qkv, heads, dropout, shard, cp_, overlap_);
 }
 
-nn::Tensor ContextParallelLayers::cross_entropy(const nn::Tensor& logits, std::span<const int32_t> targets) {
-  const int64_t B = logits.size(0), rows = logits.size(1);
-  if (static_cast<int64_t>(targets.size()) == B * rows) return inner_->cross_entropy(logits, targets);  // whole
-  const int64_t T = static_cast<int64_t>(targets.size()) / B;  // the rank's positions' targets
-  const std::vector<int32_t> picked = mine(targets, B, T);
-  return inner_->cross_entropy(logits, picked);
-}
-
-std::shared_ptr<nn::GPTLayers> with_context_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
-                                                     CpAttention algorithm, bool overlap) {
-  if (cp.size() == 1) return inner;
-  return std::make_shared<ContextParallelLayers>(std::move(inner), cp, algorithm, overlap);
+std::shared_ptr<ContextParallelSequence> with_context_parallel(std::shared_ptr<nn::SequenceLayout> inner,
+                                                               comm::Communicator& cp, CpAttention algorithm,
+                                                               bool overlap, int64_t skip_ring_at_step) {
+  if (cp.size() == 1) return nullptr;
+  return std::make_shared<ContextParallelSequence>(std::move(inner), cp, algorithm, overlap, skip_ring_at_step);
 }
 
 }  // namespace parallel

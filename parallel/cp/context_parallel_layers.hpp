@@ -1,4 +1,4 @@
-// Context parallelism as a layers implementation of nn::GPT (nn/gpt_layers.hpp): the same one
+// Context parallelism as the sequence's layout of nn::GPT (nn/gpt_layers.hpp): the same one
 // GPT, whose residual stream holds this rank's T/c positions of every sequence (the
 // load-balanced shard, context_shard.hpp) while training, and whose attention goes round the
 // cp group — ring attention or Ulysses. Everything else in a block is position-wise, so it
@@ -11,7 +11,7 @@
 //                   parallelism [B, T/(c·t), C], tp rank j's piece j of those T/c — within one
 //                   chunk when t is even (t odd is refused), so one run of positions
 //   attention       ring_attention or ulysses_attention over cp, heads as the inner layers hold
-//   cross_entropy   the targets of this rank's positions
+//   picked          the ids and targets of this rank's positions (the embedding's, the loss's)
 //
 // Evaluation and sampling (not training) run the whole sequence on every rank of the group:
 // no attention to split, nothing to gain for short sequences, the same answer everywhere.
@@ -25,37 +25,40 @@
 
 namespace parallel {
 
-class ContextParallelLayers final : public nn::LayersAround {
+class ContextParallelSequence final : public nn::SequenceLayout {
  public:
-  ContextParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp, CpAttention algorithm,
-                        bool overlap = true);
+  // `inner`: the sequence's layout inside each cp rank's positions (whole, or sequence-parallel
+  // over tp). `skip_ring_at_step` (testing, train_3d --skip-ring-at-step; -1: never): at that
+  // step this rank attends to its own positions alone, as a rank that skips the ring would; its
+  // peers wait for it, and the watchdog names it.
+  ContextParallelSequence(std::shared_ptr<nn::SequenceLayout> inner, comm::Communicator& cp, CpAttention algorithm,
+                          bool overlap = true, int64_t skip_ring_at_step = -1);
 
   int64_t stream_length(int64_t T, bool training) const override;
-  int64_t first_stream_position(int64_t S, bool training) const override;
+  int64_t stream_shards(bool training) const override { return inner_->stream_shards(training); }
   StreamPlace stream_place(int64_t S, bool training) const override;
   int64_t sequence_length(int64_t rows, bool training) const override;
-  nn::Tensor token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
-                             bool training) override;
+  std::vector<int32_t> picked(std::span<const int32_t> whole, int64_t B, int64_t T, bool training) const override;
+  int64_t picked_length(int64_t T, bool training) const override;
   nn::Tensor attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout, nn::AttentionKernel kernel,
                        nn::Precision precision, bool training) override;
-  nn::Tensor cross_entropy(const nn::Tensor& logits, std::span<const int32_t> targets) override;
 
-  // Testing (train_3d --skip-ring-at-step): this rank attends to its own positions alone, as a
-  // rank that skips the ring would; its peers wait for it, and the watchdog names it.
-  bool skip_ring = false;
+  // The trainer's step, for the testing fault above.
+  void begin_step(int64_t step) { skip_ring_ = step == skip_ring_at_step_; }
 
  private:
-  // The rows of this rank's positions of every sequence: [B,T] → [B,S].
-  std::vector<int32_t> mine(std::span<const int32_t> whole, int64_t B, int64_t T) const;
-
+  std::shared_ptr<nn::SequenceLayout> inner_;
   comm::Communicator& cp_;
   CpAttention algorithm_;
   bool overlap_;
+  int64_t skip_ring_at_step_;
+  bool skip_ring_ = false;
 };
 
-// `inner` under context parallelism over `cp`, or `inner` itself when cp has one rank.
+// `inner` under context parallelism over `cp`, or null when cp has one rank.
 // `overlap`: ring attention posts the next block's transfer before computing the current one.
-std::shared_ptr<nn::GPTLayers> with_context_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& cp,
-                                                     CpAttention algorithm, bool overlap = true);
+std::shared_ptr<ContextParallelSequence> with_context_parallel(std::shared_ptr<nn::SequenceLayout> inner,
+                                                               comm::Communicator& cp, CpAttention algorithm,
+                                                               bool overlap = true, int64_t skip_ring_at_step = -1);
 
 }  // namespace parallel

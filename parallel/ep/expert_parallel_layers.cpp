@@ -12,40 +12,36 @@ namespace parallel {
 
 int first_expert(int rank, int n_experts, int ep) { return rank * (n_experts / ep); }
 
-ExpertParallelLayers::ExpertParallelLayers(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& ep)
-    : LayersAround(std::move(inner)), ep_(ep) {
-  // Σ g² of "cut" parameters is summed over one group: the experts' over ep, nothing else cut.
-  for (auto role : {nn::ParameterRole::column, nn::ParameterRole::row, nn::ParameterRole::vocabulary})
-    if (inner_->is_cut(role)) comm::fail("expert parallelism needs whole layers inside (no tensor parallelism)");
-}
+ExpertParallelDispatcher::ExpertParallelDispatcher(comm::Communicator& ep, int64_t skip_dispatch_at_step)
+    : ep_(ep), skip_dispatch_at_step_(skip_dispatch_at_step) {}
 
-bool ExpertParallelLayers::holds_expert(int expert, int n_experts) const {
+bool ExpertParallelDispatcher::holds_expert(int expert, int n_experts) const {
   if (n_experts % ep_.size() != 0)
     comm::fail("expert parallelism: {} experts do not split over {} ranks", n_experts, ep_.size());
   const int first = first_expert(ep_.rank(), n_experts, ep_.size());
   return expert >= first && expert < first + n_experts / ep_.size();
 }
 
-double ExpertParallelLayers::sum_over_group(double mine) const {
+double ExpertParallelDispatcher::sum_over_holders(double mine) const {
   ep_.allreduce(std::span<double>(&mine, 1));
   return mine;
 }
 
-std::vector<nn::Tensor> ExpertParallelLayers::run_experts(const nn::Tensor& tokens,
+std::vector<nn::Tensor> ExpertParallelDispatcher::run_experts(const nn::Tensor& tokens,
                                                           std::span<const std::vector<int32_t>> rows,
                                                           const ExpertFunction& expert) {
   const int E = static_cast<int>(rows.size()), W = ep_.size(), per = E / W, first = first_expert(ep_.rank(), E, W);
   const int64_t C = tokens.size(-1);
-  if (skip_dispatch) {  // testing: only the experts held here, on this rank's rows
+  if (skip_dispatch_) {  // testing: only the experts held here, on this rank's rows
     std::vector<std::vector<int32_t>> mine(rows.size());
     for (int j = 0; j < per; ++j) mine[first + j] = rows[first + j];
-    return inner_->run_experts(tokens, mine, expert);
+    return nn::LocalDispatcher().run_experts(tokens, mine, expert);
   }
   // Counts: to rank j, how many rows for each of its experts (expert order is rank order).
   std::vector<int64_t> sent_per_expert(static_cast<std::size_t>(E)), received_per_expert(sent_per_expert.size());
   for (int e = 0; e < E; ++e) sent_per_expert[e] = static_cast<int64_t>(rows[e].size());
   // (Timed while training: evaluation's and sampling's forwards record no backward.)
-  double* clock = nn::autograd::grad_enabled() ? dispatch_seconds : nullptr;
+  double* clock = nn::autograd::grad_enabled() ? &dispatch_seconds_ : nullptr;
   const auto start = std::chrono::steady_clock::now();
   ep_.alltoall(std::span<const int64_t>(sent_per_expert), std::span<int64_t>(received_per_expert));
   if (clock) *clock += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -92,9 +88,9 @@ std::vector<nn::Tensor> ExpertParallelLayers::run_experts(const nn::Tensor& toke
   return results;
 }
 
-std::shared_ptr<nn::GPTLayers> with_expert_parallel(std::shared_ptr<nn::GPTLayers> inner, comm::Communicator& ep) {
-  if (ep.size() == 1) return inner;
-  return std::make_shared<ExpertParallelLayers>(std::move(inner), ep);
+std::shared_ptr<ExpertParallelDispatcher> with_expert_parallel(comm::Communicator& ep, int64_t skip_dispatch_at_step) {
+  if (ep.size() == 1) return nullptr;
+  return std::make_shared<ExpertParallelDispatcher>(ep, skip_dispatch_at_step);
 }
 
 }  // namespace parallel

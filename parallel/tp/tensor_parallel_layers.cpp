@@ -132,8 +132,8 @@ int64_t TensorParallelLayers::stream_length(int64_t T, bool training) const {
   return sharded(training) ? T / tp_.size() : T;
 }
 
-int64_t TensorParallelLayers::first_stream_position(int64_t S, bool training) const {
-  return sharded(training) ? tp_.rank() * S : 0;  // the shards in rank order
+nn::SequenceLayout::StreamPlace TensorParallelLayers::stream_place(int64_t S, bool training) const {
+  return {sharded(training) ? tp_.rank() * S : 0, -1};  // the shards in rank order
 }
 
 // Each rank looks up the ids in its vocabulary rows (zeros for the others'), and the sum over
@@ -171,16 +171,16 @@ void TensorParallelLayers::gather_vocabulary(std::span<const float> mine, std::s
   std::copy_n(all.begin(), vocab_size_, whole.begin());         // the padding cut
 }
 
-std::shared_ptr<nn::GPTLayers> make_gpt_layers(const nn::GPTConfig& config, comm::Communicator& tp,
-                                               bool sequence_parallel) {
-  if (tp.size() == 1) return std::make_shared<nn::WholeLayers>();
+std::shared_ptr<TensorParallelLayers> make_tensor_parallel(const nn::GPTConfig& config, comm::Communicator& tp,
+                                                           bool sequence_parallel) {
+  if (tp.size() == 1) return nullptr;
   return std::make_shared<TensorParallelLayers>(config, tp, sequence_parallel);
 }
 
 nn::GPT tensor_parallel_gpt(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp, bool sequence_parallel,
                             const nn::ComputeModes& modes) {
-  return nn::GPT(config, seed, nn::GPTPart::whole(config), modes,
-                 std::make_shared<TensorParallelLayers>(config, tp, sequence_parallel));
+  auto layers = std::make_shared<TensorParallelLayers>(config, tp, sequence_parallel);
+  return nn::GPT(config, seed, nn::GPTPart::whole(config), modes, {.weights = layers, .sequence = layers});
 }
 
 }  // namespace parallel

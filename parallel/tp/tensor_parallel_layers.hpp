@@ -1,4 +1,6 @@
-// The tensor-parallel layers substituted into nn::GPT (nn/gpt_layers.hpp; Megatron-LM): each
+// The tensor-parallel layers substituted into nn::GPT (nn/gpt_layers.hpp; Megatron-LM): how
+// weights are cut (a nn::WeightCut) and, with sequence parallelism, the sequence's layout (a
+// nn::SequenceLayout: each tp rank's T/W positions of the stream). Each
 // of the W ranks of the `tp` group holds 1/W of every big weight and computes 1/W of every
 // big matmul.
 //
@@ -35,7 +37,7 @@ namespace parallel {
 // The vocabulary padded to a multiple of the tp ranks (wte's rows: ⌈V/tp⌉ per rank).
 inline int64_t padded_vocab(int vocab_size, int tp) { return (int64_t{vocab_size} + tp - 1) / tp * tp; }
 
-class TensorParallelLayers final : public nn::GPTLayers {
+class TensorParallelLayers final : public nn::WeightCut, public nn::WholeSequence {
  public:
   // Refuses (nn::Error) n_head not divisible by W, and, with sequence parallelism, block_size.
   TensorParallelLayers(const nn::GPTConfig& config, comm::Communicator& tp, bool sequence_parallel);
@@ -54,8 +56,10 @@ class TensorParallelLayers final : public nn::GPTLayers {
 
   int local_heads(int n_head) const override { return n_head / tp_.size(); }
   int first_head(int n_head) const override { return tp_.rank() * local_heads(n_head); }
+  // The sequence under sequence parallelism (while training): this rank's T/W of the stream,
+  // the shards in rank order; otherwise the whole sequence.
   int64_t stream_length(int64_t T, bool training) const override;
-  int64_t first_stream_position(int64_t S, bool training) const override;
+  StreamPlace stream_place(int64_t S, bool training) const override;
   int64_t stream_shards(bool training) const override { return sharded(training) ? tp_.size() : 1; }
   nn::Tensor token_embedding(const nn::Tensor& wte, std::span<const int32_t> ids, int64_t B, int64_t T,
                              bool training) override;
@@ -79,11 +83,11 @@ class TensorParallelLayers final : public nn::GPTLayers {
   int64_t rows_per_rank_;  // wte rows per rank: ⌈V/W⌉
 };
 
-// The layers of a model whose big matmuls are split over `tp`: tensor-parallel ones, or the
-// whole ones when the group is one rank (tp = 1 is the whole model, with nothing to send and
-// no sequence to shard).
-std::shared_ptr<nn::GPTLayers> make_gpt_layers(const nn::GPTConfig& config, comm::Communicator& tp,
-                                               bool sequence_parallel = false);
+// The layers of a model whose big matmuls are split over `tp` (its weights and, with sequence
+// parallelism, its sequence): tensor-parallel ones, or the whole ones (null) when the group is
+// one rank (tp = 1 is the whole model, with nothing to send and no sequence to shard).
+std::shared_ptr<TensorParallelLayers> make_tensor_parallel(const nn::GPTConfig& config, comm::Communicator& tp,
+                                                           bool sequence_parallel = false);
 // nn::GPT (the whole model, or a pipeline stage's `part`) with tensor-parallel layers over `tp`
 // — kept so even on one rank (the tests' W = 1 case).
 nn::GPT tensor_parallel_gpt(const nn::GPTConfig& config, uint64_t seed, comm::Communicator& tp,
