@@ -50,7 +50,8 @@ double nanodist_activations(const Workload& w, const Layout& l, int stage, int64
 
 // nanodist: backward's working set and the strategy's buffers at the step's peak (fitted to
 // what the allocator reports, docs/planning.md).
-double nanodist_buffers(const Workload& w, const Layout& l, double rank_parameters, bool gradients_after_peak) {
+double nanodist_buffers(const Workload& w, const Layout& l, int stage, double rank_parameters,
+                        bool gradients_after_peak) {
   const auto& c = w.model;
   const double tokens = static_cast<double>(l.micro_batch) * l.positions(w), C = c.n_embd;
   // Backward's working set: the last block's gradients in flight at once — its MLP hidden
@@ -74,6 +75,15 @@ double nanodist_buffers(const Workload& w, const Layout& l, double rank_paramete
   // parallelism the averaging comes after backward, when the activations are gone.)
   if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.gradient_group() > 1 && l.pp > 1 && l.ep == 1)))
     bytes += 4 * rank_parameters;
+  // Expert parallelism's averager (parallel/dp/replicas_by_role.hpp) buckets each role's
+  // gradients apart, overlapped with backward: a flat copy of every parameter whose group has
+  // another rank — the experts only when another ep group holds them too (dp > ep).
+  if (l.ep > 1 && l.zero == 0 && l.dp > 1) {
+    const double expert = 8 * C * C + (c.bias ? 5 * C : 0.0);
+    const double experts_here =
+        static_cast<double>(moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages)) * (c.n_experts / l.ep) * expert;
+    bytes += 4 * (rank_parameters - (l.dp == l.ep ? experts_here : 0.0));
+  }
   // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
   if (l.zero == 3 && l.dp > 1) bytes += 4 * rank_parameters;
   // A pipeline's received activation and gradient, [B,T,C] each.
@@ -103,7 +113,7 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
     m.gradients = made_after_the_peak ? 0 : held.gradients;
     m.optimizer = held.optimizer;
     m.activations = nanodist_activations(w, l, stage, in_flight);
-    m.buffers = nanodist_buffers(w, l, P, made_after_the_peak);
+    m.buffers = nanodist_buffers(w, l, stage, P, made_after_the_peak);
   } else {
     m.parameters = 2 * P;
     m.gradients = 2 * P;

@@ -170,12 +170,19 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   // Data parallelism over the replicas (and each one's cp ranks: they hold the same weights).
   const double P = rank_parameter_count(c, l.tp, l.pp, l.pp - 1, l.virtual_stages, l.ep);
   if (l.gradient_group() > 1 && l.ep > 1) {
-    // train_3d --ep averages after backward, in two calls: the experts' over expert_dp, the rest over dp.
+    // train_3d --ep averages each role over its group, bucket by bucket as backward completes
+    // it (parallel/dp/replicas_by_role.hpp): the experts' over expert_dp (none when dp = ep),
+    // the rest over dp; all but each group's last 1 MB bucket can hide behind the last
+    // micro-batch's backward.
     const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0);
     const double experts = moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (c.n_experts / l.ep) * expert;
     const CollectiveCost rest = allreduce_cost(groups.dp, 4 * (P - experts), machine);
+    const double expert_s = l.dp > l.ep ? allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds : 0.0;
+    const double last_buckets = allreduce_cost(groups.dp, std::min(4 * (P - experts), 1e6), machine).seconds +
+                                (l.dp > l.ep ? allreduce_cost(groups.expert_dp, std::min(4 * experts, 1e6), machine).seconds : 0.0);
     t.dp_algorithm = name_of(rest.algorithm);
-    t.dp_exposed = rest.seconds + allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds;
+    t.dp_overlapped = std::clamp(rest.seconds + expert_s - last_buckets, 0.0, compute_mb * 2.0 / 3.0);
+    t.dp_exposed = rest.seconds + expert_s - t.dp_overlapped;
   } else if (l.gradient_group() > 1) {
     const double gradient_bytes = P * (w.implementation == Implementation::megatron ? 2 : 4);
     const double backward_of_last = compute_mb * 2.0 / 3.0;  // the last micro-step's backward

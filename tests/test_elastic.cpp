@@ -131,7 +131,7 @@ TEST_CASE("train_3d with --ep 2: a rank holding half the experts killed, restart
   CHECK(nn::read_checkpoint_info(checkpoint("ep_shrunk")).train_state.at("step") == kSteps);
   CHECK(max_difference(checkpoint("ep_straight"), checkpoint("ep_shrunk")) <= 2e-5f);
   // Where no layout is left, the launcher says why in the trainer's words before it starts.
-  usage_failure(launcher("-n 4 --min-ranks 3", TRAIN_3D, run_settings("ep_min") + " --dp 4 --ep 4 --n-experts 4"),
+  usage_failure(launcher("-n 4 --min-ranks 3", TRAIN_3D, run_settings("ep_min") + " --dp 4 --ep 4 --n-experts 4 --batch-size 3 --micro-batches 3"),
                 "--min-ranks 3: train_3d has no layout on fewer than 4 ranks (--ep 4 does not divide --dp 3: "
                 "expert-parallel groups are carved from the data-parallel ranks)");
 }
