@@ -92,6 +92,43 @@ void check_fault_flags(const GridShape& shape, const ScheduleOptions& s) {
     throw comm::UsageError("--skip-dispatch-at-step needs a dispatch: --ep 2 or more");
 }
 
+// The layout's flags (parallel/layout.hpp) and the testing faults of its layers.
+void add_3d_flags(CLI::App& app, GridShape& shape, ScheduleOptions& s) {
+  app.add_option("--dp", shape.dp, "data-parallel replicas")->check(comm::cli::whole(1))->capture_default_str();
+  app.add_option("--pp", shape.pp, "pipeline stages")->check(comm::cli::whole(1))->capture_default_str();
+  app.add_option("--tp", shape.tp, "tensor-parallel ranks per stage (must divide n_head)")
+      ->check(comm::cli::whole(1))
+      ->capture_default_str();
+  app.add_option("--cp", shape.cp,
+                 "context-parallel ranks per sequence: each holds T/cp of its positions (load-balanced chunks), "
+                 "attention goes round them")
+      ->check(comm::cli::whole(1))
+      ->capture_default_str();
+  comm::cli::add_choice(app, "--cp-attention", shape.cp_attention, parallel::kCpAttentionNames,
+                        "how attention sees the other cp ranks' positions: ring (keys and values round the cp ring) "
+                        "or ulysses (two all-to-alls)");
+  app.add_option("--cp-overlap", shape.cp_overlap,
+                 "ring attention: post the next block's keys and values before computing the current block (1), "
+                 "or exchange them after it (0); the same results either way")
+      ->capture_default_str();
+  app.add_flag("--sequence-parallel", shape.sequence_parallel,
+               "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
+  app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
+  add_schedule_flags(app, s, shape);
+  app.add_option("--ep", shape.ep,
+                 "expert-parallel ranks: each of ep consecutive dp ranks holds n_experts / ep of a mixture's "
+                 "experts, tokens go to their expert's rank and back (must divide --dp and --n-experts)")
+      ->check(comm::cli::whole(1))
+      ->capture_default_str();
+  app.add_option("--skip-ring-at-step", s.skip_ring_at_step,
+                 "testing: rank --crash-rank computes attention alone (skips the cp ring) at this step")
+      ->check(comm::cli::whole(0));
+  app.add_option("--skip-dispatch-at-step", s.skip_dispatch_at_step,
+                 "testing: rank --crash-rank runs only its own experts on its own tokens (skips the ep dispatch) "
+                 "at this step")
+      ->check(comm::cli::whole(0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,41 +139,7 @@ int main(int argc, char** argv) {
   program.defaults.model.n_layer = 4;  // enough blocks for 4 stages
   GridShape shape;
   ScheduleOptions s;
-  program.add_flags = [&](CLI::App& app, TrainOptions&) {
-    app.add_option("--dp", shape.dp, "data-parallel replicas")->check(comm::cli::whole(1))->capture_default_str();
-    app.add_option("--pp", shape.pp, "pipeline stages")->check(comm::cli::whole(1))->capture_default_str();
-    app.add_option("--tp", shape.tp, "tensor-parallel ranks per stage (must divide n_head)")
-        ->check(comm::cli::whole(1))
-        ->capture_default_str();
-    app.add_option("--cp", shape.cp,
-                   "context-parallel ranks per sequence: each holds T/cp of its positions (load-balanced chunks), "
-                   "attention goes round them")
-        ->check(comm::cli::whole(1))
-        ->capture_default_str();
-    comm::cli::add_choice(app, "--cp-attention", shape.cp_attention, parallel::kCpAttentionNames,
-                          "how attention sees the other cp ranks' positions: ring (keys and values round the cp ring) "
-                          "or ulysses (two all-to-alls)");
-    app.add_option("--cp-overlap", shape.cp_overlap,
-                   "ring attention: post the next block's keys and values before computing the current block (1), "
-                   "or exchange them after it (0); the same results either way")
-        ->capture_default_str();
-    app.add_flag("--sequence-parallel", shape.sequence_parallel,
-                 "shard layernorm and dropout along the sequence over the tp ranks (Megatron-SP)");
-    app.add_option("--stage-layers", shape.stage_layers, "blocks per stage, e.g. 3,1 (per chunk with --virtual-stages; default: even)")->delimiter(',');
-    add_schedule_flags(app, s, shape);
-    app.add_option("--ep", shape.ep,
-                   "expert-parallel ranks: each of ep consecutive dp ranks holds n_experts / ep of a mixture's "
-                   "experts, tokens go to their expert's rank and back (must divide --dp and --n-experts)")
-        ->check(comm::cli::whole(1))
-        ->capture_default_str();
-    app.add_option("--skip-ring-at-step", s.skip_ring_at_step,
-                   "testing: rank --crash-rank computes attention alone (skips the cp ring) at this step")
-        ->check(comm::cli::whole(0));
-    app.add_option("--skip-dispatch-at-step", s.skip_dispatch_at_step,
-                   "testing: rank --crash-rank runs only its own experts on its own tokens (skips the ep dispatch) "
-                   "at this step")
-        ->check(comm::cli::whole(0));
-  };
+  program.add_flags = [&](CLI::App& app, TrainOptions&) { add_3d_flags(app, shape, s); };
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention", "--ep",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { shape.check(world.size()); };
