@@ -13,8 +13,8 @@ namespace {
 // ---- over a group, tensors by name: a pipeline's stages, an ep group's experts --------------
 
 // What a rank sends or receives by name: every parameter it holds (a pipeline's stages), or only
-// those whose role spreads them over the ep group (Grid::spread_over_ep: each ep rank holds its
-// own experts; the rest is the same on every one of its ranks).
+// those whose role spreads them over the ep group (the experts: each ep rank holds its own; the
+// rest is the same on every one of its ranks).
 enum class Share { all, spread_over_ep };
 bool shared(const nn::NamedTensor& p, Share share) {
   return share == Share::all || p.role == nn::ParameterRole::expert;

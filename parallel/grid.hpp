@@ -28,7 +28,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "nn/gpt_layers.hpp"  // ParameterRole
+#include "nn/parameter_role.hpp"
 #include "parallel/layout.hpp"
 
 namespace parallel {
@@ -53,16 +53,12 @@ struct Grid {
   // its state over them, the start broadcast reaches them — dp × cp ranks for a dense parameter,
   // the expert-dp ranks (the same experts) for an expert.
   comm::Communicator& replicas_of(nn::ParameterRole role) {
-    return role == nn::ParameterRole::expert ? expert_dp_group : dp_group;
+    return role == nn::ParameterRole::expert && ep > 1 ? expert_dp_group : dp_group;  // (ep 1: the same ranks)
   }
   // How many ranks' losses its gradient already sums before that average: an expert's gradient
   // comes back from the dispatch's backward summed over the ep ranks whose tokens it computed,
   // so the mean over all dp ranks is the expert-dp mean × 1/ep.
   int summed_before_averaging(nn::ParameterRole role) const { return role == nn::ParameterRole::expert ? ep : 1; }
-  // The ranks among which one copy of it is spread, each holding its own part: the tp ranks
-  // (their cuts: nn::WeightCut::gather makes them whole) for every role, and for an expert also
-  // the ep ranks (each holds its own experts) — what a checkpoint collects, and hands out.
-  bool spread_over_ep(nn::ParameterRole role) const { return role == nn::ParameterRole::expert && ep > 1; }
   // Whether a forward needs ranks of other replicas with it (the ep group's dispatch): then
   // evaluation and sampling keep them in step.
   bool forwards_across_replicas() const { return ep > 1; }

@@ -40,7 +40,7 @@ namespace {
 // Context parallelism's splits of the sequence and the heads.
 std::string context_parallel_why_not(const Layout& l, const LayoutJob& job) {
   const nn::GPTConfig& c = job.model;
-  if (c.block_size % (2 * l.cp) != 0)
+  if (c.block_size % (2 * static_cast<int64_t>(l.cp)) != 0)
     return fmt::format("--cp {}: --block-size {} does not split into 2·cp = {} equal chunks (each cp rank holds two, "
                        "one from each end)",
                        l.cp, c.block_size, 2 * l.cp);
@@ -57,7 +57,9 @@ std::string context_parallel_why_not(const Layout& l, const LayoutJob& job) {
   if (l.sequence_parallel && c.block_size / l.cp % l.tp != 0)
     return fmt::format("--cp {} with --sequence-parallel: the {} positions of a cp rank do not split over --tp {}",
                        l.cp, c.block_size / l.cp, l.tp);
-  // Ring attention has its own fp32 kernel: another precision or kernel would no longer match one process.
+  // Ring attention has its own fp32 kernel: another precision or kernel would no longer match one
+  // process. (Only while training: evaluation and sampling run whole sequences on every cp rank.)
+  if (job.replica_batch == 0) return "";
   if (l.cp_attention == CpAttention::ring && job.precision == nn::Precision::bf16)
     return "--cp-attention ring computes attention in fp32: with --precision bf16 use --cp-attention ulysses (the "
            "model's own kernel)";
@@ -136,10 +138,10 @@ std::vector<int> Layout::chunk_layers(int n_layer) const {
 }
 
 int Layout::default_micro_batches(int pp, int virtual_stages, int64_t replica_batch) {
-  if (pp == 1) return 1;
+  if (pp <= 1) return 1;
   const auto fits = [&](int64_t m) { return replica_batch % m == 0 && (virtual_stages == 1 || m % pp == 0); };
   if (replica_batch <= 0 || fits(4)) return 4;
-  for (int64_t m = replica_batch; m > 1; --m)
+  for (int64_t m = std::max(4, pp); m > 1; --m)  // the most that fit, up to 4 (or pp, interleaved)
     if (fits(m)) return static_cast<int>(m);
   return 4;  // nothing fits: the check names the rule
 }
@@ -147,13 +149,13 @@ int Layout::default_micro_batches(int pp, int virtual_stages, int64_t replica_ba
 Layout::Moved Layout::on(int ranks, int64_t replica_batch) const {
   Moved moved{*this, replica_batch, ""};
   if (ranks == this->ranks()) return moved;
-  const int replica = model_parallel();
+  const int64_t replica = static_cast<int64_t>(pp) * cp * tp;
   if (ranks < replica || ranks % replica != 0) {
     moved.why = fmt::format("{} ranks is not a multiple of the {} ranks of one replica (pp {} × cp {} × tp {})", ranks,
                             replica, pp, cp, tp);
     return moved;
   }
-  const int new_dp = ranks / replica;
+  const int new_dp = static_cast<int>(ranks / replica);
   // The global batch dp·B in dp·M micro-batches, shared by the new replicas.
   const int64_t global = static_cast<int64_t>(dp) * replica_batch, micro = static_cast<int64_t>(dp) * micro_batches;
   if (global % new_dp != 0 || micro % new_dp != 0) {

@@ -72,7 +72,8 @@ struct Layout {
   std::vector<int> chunk_layers(int n_layer) const;
 
   // The micro-batches that fit when none were asked for: 1 without a pipeline; with one, 4 if
-  // they divide the batch (and, interleaved, are a multiple of pp), else the most that do.
+  // they divide the batch (and, interleaved, are a multiple of pp), else the most that do up to
+  // 4 (or pp).
   static int default_micro_batches(int pp, int virtual_stages, int64_t replica_batch);
 
   // This layout on `ranks` ranks with the global batch kept: the model-parallel part as it is,

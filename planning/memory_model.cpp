@@ -71,8 +71,8 @@ double nanodist_buffers(const Workload& w, const Layout& l, int stage, double ra
                                                                      l.tp, l.sequence_parallel, context_of(l));
   const bool accumulates = l.micro_batches(w) > 1 && l.pp == 1 && l.ep == 1;
   // Replicated gradients averaged over dp: train_dp's accumulation keeps the micro-steps' sum
-  // beside the bucket being filled; a pipeline's replicas average a flat copy. (Under expert
-  // parallelism the averaging comes after backward, when the activations are gone.)
+  // beside the bucket being filled; a pipeline's replicas average a flat copy. (Expert
+  // parallelism's flat copies are counted apart, below.)
   if (l.zero == 0 && ((accumulates && l.tp == 1) || (l.gradient_group() > 1 && l.pp > 1 && l.ep == 1)))
     bytes += 4 * rank_parameters;
   // Expert parallelism's averager (parallel/dp/replicas_by_role.hpp) buckets each role's
@@ -104,9 +104,9 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
     // Where the peak comes before backward has made any — GPipe's, after every forward; one
     // micro-batch under tensor parallelism with nothing to average, at the end of its
     // forward — they are not in it.
-    // Under expert parallelism no averager's buckets hold them: the first backward makes them,
-    // as it frees activations, so they are in the peak only when a forward follows it with as
-    // many micro-batches in flight (more micro-batches than that).
+    // Under expert parallelism the gradient tensors are made by the first backward as it frees
+    // activations (the averager's flat copies are counted with the buffers), so they are in the
+    // peak only when a forward follows it with as many micro-batches in flight (measured).
     const bool made_after_the_peak = (l.pp > 1 && l.schedule == Schedule::gpipe) ||
                                      (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1 && l.gradient_group() == 1) ||
                                      (l.ep > 1 && l.micro_batches(w) <= in_flight);

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
         ->required()
         ->check(CLI::IsMember({"none", "skip", "different", "exit-early", "killed", "killed-mid", "stopped",
                                "count-mismatch", "skip-async", "signalled-allocating", "skip-alltoall",
-                               "alltoallv-counts"}));
+                               "alltoallv-counts", "type-mismatch"}));
     int culprits = 1;
     app.add_option("--culprits", culprits, "how many ranks, the last ones, misbehave")->check(CLI::PositiveNumber);
     std::size_t count = 4;
@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
       } else if (scenario == "count-mismatch") {
         std::vector<float> longer(8, 1.0f);
         world.allreduce(std::span(longer));
+      } else if (scenario == "type-mismatch") {  // the same count, in doubles
+        std::vector<double> wider(count, 1.0);
+        world.allreduce(std::span(wider));
       }
     }
     const auto n = static_cast<std::size_t>(world.size());

@@ -194,6 +194,8 @@ TEST_CASE(
        {Case{2, "skip", "not arrived: rank 1"},
         Case{2, "different", "diagnosis: rank 1 called broadcast #2 where rank 0 called allreduce #2"},
         Case{3, "count-mismatch", "allreduce #2 on 'world' (count 8 float, op sum)"},
+        Case{2, "count-mismatch", "— the sizes disagree"},
+        Case{2, "type-mismatch", "the types disagree"},
         Case{3, "count-mismatch", "rank 2 called allreduce #2 (count 8 float, op sum)", "--check-collectives"},
         Case{3, "exit-early", "rank 2 has finished its work and is shutting down"}, Case{3, "killed", "rank 2 is dead"},
         Case{2, "stopped", "rank 1 is stopped"}, Case{2, "killed-mid", "rank 1 is dead"},
@@ -205,6 +207,15 @@ TEST_CASE(
       CHECK(r.status == 0);
     } else {
       ended_by_watchdog(r);
+      // Ranks in one call with other arguments meet at its first sync: the report then, not at the deadline.
+      if (std::string(name).ends_with("mismatch") && extra.empty()) {
+        CHECK(r.status == 3);
+        CHECK_THAT(r.output, Catch::Contains("found a rank in this collective with other arguments") &&
+                                 !Catch::Contains("timed out") && Catch::Contains("is in the same call, allreduce #2"));
+        // Both counts (or types) named, whichever rank reports.
+        if (n == 2 && std::string(name) == "count-mismatch")
+          CHECK_THAT(r.output, Catch::Contains("count 8 float, op sum") && Catch::Contains("count 4 float, op sum"));
+      }
       // #2: making shm's segment was the world's call #0 (as nccl's set-up is)
       CHECK_THAT(r.output,
                  Catch::Contains(extra.empty() ? "allreduce #2 on 'world' (count " : "disagree on collective #2"));

@@ -97,7 +97,17 @@ TEST_CASE("where_is: each rank's whereabouts from its board view", "[watchdog][d
     v.last.count = 5;  // the same number, another count: it made another call
     v.state = RankState::in_collective;
     v.current = v.last;
-    CHECK(comm::where_is(1, "rank 1", v, call, 1.0).where == Whereabouts::elsewhere);
+    const Awaited a = comm::where_is(1, "rank 1", v, call, 1.0);
+    CHECK(a.where == Whereabouts::elsewhere);
+    // … named as the same call with other arguments, both counts said, not "a different call"
+    CHECK(a.line == "rank 1 is in the same call, allreduce #3 on 'world' (count 5 float, op sum), with other "
+                    "arguments: count 5 float, op sum there against count 4 float, op sum here — the sizes disagree");
+    CHECK(comm::collective_diagnosis({a}, 0, "allreduce #3") ==
+          "rank 1 called allreduce #3 with count 5 float, op sum against count 4 float, op sum here (the sizes "
+          "disagree) where rank 0 called allreduce #3");
+    v.current.count = 4;
+    v.current.type = static_cast<std::int64_t>(comm::DataType::f64);
+    CHECK_THAT(comm::where_is(1, "rank 1", v, call, 1.0).line, Catch::EndsWith("the types disagree"));
   }
   SECTION("waiting in another call: elsewhere, named by that call") {
     RankView v = live(1);

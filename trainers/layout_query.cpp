@@ -1,28 +1,54 @@
 #include "trainers/layout_query.hpp"
 
+#include <map>
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/error.hpp"
 #include "trainers/run_setup.hpp"
 
 namespace trainers {
 
+std::vector<std::pair<std::string, std::string>> layout_flag_values(const parallel::Layout& l,
+                                                                    const std::vector<std::string>& flags) {
+  const std::map<std::string, std::string> values = {
+      {"--dp", std::to_string(l.dp)},
+      {"--pp", std::to_string(l.pp)},
+      {"--cp", std::to_string(l.cp)},
+      {"--tp", std::to_string(l.tp)},
+      {"--ep", std::to_string(l.ep)},
+      {"--cp-attention", std::string(parallel::kCpAttentionNames[static_cast<std::size_t>(l.cp_attention)])},
+      {"--sequence-parallel", l.sequence_parallel ? "true" : "false"},
+      {"--virtual-stages", std::to_string(l.virtual_stages)},
+      {"--stage-layers", fmt::format("{}", fmt::join(l.stage_layers, ","))},
+      {"--micro-batches", std::to_string(l.micro_batches)},
+      {"--zero", std::to_string(l.zero)}};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& flag : flags)
+    if (auto it = values.find(flag); it != values.end()) out.emplace_back(flag, it->second);
+  return out;
+}
+
 LayoutQuery grid_layout_query(parallel::Layout layout, const TrainOptions& o) {
-  if (layout.micro_batches == 0)
+  if (layout.micro_batches == 0 && layout.pp >= 1)
     layout.micro_batches = parallel::Layout::default_micro_batches(layout.pp, layout.virtual_stages, o.batch_size);
   return {.layout = layout,
           .why = "",
+          .fixed_flags = {},
           .replica_batch = o.batch_size,
-          .flags = [](const parallel::Layout& l, int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
-            return {{"--dp", std::to_string(l.dp)},
-                    {"--batch-size", std::to_string(batch)},
-                    {"--micro-batches", std::to_string(l.micro_batches)}};
+          .flags = [flags = o.layout_flags](const parallel::Layout& l,
+                                            int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
+            auto out = layout_flag_values(l, flags);
+            out.emplace_back("--dp", std::to_string(l.dp));
+            out.emplace_back("--batch-size", std::to_string(batch));
+            out.emplace_back("--micro-batches", std::to_string(l.micro_batches));
+            return out;
           },
           .describe = [](const parallel::Layout& l, int64_t batch) {
             return fmt::format("{} replica(s) of {} rank(s) (pp {} × cp {} × tp {}{}) × batch {} in {} micro-batch(es)",
-                               l.dp, l.model_parallel(), l.pp, l.cp, l.tp,
+                               l.dp, static_cast<int64_t>(l.pp) * l.cp * l.tp, l.pp, l.cp, l.tp,
                                l.ep > 1 ? fmt::format(", ep {}", l.ep) : "", batch, l.micro_batches);
           }};
 }
@@ -31,10 +57,14 @@ LayoutQuery accumulating_layout_query(parallel::Layout layout, const TrainOption
   layout.micro_batches = o.grad_accum;  // a replica's batch: grad_accum micro-steps of batch_size
   return {.layout = layout,
           .why = "",
+          .fixed_flags = {},
           .replica_batch = static_cast<int64_t>(o.batch_size) * o.grad_accum,
-          .flags = [](const parallel::Layout& l, int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
-            return {{"--batch-size", std::to_string(batch / l.micro_batches)},
-                    {"--grad-accum", std::to_string(l.micro_batches)}};
+          .flags = [flags = o.layout_flags](const parallel::Layout& l,
+                                            int64_t batch) -> std::vector<std::pair<std::string, std::string>> {
+            auto out = layout_flag_values(l, flags);
+            out.emplace_back("--batch-size", std::to_string(batch / l.micro_batches));
+            out.emplace_back("--grad-accum", std::to_string(l.micro_batches));
+            return out;
           },
           .describe = [](const parallel::Layout& l, int64_t batch) {
             if (l.tp > 1) return fmt::format("{} tensor-parallel ranks, batch {}", l.tp, batch / l.micro_batches);
@@ -59,6 +89,7 @@ nlohmann::json answer_layout_query(const LayoutQuery& query, const TrainOptions&
                                                 .attention = modes.attention});
   if (!why.empty()) return refuse(why);
   nlohmann::json flags = nlohmann::json::object();
+  for (const auto& [flag, value] : query.fixed_flags) flags[flag] = value;
   for (const auto& [flag, value] : query.flags(moved.layout, moved.replica_batch)) flags[flag] = value;
   return {{"ok", true},
           {"ranks", to},

@@ -143,7 +143,11 @@ int main(int argc, char** argv) {
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention", "--ep",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { shape.check(world.size()); };
-  program.layout_query = [&](const TrainOptions& o, int) { return grid_layout_query(shape, o); };
+  program.layout_query = [&](const TrainOptions& o, int) {
+    LayoutQuery query = grid_layout_query(shape, o);
+    query.fixed_flags = {{"--schedule", std::string(parallel::name_of(s.schedule))}};
+    return query;
+  };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {
     return load_grid_model(shape, o, start, world);
   };

@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
   };
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { check_replicas(world.size()); };
   program.layout_query = [&](const TrainOptions& o, int from) {
+    if (std::string why = replicas_why_not(shape, from); !why.empty()) return LayoutQuery{.layout = shape, .why = why};
     LayoutQuery query = grid_layout_query(grid_shape(shape, from), o);
-    query.why = replicas_why_not(shape, from);
+    query.fixed_flags = {{"--schedule", std::string(parallel::name_of(s.schedule))}};
     return query;
   };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {

@@ -54,6 +54,8 @@ int answer_query(const Program& program, int argc, char** argv) {
     options.program = argv[0];
     const auto [from, to] = parse_layout_query(query);
     if (options.resume) resumed_layout(options, from);
+    else if (!options.init_from.empty())  // the model the trainer will build: the checkpoint's
+      options.model = nn::read_checkpoint_info(options.init_from).config;
     fmt::print("{}\n", answer_layout_query(program.layout_query(options, from), options, from, to).dump());
     return 0;
   } catch (const std::exception& e) {

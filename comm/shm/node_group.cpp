@@ -93,7 +93,7 @@ void NodeGroup::begin_call(OpKind kind, std::size_t count, DataType type, int op
 }
 
 // After the first sync of a call: every peer that is at this call (not already one further)
-// must be in the same one. If not, wait: the watchdog's report names the ranks and their calls.
+// must be in the same one. If not, the watchdog's report now names the ranks and their calls.
 void NodeGroup::verify_same_call() {
   call_unverified_ = false;
   const int slot = static_cast<int>(calls_ % 2);
@@ -105,7 +105,9 @@ void NodeGroup::verify_same_call() {
     std::atomic_thread_fence(std::memory_order_acquire);
     const std::uint64_t after = theirs.call_number[slot].load(std::memory_order_relaxed);
     const bool at_this_call = before == calls_ && after == calls_;  // else it has moved on: no verdict
-    if (at_this_call && signature != mine) watchdog().wait_until([] { return false; });
+    // A peer in this very call with another signature: its kind or its arguments differ. No
+    // use waiting for the deadline (and no data has moved yet): the report now.
+    if (at_this_call && signature != mine) watchdog().give_up("found a rank in this collective with other arguments");
   }
 }
 

@@ -201,6 +201,26 @@ Awaited where_is(int r, const std::string& rank, const RankView& v, const OpCall
        v.current.kind == static_cast<std::int64_t>(OpKind::finalize)))
     return {r, W::finished,
             fmt::format("{} has finished its work and is shutting down (it skipped this collective)", rank)};
+  // In this very call (the same number on the same communicator) with other arguments: the
+  // most common collective bug (an uneven last batch, a rank-dependent shape) — named as such.
+  const bool same_arguments =
+      (v.current.count == call.count || call.kind == OpKind::alltoallv) &&  // (alltoallv's counts differ by rank)
+      v.current.type == static_cast<std::int64_t>(call.type) && v.current.op == call.op && v.current.root == call.root;
+  if (!point_to_point && (v.state == RankState::in_collective || v.state == RankState::reported) &&
+      v.current.comm_id == call.comm_id && v.current.seq == call.seq &&
+      v.current.kind == static_cast<std::int64_t>(call.kind) && !same_arguments) {
+    const std::string theirs = arguments(call.kind, v.current.count, static_cast<DataType>(v.current.type),
+                                         static_cast<int>(v.current.op), static_cast<int>(v.current.root));
+    const std::string mine = arguments(call.kind, call.count, call.type, call.op, call.root);
+    const char* what = v.current.count != call.count                          ? "the sizes disagree"
+                       : v.current.type != static_cast<std::int64_t>(call.type) ? "the types disagree"
+                                                                                : "the arguments disagree";
+    return {r, W::elsewhere,
+            fmt::format("{} is in the same call, {}, with other arguments: {} there against {} here — {}", rank,
+                        describe(v.current), theirs, mine, what),
+            fmt::format("{} with {} against {} here ({})", short_call(v.current), theirs, mine, what),
+            v.state == RankState::reported};
+  }
   if (v.state == RankState::in_collective || v.state == RankState::reported)
     return {r, W::elsewhere,
             fmt::format("{} is waiting in a different call, {}, for {}", rank, describe(v.current),

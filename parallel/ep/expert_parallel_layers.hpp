@@ -59,6 +59,7 @@ class ExpertParallelDispatcher final : public nn::TokenDispatcher {
 std::shared_ptr<ExpertParallelDispatcher> with_expert_parallel(comm::Communicator& ep,
                                                                int64_t skip_dispatch_at_step = -1);
 
+// The first of the n_experts / ep experts that rank `rank` of the ep group holds.
 int first_expert(int rank, int n_experts, int ep);
 
 }  // namespace parallel
