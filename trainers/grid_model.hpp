@@ -5,7 +5,8 @@
 //   grid:   (dp, pp, cp, tp), tp fastest (parallel/grid.hpp)
 //   model:  one nn::GPT, whatever the layout: pipeline stage pp_rank's part of it
 //           (parallel::stage_part), each big matmul split over the stage's tp group by its
-//           layers (parallel::make_gpt_layers: tensor-parallel ones, or whole ones when tp = 1)
+//           layers (parallel::make_tensor_parallel, with_context_parallel, with_expert_parallel:
+//           each null, the whole one, when its dimension is 1)
 #pragma once
 #include <filesystem>
 #include <memory>
