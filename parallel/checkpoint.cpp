@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -10,21 +11,17 @@
 namespace parallel {
 namespace {
 
-// ---- over a group, tensors by name: a pipeline's stages, an ep group's experts --------------
+// ---- over a group, tensors by name: the stages and ep ranks of the first copy -----------------
 
-// What a rank sends or receives by name: every parameter it holds (a pipeline's stages), or only
-// those whose role spreads them over the ep group (the experts: each ep rank holds its own; the
-// rest is the same on every one of its ranks).
-enum class Share { all, spread_over_ep };
-bool shared(const nn::NamedTensor& p, Share share) {
-  return share == Share::all || p.role == nn::ParameterRole::expert;
-}
+// Which of a rank's parameters go by name: those the checkpoint takes from it (saving), or all
+// it holds (loading).
+using Takes = std::function<bool(const nn::NamedTensor&)>;
 
 // The names of a rank's shared parameters, one per line, sent as a length and int32 characters.
-void send_names(const nn::GPT& model, comm::Communicator& group, int dest, Share share) {
+void send_names(const nn::GPT& model, comm::Communicator& group, int dest, const Takes& takes) {
   std::string text;
   for (const auto& p : model.parameters())
-    if (shared(p, share)) text += p.name + "\n";
+    if (takes(p)) text += p.name + "\n";
   std::array<int64_t, 1> size{static_cast<int64_t>(text.size())};
   group.send(std::span<const int64_t>(size), dest);
   std::vector<int32_t> chars(text.begin(), text.end());
@@ -63,29 +60,30 @@ void copy_all(const std::vector<std::span<float>>& from, const std::vector<std::
   for (std::size_t k = 0; k < from.size(); ++k) std::ranges::copy(from[k], to[k].begin());
 }
 
-// Rank 0 of `group` collects into `whole` its own tensors and every other rank's shared ones
-// (a pipeline: every stage's, the last stage's wte the same values again; an ep group: every
-// rank's experts).
-void collect_by_name(nn::GPT& mine, nn::AdamW& optimizer, comm::Communicator& group, Share share, nn::GPT* whole,
-                     nn::AdamW* whole_optimizer) {
+// Rank 0 of `group` collects into `whole` the tensors `takes` names of its own and of every
+// other rank (every stage's; the last stage's wte the same values again; each ep rank's experts).
+void collect_by_name(nn::GPT& mine, nn::AdamW& optimizer, comm::Communicator& group, const Takes& takes,
+                     nn::GPT* whole, nn::AdamW* whole_optimizer) {
   if (group.rank() != 0) {
-    send_names(mine, group, 0, share);
+    send_names(mine, group, 0, takes);
     for (std::size_t i = 0; i < mine.parameters().size(); ++i)
-      if (shared(mine.parameters()[i], share))
+      if (takes(mine.parameters()[i]))
         for (auto t : tensors_of(mine, &optimizer, i)) group.send(std::span<const float>(t), 0);
     return;
   }
   for (std::size_t i = 0; i < mine.parameters().size(); ++i)
-    copy_all(tensors_of(mine, &optimizer, i), tensors_of(*whole, whole_optimizer, mine.parameters()[i].name));
+    if (takes(mine.parameters()[i]))
+      copy_all(tensors_of(mine, &optimizer, i), tensors_of(*whole, whole_optimizer, mine.parameters()[i].name));
   for (int r = 1; r < group.size(); ++r)
     for (const std::string& name : recv_names(group, r))
       for (auto t : tensors_of(*whole, whole_optimizer, name)) group.recv(t, r);
 }
 
-// The way back: rank 0 of `group` takes its tensors from `whole` and hands each other rank its
-// shared ones; the optimizer's step count from rank 0 to all.
-void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& group, Share share, nn::GPT* whole,
+// The way back: rank 0 of `group` takes its tensors from `whole` and hands each other rank every
+// tensor it holds; the optimizer's step count from rank 0 to all.
+void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& group, nn::GPT* whole,
                       nn::AdamW* whole_optimizer) {
+  const Takes all = [](const nn::NamedTensor&) { return true; };
   std::array<int64_t, 1> steps{0};
   if (group.rank() == 0) {
     nn::AdamW* source_optimizer = optimizer ? whole_optimizer : nullptr;
@@ -96,10 +94,9 @@ void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& g
         for (auto t : tensors_of(*whole, source_optimizer, name)) group.send(std::span<const float>(t), r);
     if (source_optimizer) steps[0] = source_optimizer->steps();
   } else {
-    send_names(mine, group, 0, share);
+    send_names(mine, group, 0, all);
     for (std::size_t i = 0; i < mine.parameters().size(); ++i)
-      if (shared(mine.parameters()[i], share))
-        for (auto t : tensors_of(mine, optimizer, i)) group.recv(t, 0);
+      for (auto t : tensors_of(mine, optimizer, i)) group.recv(t, 0);
   }
   group.broadcast(std::span<int64_t>(steps), 0);
   if (optimizer) optimizer->set_steps(steps[0]);
@@ -107,16 +104,15 @@ void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& g
 
 // ---- over the tensor-parallel group: a stage made whole --------------------------------------
 
-// The stage whole, on tp rank 0 (and ep rank 0): its parameters and moments gathered over the
-// tp group — or every expert over the ep group — into a copy; or, with one tp and one ep rank,
-// the stage itself (nothing is cut: no copy is made).
+// The stage whole, on tp rank 0: its parameters and moments gathered over the tp group into a
+// copy; or, with one tp rank, the stage itself (nothing is cut: no copy is made).
 class WholeStage {
  public:
   WholeStage(nn::GPT& stage, nn::AdamW* optimizer, const nn::AdamWConfig& config, const Grid& grid) {
-    if (grid.tp == 1 && grid.ep == 1) {
+    if (grid.tp == 1) {
       model_ = &stage;
       optimizer_ = optimizer;
-    } else if (grid.tp_rank == 0 && grid.ep_rank == 0) {
+    } else if (grid.tp_rank == 0) {
       copy_.emplace(stage.config(), 0, stage.part());
       copy_optimizer_.emplace(copy_->parameters(), config);
       model_ = &*copy_;
@@ -147,33 +143,28 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
         if (grid.tp_rank == 0) std::ranges::copy(whole, tensors_of(stage.model(), stage.optimizer(), i)[k].begin());
       }
     }
-  if (grid.ep > 1)  // every ep rank sends its experts; ep rank 0's copy holds them all
-    collect_by_name(model, optimizer, grid.ep_group, Share::spread_over_ep, grid.ep_rank == 0 ? &stage.model() : nullptr,
-                    stage.optimizer());
-  if (grid.tp_rank != 0 || grid.ep_rank != 0) return;
+  if (grid.tp_rank != 0) return;
   stage.optimizer()->set_steps(optimizer.steps());
   std::optional<nn::GPT> whole;
   std::optional<nn::AdamW> whole_optimizer;
-  if (grid.pp_rank == 0) {
+  const bool writes = grid.checkpoint_group.rank() == 0;
+  if (writes) {
     whole.emplace(model.config(), 0);
     whole_optimizer.emplace(whole->parameters(), optimizer.config());
     whole_optimizer->set_steps(optimizer.steps());
   }
-  collect_by_name(stage.model(), *stage.optimizer(), grid.pp_group, Share::all, whole ? &*whole : nullptr,
+  // Each parameter from the rank whose copy the checkpoint takes, by its role.
+  const Takes takes = [&grid](const nn::NamedTensor& p) { return grid.checkpoint_takes(p.role); };
+  collect_by_name(stage.model(), *stage.optimizer(), grid.checkpoint_group, takes, whole ? &*whole : nullptr,
                   whole_optimizer ? &*whole_optimizer : nullptr);
-  if (grid.pp_rank == 0) writer.save(dir, *whole, *whole_optimizer, train_state);
+  if (writes) writer.save(dir, *whole, *whole_optimizer, train_state);
 }
 
 void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn::GPT* whole,
                            nn::AdamW* whole_optimizer) {
   WholeStage stage(model, optimizer, optimizer ? optimizer->config() : nn::AdamWConfig{}, grid);
-  if (grid.tp_rank == 0 && grid.ep_rank == 0)
-    hand_out_by_name(stage.model(), stage.optimizer(), grid.pp_group, Share::all, whole, whole_optimizer);
-  if (grid.ep > 1) {  // ep rank 0 keeps its own and hands each ep rank its experts
-    hand_out_by_name(model, optimizer, grid.ep_group, Share::spread_over_ep, grid.ep_rank == 0 ? &stage.model() : nullptr,
-                     stage.optimizer());
-    return;  // (the ep ranks' other parameters and the optimizer's steps come over dp)
-  }
+  if (grid.tp_rank == 0)
+    hand_out_by_name(stage.model(), stage.optimizer(), grid.checkpoint_group, whole, whole_optimizer);
   if (grid.tp == 1) return;  // one tp rank: the stage took its tensors itself
   // tp rank 0 broadcasts each whole tensor over the group; every rank keeps its cut.
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {

@@ -4,18 +4,19 @@
 //
 //   save:  each stage's tp group gathers its cut parameters whole on its tp rank 0, by each
 //          parameter's role (nn::WeightCut::gather; the vocabulary's padding rows cut); those
-//          ranks are one pipeline, whose stage 0 collects every stage's tensors by name into
-//          the whole model and hands it to the writer (atomic, now or in the background)
-//   load:  the way back — stage 0 hands each stage its tensors by name from the whole model
-//          world rank 0 read, tp rank 0 broadcasts them over its group, and every rank keeps
-//          its cut (nn::WeightCut::shard)
+//          ranks of the first copy of the model (Grid::checkpoint_group: every stage, and with
+//          experts spread over an ep group, every ep rank) send rank 0 of the group the
+//          tensors the checkpoint takes from them, by name — by role (Grid::checkpoint_takes:
+//          an ep rank's own experts; everything else from ep rank 0) — and it hands the whole
+//          model to the writer (atomic, now or in the background)
+//   load:  the way back — rank 0 of the group hands each of its ranks every tensor it holds,
+//          by name, from the whole model world rank 0 read; tp rank 0 broadcasts each over its
+//          group, and every rank keeps its cut (nn::WeightCut::shard)
 //
-//   expert parallelism: each ep rank of the first replica's ep group sends its experts by name
-//          to ep rank 0, whose copy of the stage holds every expert (and the way back)
-//
-// Both are collective over the first replica's ep group (Grid::first_expert_group: dp_rank 0
-// when ep is 1); broadcast over dp_group (the experts over expert_dp_group) after loading. They cost tp rank 0 a whole stage's memory and pipeline rank 0 a whole model's (a
-// teaching project's trade-off).
+// Both are collective over the first copy's ranks (Grid::in_first_copy: the first replica, with
+// its ep group); each parameter is broadcast over the ranks holding its copy after loading
+// (Grid::replicas_of). They cost tp rank 0 a whole stage's memory and the group's rank 0 a
+// whole model's (a teaching project's trade-off).
 #pragma once
 #include <filesystem>
 

@@ -16,7 +16,7 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
   const auto [d, p, k, t] = layout.place_of(world.rank());
   const int place = (p * cp + k) * tp + t;  // the (pp, cp, tp) coordinates the dp ranks share
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
-  // initialisation runs the four (collective) splits in this order on every rank.
+  // initialisation runs the (collective) splits in this order on every rank.
   return Grid{dp,
               pp,
               cp,
@@ -32,7 +32,8 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
               ep,
               d % ep,
               world.split(place * (dp / ep) + d / ep, d % ep),  // ep_group
-              world.split(place * ep + d % ep, d / ep)};         // expert_dp_group
+              world.split(place * ep + d % ep, d / ep),          // expert_dp_group
+              world.split(t == 0 && d < ep && k == 0 ? 0 : 1, p * ep + d)};  // checkpoint_group
 }
 
 std::string Grid::describe(int world_rank) const {

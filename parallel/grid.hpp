@@ -43,6 +43,9 @@ struct Grid {
   int ep = 1, ep_rank = 0;      // expert parallelism: ep divides dp; ep_rank = dp_rank mod ep
   comm::Communicator ep_group;         // same (pp, cp, tp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1
   comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts (ep 1: dp's ranks)
+  // The tp rank 0 of every stage of the first copy (in_first_copy), pp stage 0 / ep rank 0 first:
+  // the ranks a checkpoint collects the whole model from (the others: a group of their own, unused).
+  comm::Communicator checkpoint_group;
 
   // Throws comm::UsageError with the layout's own line (Layout::why_not) when its degrees cannot
   // be a grid of world's ranks.
@@ -59,14 +62,18 @@ struct Grid {
   // comes back from the dispatch's backward summed over the ep ranks whose tokens it computed,
   // so the mean over all dp ranks is the expert-dp mean × 1/ep.
   int summed_before_averaging(nn::ParameterRole role) const { return role == nn::ParameterRole::expert ? ep : 1; }
+  // Whether this rank's copy of it is the one a checkpoint takes (each ep rank holds its own
+  // experts; the rest is the same on every rank of an ep group: its rank 0's).
+  bool checkpoint_takes(nn::ParameterRole role) const { return role == nn::ParameterRole::expert || ep_rank == 0; }
   // Whether a forward needs ranks of other replicas with it (the ep group's dispatch): then
   // evaluation and sampling keep them in step.
   bool forwards_across_replicas() const { return ep > 1; }
 
   // The rank that speaks for its replica's data (writes, samples): dp 0, cp 0.
   bool first_replica() const { return dp_rank == 0 && cp_rank == 0; }
-  // The ranks that run the first replica's forwards together: its ep group (ep 1: the first replica).
-  bool first_expert_group() const { return dp_rank < ep && cp_rank == 0; }
+  // The ranks that hold the first whole copy of the model between them (and so run its
+  // forwards together): the first replica, and its ep group when the experts are spread over one.
+  bool in_first_copy() const { return dp_rank < ep && cp_rank == 0; }
   // "rank 5 = dp 1 · pp 0 · tp 1"; the cp part only when cp > 1, the tp part only when tp > 1.
   std::string describe(int world_rank) const;
   // Every rank, comma-separated, for the log's "layout:" line.

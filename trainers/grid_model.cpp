@@ -74,7 +74,7 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
     whole_optimizer.emplace(whole->parameters(), optimizer ? optimizer->config() : nn::AdamWConfig{});
   }
   on_rank0_then_agree(world, [&] { nn::load_checkpoint(dir, *whole, optimizer ? &*whole_optimizer : nullptr); });
-  if (grid.first_expert_group())
+  if (grid.in_first_copy())
     parallel::distribute_checkpoint(model_, optimizer, grid, whole ? &*whole : nullptr,
                                     whole_optimizer ? &*whole_optimizer : nullptr);
   broadcast_over_replicas(optimizer);
@@ -82,7 +82,7 @@ void GridModel::load(const std::filesystem::path& dir, nn::AdamW* optimizer, com
 
 void GridModel::save(const std::filesystem::path& dir, nn::AdamW& optimizer, const nlohmann::json& train_state,
                      nn::CheckpointWriter& writer) {
-  if (grid.first_expert_group()) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
+  if (grid.in_first_copy()) parallel::save_checkpoint(dir, model_, optimizer, train_state, grid, writer);
 }
 
 void GridModel::broadcast_over_replicas(nn::AdamW* optimizer) {
@@ -140,7 +140,7 @@ class LoadedGrid final : public LoadedModel {
   }
   std::string sample(const nn::CharVocabulary& vocabulary, const TrainOptions& o, uint64_t stream) override {
     // The first replica samples (with its ep group, which runs the same forwards); it answers.
-    if (!grid_model_.grid.first_expert_group()) return "";
+    if (!grid_model_.grid.in_first_copy()) return "";
     const std::string text = grid_model_.sample(vocabulary, o, stream);
     return grid_model_.grid.first_replica() ? text : "";
   }
@@ -211,7 +211,7 @@ double GridStrategy::full_val_loss() {
 
 void GridStrategy::print_sample(int64_t step) {
   // The first replica samples (with its ep group, which runs the same forwards); the others go on.
-  if (o_.sample_tokens == 0 || !grid_.first_expert_group()) return;
+  if (o_.sample_tokens == 0 || !grid_.in_first_copy()) return;
   const std::string text = grid_model_.sample(run_.data.vocabulary, o_, static_cast<uint64_t>(step));
   say_sample(step, text, world_);
 }
