@@ -347,6 +347,15 @@ std::vector<std::vector<int>> GPT::parameter_groups() const {
   return groups;
 }
 
+std::vector<std::vector<int>> GPT::grad_ready_groups() const {
+  std::vector<std::vector<int>> groups;
+  if (!embedding_group_.empty()) groups.push_back(embedding_group_);
+  for (const auto& block : block_groups_)
+    if (!block.empty()) groups.push_back(block);
+  if (!ln_f_group_.empty()) groups.push_back(ln_f_group_);
+  return groups;
+}
+
 void GPT::require_whole(const char* what) const {
   if (!part_.is_whole(config_)) fail("GPT::{} needs the whole model; this object holds a part", what);
 }

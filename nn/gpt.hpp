@@ -221,6 +221,9 @@ class GPT {
   void set_group_use_hooks(GroupUseHooks hooks) { group_use_hooks_ = std::move(hooks); }
   // Each group's indices into parameters(), in that numbering (the whole model only).
   std::vector<std::vector<int>> parameter_groups() const;
+  // For any part: the groups the grad-ready hook reports (its embeddings, each block, ln_f
+  // with a last stage's copy of wte), the empty ones left out.
+  std::vector<std::vector<int>> grad_ready_groups() const;
 
  private:
   Tensor add_parameter(const std::string& name, const Tensor& whole, ParameterRole role);  // keeps this process's part

@@ -30,8 +30,11 @@ std::string Layout::why_not(int world_size) const {
                        "compose with it)",
                        ep, tp > 1 ? "tp" : "cp", tp > 1 ? tp : cp);
   if (zero < 0 || zero > 3) return fmt::format("--zero {}: ZeRO's stage is 0 to 3", zero);
-  if (zero > 0 && (pp > 1 || cp > 1 || tp > 1 || ep > 1))
-    return fmt::format("--zero {} runs with pure data parallelism (train_dp): no pp, cp, tp or ep", zero);
+  // (torchtitan composes FSDP2 with tp and cp, but not gathers that follow a pipeline's schedule.)
+  if (zero == 3 && (pp > 1 || cp > 1 || tp > 1 || ep > 1))
+    return "--zero 3 runs with pure data parallelism (train_dp): on the grid each block's gathers would have to follow "
+           "the pipeline's schedule and the tensor-parallel cuts; --zero 1 or 2 shard the optimizer (and gradients) "
+           "on any layout";
   return "";
 }
 

@@ -47,7 +47,7 @@ struct Layout {
   CpAttention cp_attention = CpAttention::ring;
   bool sequence_parallel = false;
   int micro_batches = 1;  // a replica's batch cut into M micro-batches a step
-  int zero = 0;           // ZeRO's stage over the replicas (train_dp)
+  int zero = 0;           // ZeRO's stage over the replicas of each parameter (train_dp; train_3d: 1-2)
 
   // dp·pp·cp·tp in a double (the product of four ints overflows an int; exact below 2^53).
   double ranks() const { return static_cast<double>(dp) * pp * cp * tp; }

@@ -79,18 +79,20 @@ std::string Layout::trainer_command(const Workload& w) const {
   const std::string pipeline = fmt::format("--schedule {} --virtual-stages {} --micro-batches {}",
                                            schedule == Schedule::gpipe ? "gpipe" : "1f1b", virtual_stages,
                                            micro_batches(w));
-  if (tp == 1 && cp == 1 && ep == 1)
+  if (tp == 1 && cp == 1 && ep == 1 && zero == 0)
     return fmt::format("mpiexec -n {} train_pp {} --dp {} --batch-size {} {}", ranks(), common, dp, replica_batch,
                        pipeline);
-  if (pp == 1 && dp == 1 && cp == 1)
+  if (pp == 1 && dp == 1 && cp == 1 && zero == 0)
     return fmt::format("mpiexec -n {} train_tp {}{} --batch-size {} --grad-accum {}", ranks(), common,
                        sequence_parallel ? " --sequence-parallel" : "", micro_batch, micro_batches(w));
   const std::string context =
       cp > 1 ? fmt::format(" --cp {} --cp-attention {}", cp, kCpAttentionNames[static_cast<std::size_t>(cp_attention)])
              : "";
   const std::string experts = ep > 1 ? fmt::format(" --ep {}", ep) : "";
-  return fmt::format("mpiexec -n {} train_3d {} --dp {}{} --pp {} --tp {}{}{} --batch-size {} {}", ranks(), common, dp,
-                     experts, pp, tp, sequence_parallel ? " --sequence-parallel" : "", context, replica_batch, pipeline);
+  const std::string sharded = zero > 0 ? fmt::format(" --zero {}", zero) : "";
+  return fmt::format("mpiexec -n {} train_3d {} --dp {}{}{} --pp {} --tp {}{}{} --batch-size {} {}", ranks(), common,
+                     dp, experts, sharded, pp, tp, sequence_parallel ? " --sequence-parallel" : "", context,
+                     replica_batch, pipeline);
 }
 
 }  // namespace planning

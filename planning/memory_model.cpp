@@ -79,9 +79,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, int stage, double ra
   // gradients apart, overlapped with backward: a flat copy of every parameter whose group has
   // another rank — the experts only when another ep group holds them too (dp > ep).
   if (l.ep > 1 && l.zero == 0 && l.dp > 1) {
-    const double expert = 8 * C * C + (c.bias ? 5 * C : 0.0);
-    const double experts_here =
-        static_cast<double>(moe_blocks_on_stage(c, l.pp, stage, l.virtual_stages)) * (c.n_experts / l.ep) * expert;
+    const double experts_here = expert_parameters_on_stage(c, l.pp, stage, l.virtual_stages, l.ep);
     bytes += 4 * (rank_parameters - (l.dp == l.ep ? experts_here : 0.0));
   }
   // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
@@ -93,12 +91,24 @@ double nanodist_buffers(const Workload& w, const Layout& l, int stage, double ra
 
 }  // namespace
 
+parallel::HeldBytes zero_held_by_role(const Workload& w, const Layout& l, int stage) {
+  const double P = rank_parameter_count(w.model, l.tp, l.pp, stage, l.virtual_stages, l.ep);
+  if (l.zero == 0 || l.zero == 3) return parallel::zero_formula_held(l.zero, P, l.dp);  // stage 3: pure dp only
+  const double experts = expert_parameters_on_stage(w.model, l.pp, stage, l.virtual_stages, l.ep);
+  const auto dense_ranks = static_cast<int>(l.gradient_group());
+  const parallel::HeldBytes dense = parallel::zero_formula_held(l.zero, P - experts, dense_ranks);
+  const parallel::HeldBytes expert = parallel::zero_formula_held(l.zero, experts, l.ep > 1 ? l.dp / l.ep : dense_ranks);
+  return {.parameters = dense.parameters + expert.parameters,
+          .gradients = dense.gradients + expert.gradients,
+          .optimizer = dense.optimizer + expert.optimizer};
+}
+
 RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
   const double P = rank_parameter_count(w.model, l.tp, l.pp, stage, l.virtual_stages, l.ep);
   const int64_t in_flight = micro_batches_in_flight(w, l, stage);
   RankMemory m{.stage = stage};
   if (w.implementation == Implementation::nanodist) {
-    const parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P, l.dp);
+    const parallel::HeldBytes held = zero_held_by_role(w, l, stage);
     m.parameters = held.parameters;
     // The gradients are made in backward (the averaging's buckets hold them from the start).
     // Where the peak comes before backward has made any — GPipe's, after every forward; one

@@ -17,6 +17,7 @@
 //                 gradients in flight, a recomputed block's replay, data parallelism's flat
 //                 buckets, ZeRO-3's gathered parameters, a pipeline's message buffers
 #pragma once
+#include "parallel/dp/zero_optimizer.hpp"
 #include "planning/layout.hpp"
 #include "planning/workload.hpp"
 
@@ -31,6 +32,9 @@ struct RankMemory {
 // Micro-batches (chunk micro-batches when interleaved) a stage keeps at once.
 int64_t micro_batches_in_flight(const Workload& w, const Layout& layout, int stage);
 RankMemory stage_memory(const Workload& w, const Layout& layout, int stage);
+// A rank's parameters, gradients and AdamW state by ZeRO's formula, each role over the ranks
+// replicating it (parallel/dp/zero_by_role.hpp): dense over dp × cp, experts over dp / ep.
+parallel::HeldBytes zero_held_by_role(const Workload& w, const Layout& layout, int stage);
 RankMemory peak_rank_memory(const Workload& w, const Layout& layout);  // the stage that holds most
 
 }  // namespace planning

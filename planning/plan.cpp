@@ -62,10 +62,11 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
         for (Schedule schedule :
              either(ch.schedule, std::vector<Schedule>{Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved}))
           for (bool sp : either(ch.sequence_parallel, tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}))
-            for (int zero : either(ch.zero, tp == 1 && pp == 1 && cp == 1 && ep == 1 && dp > 1 &&
-                                                    w.implementation == Implementation::nanodist
-                                                ? std::vector<int>{0, 1, 2, 3}
-                                                : std::vector<int>{0}))
+            // ZeRO: 1-2 on any layout with replicas (train_3d --zero), 3 with pure dp only.
+            for (int zero : either(ch.zero, dp * cp == 1 || w.implementation != Implementation::nanodist
+                                                ? std::vector<int>{0}
+                                            : tp == 1 && pp == 1 && cp == 1 && ep == 1 ? std::vector<int>{0, 1, 2, 3}
+                                                                                       : std::vector<int>{0, 1, 2}))
               for (nn::Recompute r : either(ch.recompute, std::vector<nn::Recompute>{nn::Recompute::none, nn::Recompute::selective,
                                                                                      nn::Recompute::full}))
                 for (int b : either(ch.micro_batch, divisors(w.global_batch / dp, ch.max_micro_batch))) {

@@ -4,6 +4,7 @@
 
 #include "nn/memory_estimate.hpp"
 #include "planning/megatron_activations.hpp"
+#include "planning/memory_model.hpp"
 
 namespace planning {
 namespace {
@@ -215,7 +216,8 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
       t.dp_exposed = scatters * scatter.seconds + gathers * gather.seconds - t.dp_overlapped;
     }
   }
-  const double optimizer_parameters = l.zero >= 1 ? P / l.dp : P;
+  const parallel::HeldBytes state = zero_held_by_role(w, l, l.pp - 1);
+  const double optimizer_parameters = state.optimizer / 8;  // AdamW's two moments: 8 bytes a parameter it steps
   t.optimizer = optimizer_parameters * machine.optimizer_seconds_per_parameter;
   // More ranks than cores take turns: the step lasts at least all ranks' work over the cores.
   // A rank idle in the bubble lends its core to another, so the turns absorb the bubble first;

@@ -79,6 +79,12 @@ int moe_blocks_on_stage(const nn::GPTConfig& c, int pp, int stage, int virtual_s
   return count;
 }
 
+double expert_parameters_on_stage(const nn::GPTConfig& c, int pp, int stage, int virtual_stages, int ep) {
+  if (c.n_experts == 0) return 0;
+  const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0.0);
+  return static_cast<double>(moe_blocks_on_stage(c, pp, stage, virtual_stages)) * (c.n_experts / ep) * expert;
+}
+
 double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, int virtual_stages, int ep) {
   const double C = c.n_embd, V = c.vocab_size, T = c.block_size, t = tp, bias = c.bias ? 1.0 : 0.0;
   // A block: the four matrices 12C² split by columns or rows; the two layernorms (2C, 4C with

@@ -41,5 +41,8 @@ nn::GPTConfig model_preset(std::string_view name);  // throws planning::Error
 double rank_parameter_count(const nn::GPTConfig& model, int tp, int pp, int stage, int virtual_stages = 1, int ep = 1);
 // How many of a stage's n_layer/pp blocks are mixtures of experts (its v chunks under interleaving).
 int moe_blocks_on_stage(const nn::GPTConfig& model, int pp, int stage, int virtual_stages = 1);
+// The expert parameters a rank of that stage holds: E/ep experts of each mixture block (8C² + 5C
+// with biases each).
+double expert_parameters_on_stage(const nn::GPTConfig& model, int pp, int stage, int virtual_stages, int ep);
 
 }  // namespace planning

@@ -119,9 +119,9 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
   return std::make_unique<ShardedUpdate>(o, model, world);
 }
 
-std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks) {
+StrategyFacts::MemoryFormula zero_memory_formula(const TrainOptions& o, const nn::GPT& model, int ranks) {
   const auto P = static_cast<double>(model.num_params(false));
-  return fmt::format(" (ZeRO-{} formula {})", o.zero, nn::format_bytes(parallel::zero_formula_bytes(o.zero, P, ranks)));
+  return {fmt::format("ZeRO-{}", o.zero), parallel::zero_formula_bytes(o.zero, P, ranks)};
 }
 
 TrafficFormula zero_traffic_formula(const TrainOptions& o, const nn::GPT& model, int ranks) {

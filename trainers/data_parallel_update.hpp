@@ -59,9 +59,9 @@ std::unique_ptr<DataParallelUpdate> make_data_parallel_update(const TrainOptions
                                                               comm::Communicator& world);
 
 // The first step's report beside ZeRO's formulas (parallel/dp/zero_optimizer.hpp): what follows
-// each rank's memory line (" (ZeRO-1 formula 3.1 MiB)"), and rank 0's line on what the step
+// each rank's memory line (" (ZeRO-1 formula 3.1 MiB)": its name and bytes), and rank 0's line on what the step
 // sent ("communication in the step: 2 allreduce (1.6 MB) → each rank sends ≈ 1.6 MB (formula …)").
-std::string zero_memory_note(const TrainOptions& o, const nn::GPT& model, int ranks);
+StrategyFacts::MemoryFormula zero_memory_formula(const TrainOptions& o, const nn::GPT& model, int ranks);
 // ZeRO's traffic per step and rank, by the formula (parallel/dp/zero_optimizer.hpp:
 // zero_traffic), with its terms.
 TrafficFormula zero_traffic_formula(const TrainOptions& o, const nn::GPT& model, int ranks);

@@ -9,6 +9,7 @@
 #include "parallel/dp/replicas.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/grad_clip.hpp"
+#include "nn/memory_estimate.hpp"
 #include "parallel/checkpoint.hpp"
 #include "parallel/pp/inference.hpp"
 #include "parallel/pp/stage.hpp"
@@ -167,13 +168,33 @@ GridStrategy::GridStrategy(const RunStart& run, comm::Communicator& world, const
       o_(run.options),
       world_(world),
       shape_(shape),
-      grid_model_(world, shape, run.start.config, seed, compute_modes(run.options), faults),
-      optimizer_(grid_model_.parameters(), run.options.adamw) {
-  if (!run.load_from.empty())
-    grid_model_.load(run.load_from, o_.resume ? &optimizer_ : nullptr, world);
-  else
-    grid_model_.broadcast_over_replicas(&optimizer_);  // the same start on every replica
+      grid_model_(world, shape, run.start.config, seed, compute_modes(run.options), faults) {
+  if (shape.zero == 0) {
+    optimizer_ = std::make_unique<nn::AdamW>(grid_model_.parameters(), run.options.adamw);
+    if (!run.load_from.empty())
+      grid_model_.load(run.load_from, o_.resume ? optimizer_.get() : nullptr, world);
+    else
+      grid_model_.broadcast_over_replicas(optimizer_.get());  // the same start on every replica
+  } else {
+    // ZeRO: the whole state only while it is handed out (a resume's); then each rank keeps its shards.
+    zero_ = std::make_unique<parallel::ZeroByRole>(shape.zero, grid_model_.model(), run.options.adamw, grid_,
+                                                   run.options.grad_comm);
+    std::unique_ptr<nn::AdamW> whole;
+    if (o_.resume && !run.load_from.empty())
+      whole = std::make_unique<nn::AdamW>(grid_model_.parameters(), run.options.adamw);
+    if (!run.load_from.empty())
+      grid_model_.load(run.load_from, whole.get(), world);
+    else
+      grid_model_.broadcast_over_replicas(nullptr);
+    zero_->start(whole.get());
+  }
   verify_tied_copies();
+}
+
+StrategyFacts::MemoryFormula GridStrategy::zero_memory_formula() const {
+  if (!zero_) return {};
+  const parallel::HeldBytes f = zero_->formula();
+  return {fmt::format("ZeRO-{}", shape_.zero), f.parameters + f.gradients + f.optimizer};
 }
 
 std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::grid_groups() const {
@@ -189,11 +210,13 @@ std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::gri
 }
 
 void GridStrategy::optimizer_step(float lr) {
-  optimizer_.step(lr);
-  optimizer_.zero_grad();
+  if (zero_) return zero_->step(lr);
+  optimizer_->step(lr);
+  optimizer_->zero_grad();
 }
 
 parallel::HeldBytes GridStrategy::held() const {
+  if (zero_) return zero_->held();
   parallel::HeldBytes h = parallel::held_by_tensors(grid_model_.parameters());
   h.optimizer = 2 * h.parameters;  // AdamW's two moments of every parameter this rank holds
   return h;
@@ -218,7 +241,12 @@ void GridStrategy::print_sample(int64_t step) {
 
 void GridStrategy::save(const std::filesystem::path& dir, const nlohmann::json& train_state,
                         nn::CheckpointWriter& writer) {
-  grid_model_.save(dir, optimizer_, train_state, writer);
+  if (!zero_) return grid_model_.save(dir, *optimizer_, train_state, writer);
+  // ZeRO: the first copy's ranks (each group's rank 0) gather their piece's moments, then save as always.
+  std::unique_ptr<nn::AdamW> whole;
+  if (grid_.in_first_copy()) whole = std::make_unique<nn::AdamW>(grid_model_.parameters(), o_.adamw);
+  zero_->gather_optimizer(whole.get());
+  if (whole) grid_model_.save(dir, *whole, train_state, writer);
 }
 
 void GridStrategy::verify_tied_copies() {

@@ -24,6 +24,7 @@
 #include "parallel/layout.hpp"
 #include "trainers/evaluation.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
+#include "parallel/dp/zero_by_role.hpp"
 #include "trainers/inference_modes.hpp"
 #include "trainers/run_setup.hpp"
 #include "trainers/train_options.hpp"
@@ -137,10 +138,15 @@ class GridStrategy : public Strategy {
   const RunStart& run_;
   const TrainOptions& o_;
   comm::Communicator& world_;
+  // The memory line's formula under --zero (this rank's, by role), or none.
+  StrategyFacts::MemoryFormula zero_memory_formula() const;
   const GridShape shape_;  // the layout this rank runs
   GridModel grid_model_;
   parallel::Grid& grid_ = grid_model_.grid;
-  nn::AdamW optimizer_;
+  // The update: AdamW with every moment of this rank's piece (optimizer_), or with --zero 1|2
+  // each role's shards over the ranks replicating it (zero_, parallel/dp/zero_by_role.hpp).
+  std::unique_ptr<nn::AdamW> optimizer_;
+  std::unique_ptr<parallel::ZeroByRole> zero_;
 };
 
 }  // namespace trainers

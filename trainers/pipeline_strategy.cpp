@@ -63,7 +63,9 @@ PipelineStrategy::PipelineStrategy(const RunStart& run, comm::Communicator& worl
       stage_(grid_model_.model(), grid_.pp_group, shape.micro_batches, o_.batch_size / shape.micro_batches, T()) {
   stage_.before_backward = [this](int m) {
     if (averager_) averager_->before_backward(m == shape_.micro_batches - 1);  // armed for the last one
+    if (zero_) zero_->before_backward(m == shape_.micro_batches - 1);
   };
+  if (zero_) return;  // ZeRO's reduce-scatters are the averaging
   // Each parameter over the ranks holding its copy (dp × cp; an expert's expert-dp ranks), bucket by
   // bucket as backward completes it; null with one replica (nothing to average, and no bf16 wire
   // to round the gradients through).
@@ -75,7 +77,8 @@ StrategyFacts PipelineStrategy::facts() const {
   StrategyFacts facts{.batch_layout = fmt::format("{} {} × {} micro-batches × {}", grid_.dp, replicas_are_,
                                                   shape_.micro_batches, o_.batch_size / shape_.micro_batches),
                       .step_batch = {grid_.dp, static_cast<int64_t>(grid_.dp) * o_.batch_size},
-                      .groups = grid_groups()};
+                      .groups = grid_groups(),
+                      .memory_formula = zero_memory_formula()};
   for (int r = 0; r < world_.size(); ++r) {
     const int stage = shape_.place_of(r).pp;
     facts.trace_rows.push_back(grid_.describe(r) + (stage == 0 ? " (embedding)" : "") +
@@ -113,6 +116,7 @@ void PipelineStrategy::forward_backward(int64_t step, StepClock& clock) {
 }
 
 float PipelineStrategy::finish_gradients(float max_norm) {
+  if (zero_) return zero_->finish_gradients(max_norm);
   return grid_model_.finish_gradients(max_norm, o_.grad_comm, averager_.get());
 }
 

@@ -14,10 +14,11 @@ void StepMemory::step_begins() {
   at_start_ = static_cast<double>(nn::BufferPool::bytes_in_use());
 }
 
-void StepMemory::report(const parallel::HeldBytes& held, const std::string& formula, nn::Recompute recompute,
-                        comm::Communicator& world) const {
+void StepMemory::report(const parallel::HeldBytes& held, const std::string& formula_name, double formula_bytes,
+                        nn::Recompute recompute, comm::Communicator& world) const {
   const double peak = static_cast<double>(nn::BufferPool::peak_bytes_in_use());
-  const std::array<double, 5> mine{held.parameters, held.gradients, held.optimizer, peak, peak - at_start_};
+  const std::array<double, 6> mine{held.parameters, held.gradients, held.optimizer, peak, peak - at_start_,
+                                   formula_bytes};  // each rank's own formula (a pipeline's stages differ)
   std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
   world.allgather(std::span<const double>(mine), std::span(all));
   if (world.rank() != 0) return;
@@ -27,7 +28,8 @@ void StepMemory::report(const parallel::HeldBytes& held, const std::string& form
         "memory rank {} (allocator): parameters {}, gradients {}, optimizer {} = {}{}; step peak {}, {} above the "
         "step's start (activations, buffers; recompute {})",
         r, nn::format_bytes(m[0]), nn::format_bytes(m[1]), nn::format_bytes(m[2]), nn::format_bytes(m[0] + m[1] + m[2]),
-        formula, nn::format_bytes(m[3]), nn::format_bytes(m[4]), nn::name_of(recompute));
+        formula_name.empty() ? "" : fmt::format(" ({} formula {})", formula_name, nn::format_bytes(m[5])),
+        nn::format_bytes(m[3]), nn::format_bytes(m[4]), nn::name_of(recompute));
   }
 }
 

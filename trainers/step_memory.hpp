@@ -18,7 +18,7 @@ class StepMemory {
   void step_begins();  // resets the allocator's peak
   // Collective over `world`: rank 0 prints one line per rank. `formula` follows the sum
   // (train_dp: " (ZeRO-1 formula 3.1 MiB)").
-  void report(const parallel::HeldBytes& held, const std::string& formula, nn::Recompute recompute,
+  void report(const parallel::HeldBytes& held, const std::string& formula_name, double formula_bytes, nn::Recompute recompute,
               comm::Communicator& world) const;
 
  private:

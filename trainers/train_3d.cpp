@@ -60,6 +60,7 @@ class ThreeDParallel final : public PipelineStrategy {
                     shape_.virtual_stages > 1 ? "chunks in model order" : "stages", fmt::join(grid_model_.layers, "/"), grid_.tp, c.n_head / grid_.tp,
                     parallel::padded_vocab(c.vocab_size, grid_.tp))};
     if (averager_) facts.layout.push_back(fmt::format("dp averaging: {}", averager_->describe()));
+    if (zero_) facts.layout.push_back(fmt::format("dp averaging and update: {}", zero_->describe()));
     return facts;
   }
 
@@ -120,6 +121,11 @@ void add_3d_flags(CLI::App& app, GridShape& shape, ScheduleOptions& s) {
                  "experts, tokens go to their expert's rank and back (must divide --dp and --n-experts)")
       ->check(comm::cli::whole(1))
       ->capture_default_str();
+  app.add_option("--zero", shape.zero,
+                 "ZeRO stage: 0 replicated; 1 optimizer state, 2 + gradients sharded over the ranks replicating each "
+                 "parameter (dp × cp; an expert's expert-dp ranks)")
+      ->check(comm::cli::whole(0, 3))
+      ->capture_default_str();
   app.add_option("--skip-ring-at-step", s.skip_ring_at_step,
                  "testing: rank --crash-rank computes attention alone (skips the cp ring) at this step")
       ->check(comm::cli::whole(0));
@@ -141,7 +147,7 @@ int main(int argc, char** argv) {
   ScheduleOptions s;
   program.add_flags = [&](CLI::App& app, TrainOptions&) { add_3d_flags(app, shape, s); };
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention", "--ep",
-                          "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages"};
+                          "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages", "--zero"};
   program.check_world = [&](const TrainOptions&, comm::Communicator& world) { shape.check(world.size()); };
   program.layout_query = [&](const TrainOptions& o, int) {
     LayoutQuery query = grid_layout_query(shape, o);

@@ -58,7 +58,7 @@ class DataParallel final : public Strategy {
             .batch_layout =
                 fmt::format("{} ranks × micro-batch {} × {} accumulation step(s)", N, o_.batch_size, o_.grad_accum),
             .step_batch = {N, static_cast<int64_t>(N) * o_.batch_size * o_.grad_accum},
-            .memory_formula = zero_memory_note(o_, model_, N),
+            .memory_formula = zero_memory_formula(o_, model_, N),
             .traffic_formula = zero_traffic_formula(o_, model_, N)};
   }
 

@@ -249,7 +249,7 @@ float Loop::step(int64_t step, float lr) {
 
   if (first) {
     const comm::TrafficByKind sent = world_.traffic() - traffic_at_start;  // before the report's own allgather
-    memory_.report(held, facts_.memory_formula, o_.recompute, world_);
+    memory_.report(held, facts_.memory_formula.name, facts_.memory_formula.bytes, o_.recompute, world_);
     if (const auto& formula = facts_.traffic_formula)
       comm::say("communication in the step: {} → each rank sends ≈ {:.1f} MB (formula {:.1f} MB: {})",
                 comm::describe(sent), comm::bytes_sent_per_rank(sent, world_.size()) / 1e6,

@@ -90,7 +90,12 @@ struct StrategyFacts {
   // The communicators whose traffic the run reports, with their names ("dp", "tp"); empty: the world.
   std::vector<std::pair<std::string, const comm::Communicator*>> groups;
   std::vector<std::string> trace_rows;  // a label per rank in --trace; empty: "rank 2"
-  std::string memory_formula;           // beside the first step's memory: " (ZeRO-1 formula 3.1 MiB)"
+  // Beside each rank's first-step memory: " (ZeRO-1 formula 3.1 MiB)" — this rank's bytes by a
+  // formula, and its name; no name: none.
+  struct MemoryFormula {
+    std::string name;
+    double bytes = 0;
+  } memory_formula;
   std::optional<TrafficFormula> traffic_formula;  // beside the first step's traffic
 };
 

@@ -8,15 +8,6 @@
 #include <fmt/ranges.h>
 
 namespace parallel {
-namespace {
-
-// The model's parameters split by the group that replicates them: (group, share, indices into
-// model.parameters()), in the order the groups are first met.
-struct RoleGroup {
-  comm::Communicator* group;
-  int summed;  // Grid::summed_before_averaging
-  std::vector<int> indices;
-};
 
 std::vector<RoleGroup> role_groups(const std::vector<nn::NamedTensor>& parameters, Grid& grid) {
   std::vector<RoleGroup> groups;
@@ -31,6 +22,8 @@ std::vector<RoleGroup> role_groups(const std::vector<nn::NamedTensor>& parameter
   }
   return groups;
 }
+
+namespace {
 
 void scale_gradients(std::span<const nn::Tensor> tensors, int summed) {
   if (summed == 1) return;

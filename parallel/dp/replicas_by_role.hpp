@@ -24,6 +24,16 @@
 
 namespace parallel {
 
+// The model's parameters split by the group that replicates them, in the order the groups are
+// first met: the group, how many ranks summed the gradients before (Grid::summed_before_averaging),
+// the indices into model.parameters().
+struct RoleGroup {
+  comm::Communicator* group;
+  int summed;
+  std::vector<int> indices;
+};
+std::vector<RoleGroup> role_groups(const std::vector<nn::NamedTensor>& parameters, Grid& grid);
+
 // After backward, in one blocking call per group.
 void average_gradients_by_role(std::vector<nn::NamedTensor>& parameters, Grid& grid, GradientWire wire);
 

@@ -13,16 +13,37 @@
 
 namespace parallel {
 
+namespace {
+
+// The part's groups, then its late ones as one more group (when it has any).
+std::vector<std::vector<int>> groups_of(const ZeroPart& part) {
+  std::vector<std::vector<int>> groups = part.groups;
+  if (!part.late.empty()) groups.push_back(part.late);
+  return groups;
+}
+
+// train_dp's part: the whole model, each of its parameter groups.
+ZeroPart whole_model(const nn::GPT& model) { return {.groups = model.parameter_groups()}; }
+
+}  // namespace
+
 ZeroOptimizer::ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group,
                              GradientWire wire)
+    : ZeroOptimizer(stage, model, whole_model(model), config, group, wire) {}
+
+ZeroOptimizer::ZeroOptimizer(int stage, nn::GPT& model, ZeroPart part, const nn::AdamWConfig& config,
+                             comm::Communicator& group, GradientWire wire)
     : stage_(stage),
       wire_(wire),
       model_(model),
       config_(config),
       group_(group),
-      shards_(model.parameter_groups(), model.parameters(), group.size(), group.rank()) {
+      part_(std::move(part)),
+      shards_(groups_of(part_), model.parameters(), group.size(), group.rank()) {
   if (stage < 1 || stage > 3) nn::fail("ZeRO stage must be 1, 2 or 3, got {}", stage);
+  if (stage == 3 && !part_.late.empty()) nn::fail("ZeRO stage 3 shards the whole model only");
   groups_.resize(shards_.groups().size());
+  if (!part_.late.empty()) late_group_ = static_cast<int>(groups_.size()) - 1;
   group_of_parameter_.assign(model.parameters().size(), -1);
   for (std::size_t g = 0; g < shards_.groups().size(); ++g)
     for (const auto& piece : shards_.groups()[g].pieces)
@@ -37,8 +58,8 @@ ZeroOptimizer::ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& c
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
-  model_.set_grad_ready_hook({});
-  model_.set_group_use_hooks({});
+  if (part_.own_hook) model_.set_grad_ready_hook({});
+  if (stage_ == 3) model_.set_group_use_hooks({});
 }
 
 std::span<float> ZeroOptimizer::shard_of(nn::Tensor& flat) const {
@@ -55,7 +76,7 @@ void ZeroOptimizer::start(const nn::AdamW* full) {
     const int gi = static_cast<int>(g);
     const auto& layout = shards_.groups()[g];
     GroupState& s = groups_[g];
-    s.grad_shard = nn::Tensor::zeros({layout.shard});
+    if (stage_ >= 2) s.grad_shard = nn::Tensor::zeros({layout.shard});  // stage 1: in the gradients themselves
     s.exp_avg = nn::Tensor::zeros({layout.shard});
     s.exp_avg_sq = nn::Tensor::zeros({layout.shard});
     if (header[1]) {  // rank 0 lays each moment out flat (padded) and scatters the shards
@@ -84,9 +105,12 @@ void ZeroOptimizer::start(const nn::AdamW* full) {
       free_parameters(gi);
     }
   }
-  for (auto& p : model_.parameters())
-    if (p.tensor.has_grad()) p.tensor.free_grad();
-  model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
+  for (const auto& group : shards_.groups())
+    for (const auto& piece : group.pieces) {
+      const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
+      if (t.has_grad()) t.free_grad();
+    }
+  if (part_.own_hook) model_.set_grad_ready_hook([this](std::span<const int> ready) { on_gradients_ready(ready); });
   if (stage_ == 3)
     model_.set_group_use_hooks({[this](int g, bool backward) { before_use(g, backward); },
                                 [this](int g, bool backward) { after_use(g, backward); }});
@@ -96,12 +120,19 @@ void ZeroOptimizer::start(const nn::AdamW* full) {
 
 void ZeroOptimizer::before_backward(bool last_micro_step) {
   communicating_ = stage_ >= 2 || last_micro_step;  // stage 1 accumulates full gradients first, like DDP's no_sync
-  for (GroupState& s : groups_) s.reduce_started = false;
 }
 
+// Stage 1 reduce-scatters each group once a step (its last micro-step's backward), stage 2 at
+// every micro-step's. A late group waits for finish_gradients.
 void ZeroOptimizer::on_gradients_ready(std::span<const int> parameter_indices) {
-  if (!communicating_ || parameter_indices.empty()) return;
-  start_reduce_scatter(group_of_parameter_[static_cast<std::size_t>(parameter_indices[0])]);
+  if (!communicating_) return;
+  int started = -1;  // the indices are one model group: one group of this part (or none)
+  for (int i : parameter_indices) {
+    const int g = group_of_parameter_[static_cast<std::size_t>(i)];
+    if (g < 0 || g == late_group_ || g == started || (stage_ == 1 && state(g).reduced)) continue;
+    start_reduce_scatter(g);
+    started = g;
+  }
   for (GroupState& s : groups_) s.reducing.test();  // let the ones in flight move (ring progresses when asked)
   if (stage_ == 3)
     for (GroupState& s : groups_) s.gathering.test();
@@ -122,14 +153,25 @@ void ZeroOptimizer::start_reduce_scatter(int g) {
   }
   s.received = WireBuffer(wire_, static_cast<std::size_t>(layout.shard));
   s.reducing = s.send.reduce_scatter_async(group_, s.received, comm::ReduceOp::avg);
-  s.reduce_started = true;
+  s.reduced = true;
   s.reduce_in_flight = true;
 }
 
 void ZeroOptimizer::finish_reduce_scatter(int g) {
   GroupState& s = state(g);
   s.reducing.wait();
-  s.received.add_into(0, s.grad_shard.values());  // micro-steps add up (stage 2-3)
+  if (stage_ >= 2) {
+    s.received.add_into(0, s.grad_shard.values());  // micro-steps add up
+  } else {  // stage 1: the average written over this rank's stretch of the full gradients (as Megatron's buffer)
+    const int64_t begin = shards_.shard_begin(g);
+    shards_.for_each_overlap(g, begin, begin + shards_.groups()[static_cast<std::size_t>(g)].shard,
+                             [&](const auto& piece, int64_t in_tensor, int64_t at, int64_t n) {
+                               const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
+                               s.received.unpack(static_cast<std::size_t>(at - begin),
+                                                 t.grad_values().subspan(static_cast<std::size_t>(in_tensor),
+                                                                         static_cast<std::size_t>(n)));
+                             });
+  }
   s.send = {};
   s.received = {};
   s.reduce_in_flight = false;
@@ -137,22 +179,53 @@ void ZeroOptimizer::finish_reduce_scatter(int g) {
 
 void ZeroOptimizer::finish_gradients() {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    if (communicating_ && !groups_[g].reduce_started) start_reduce_scatter(static_cast<int>(g));  // never reached
+    // The late group, and any group backward never reported (stage 1: none should be left).
+    if (!groups_[g].reduced) start_reduce_scatter(static_cast<int>(g));
     if (groups_[g].reduce_in_flight) finish_reduce_scatter(static_cast<int>(g));
   }
+  if (part_.summed > 1) scale_gradient_shards(1.0f / static_cast<float>(part_.summed));
   communicating_ = false;
 }
 
+void ZeroOptimizer::for_each_gradient_run(int g, const GradientRun& visit) {
+  GroupState& s = groups_[static_cast<std::size_t>(g)];
+  const int64_t begin = shards_.shard_begin(g);
+  shards_.for_each_overlap(g, begin, begin + shards_.groups()[static_cast<std::size_t>(g)].shard,
+                           [&](const auto& piece, int64_t in_tensor, int64_t at, int64_t n) {  // padding: in no piece
+                             float* gradient =
+                                 stage_ >= 2 ? s.grad_shard.data() + (at - begin)
+                                             : model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor.grad() +
+                                                   in_tensor;
+                             visit(piece.parameter, at - begin, gradient, n);
+                           });
+}
+
+std::vector<double> ZeroOptimizer::shard_squares(const std::function<int(int parameter)>& bucket, int buckets) {
+  std::vector<double> squares(static_cast<std::size_t>(buckets), 0.0);
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g)
+    for_each_gradient_run(g, [&](int parameter, int64_t, float* gradient, int64_t n) {
+      const int b = bucket(parameter);
+      if (b < 0) return;
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(gradient[i]) * gradient[i];
+      squares[static_cast<std::size_t>(b)] += sum;
+    });
+  return squares;
+}
+
+void ZeroOptimizer::scale_gradient_shards(float coef) {
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g)
+    for_each_gradient_run(g, [&](int, int64_t, float* gradient, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) gradient[i] *= coef;
+    });
+}
+
 float ZeroOptimizer::clip_grad_norm(float max_norm) {
-  std::array<double, 1> squares{0.0};
-  for (GroupState& s : groups_)
-    for (float v : s.grad_shard.values()) squares[0] += static_cast<double>(v) * v;  // padding is 0
+  std::vector<double> squares = shard_squares([](int) { return 0; }, 1);
   group_.allreduce(std::span<double>(squares), comm::ReduceOp::sum);
   const float norm = static_cast<float>(std::sqrt(squares[0]));
   const float coef = nn::clip_coefficient(max_norm, norm);
-  if (coef < 1.0f)
-    for (GroupState& s : groups_)
-      for (float& v : s.grad_shard.values()) v *= coef;
+  if (coef < 1.0f) scale_gradient_shards(coef);
   return norm;
 }
 
@@ -160,15 +233,11 @@ float ZeroOptimizer::clip_grad_norm(float max_norm) {
 
 void ZeroOptimizer::update_shard(int g, float* weights, const nn::AdamWScalars& scalars) {
   GroupState& s = state(g);
-  const int64_t begin = shards_.shard_begin(g);
-  shards_.for_each_overlap(g, begin, begin + shards_.groups()[static_cast<std::size_t>(g)].shard,
-                           [&](const auto& piece, int64_t, int64_t at, int64_t n) {
-                             const auto i = at - begin;  // padding belongs to no piece: never stepped
-                             const bool matrix =
-                                 model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor.ndim() >= 2;
-                             nn::adamw_update(weights + i, s.grad_shard.data() + i, s.exp_avg.data() + i,
-                                              s.exp_avg_sq.data() + i, n, scalars.decay(matrix), scalars);
-                           });
+  for_each_gradient_run(g, [&](int parameter, int64_t i, float* gradient, int64_t n) {
+    const bool matrix = model_.parameters()[static_cast<std::size_t>(parameter)].tensor.ndim() >= 2;
+    nn::adamw_update(weights + i, gradient, s.exp_avg.data() + i, s.exp_avg_sq.data() + i, n, scalars.decay(matrix),
+                     scalars);
+  });
 }
 
 void ZeroOptimizer::step(float lr) {
@@ -200,7 +269,10 @@ void ZeroOptimizer::step(float lr) {
 }
 
 void ZeroOptimizer::zero_grad() {
-  for (GroupState& s : groups_) std::fill_n(s.grad_shard.data(), s.grad_shard.numel(), 0.0f);
+  for (GroupState& s : groups_) {
+    if (s.grad_shard.defined()) std::fill_n(s.grad_shard.data(), s.grad_shard.numel(), 0.0f);
+    s.reduced = false;
+  }
   if (stage_ == 1) model_.zero_grad();  // stage 1 keeps full gradients; 2-3 freed them already
 }
 
@@ -276,21 +348,26 @@ void ZeroOptimizer::with_full_parameters(const std::function<void()>& work) {
 // ---- checkpoints and accounting ------------------------------------------------------------
 
 std::unique_ptr<nn::AdamW> ZeroOptimizer::gather_optimizer() {
+  std::unique_ptr<nn::AdamW> full =
+      group_.rank() == 0 ? std::make_unique<nn::AdamW>(model_.parameters(), config_) : nullptr;
+  gather_optimizer(full.get());
+  return full;
+}
+
+void ZeroOptimizer::gather_optimizer(nn::AdamW* into) {
   const bool root = group_.rank() == 0;
-  std::unique_ptr<nn::AdamW> full = root ? std::make_unique<nn::AdamW>(model_.parameters(), config_) : nullptr;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     for (bool second : {false, true}) {
       nn::Tensor& mine = second ? groups_[g].exp_avg_sq : groups_[g].exp_avg;
       nn::Tensor flat = root ? nn::Tensor::empty({shards_.padded(static_cast<int>(g))}) : nn::Tensor{};
       group_.gather(std::span<const float>(mine.values()), root ? flat.values() : std::span<float>(), 0);
       if (!root) continue;
-      auto& moments = second ? full->exp_avg_sq() : full->exp_avg();
+      auto& moments = second ? into->exp_avg_sq() : into->exp_avg();
       for (const auto& piece : shards_.groups()[g].pieces)
         std::copy_n(flat.data() + piece.begin, piece.numel, moments[static_cast<std::size_t>(piece.parameter)].data());
     }
   }
-  if (full) full->set_steps(steps_);
-  return full;
+  if (root) into->set_steps(steps_);
 }
 
 HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters) {
@@ -305,10 +382,19 @@ HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters) {
 
 HeldBytes ZeroOptimizer::held() const {
   HeldBytes h = held_by_tensors(model_.parameters());
+  const HeldBytes shards = shard_bytes();
+  h.parameters += shards.parameters;
+  h.gradients += shards.gradients;
+  h.optimizer += shards.optimizer;
+  return h;
+}
+
+HeldBytes ZeroOptimizer::shard_bytes() const {
+  HeldBytes h;
   for (const GroupState& s : groups_) {
-    const double shard = static_cast<double>(s.grad_shard.numel()) * 4;
+    const double shard = static_cast<double>(s.exp_avg.numel()) * 4;
     if (s.param_shard.defined()) h.parameters += shard;
-    h.gradients += shard;
+    if (s.grad_shard.defined()) h.gradients += shard;
     h.optimizer += 2 * shard;
   }
   return h;

@@ -42,11 +42,33 @@ struct HeldBytes {
 // The parameters' and gradients' bytes of these tensors that hold memory now (optimizer 0).
 HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters);
 
+// What one ZeroOptimizer shards: some of a model's parameters, over the ranks that replicate
+// them (train_dp: every parameter of the whole model over every rank; on the grid, one per
+// role — parallel/dp/zero_by_role.hpp).
+struct ZeroPart {
+  // Indices into model.parameters(), each group cut into shards and reduce-scattered as one, as
+  // soon as backward has finished it (the model's grad-ready hook reports it).
+  std::vector<std::vector<int>> groups;
+  // Parameters whose gradients need another sum first (the sequence-parallel replicated ones
+  // over tp, the tied embedding over the pipeline's ends): one more group, reduce-scattered
+  // in finish_gradients — after the caller has made those sums. Kept whole until then.
+  std::vector<int> late;
+  // The gradients arrive already summed over this many ranks (an expert's over its ep group:
+  // Grid::summed_before_averaging); the average divides by it too.
+  int summed = 1;
+  // Install the model's grad-ready hook (false: the caller forwards it: on_gradients_ready).
+  bool own_hook = true;
+};
+
 class ZeroOptimizer {
  public:
   // stage 1, 2 or 3; `model` is the whole model, the same on every rank of `group`.
   // wire bf16 (--grad-comm bf16): the reduce-scatter sends the gradients as bf16, half the bytes.
   ZeroOptimizer(int stage, nn::GPT& model, const nn::AdamWConfig& config, comm::Communicator& group,
+                GradientWire wire = GradientWire::fp32);
+  // Stages 1-2 of `part` of the model (any part of it: a pipeline stage's, a tensor-parallel
+  // rank's), over `group`, the ranks holding the same copy of those parameters.
+  ZeroOptimizer(int stage, nn::GPT& model, ZeroPart part, const nn::AdamWConfig& config, comm::Communicator& group,
                 GradientWire wire = GradientWire::fp32);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
@@ -61,6 +83,13 @@ class ZeroOptimizer {
   void before_backward(bool last_micro_step);  // stage 1 communicates on the last one only
   void finish_gradients();                     // waits: this rank's gradient shard holds the average
   float clip_grad_norm(float max_norm);        // the global norm (Σ shard² all-reduced); ≤ 0 only measures
+  // The pieces of clip_grad_norm, for a caller that adds other groups' squares: this rank's
+  // Σ g² of its shards, by bucket(parameter index) (< 0: not counted), not reduced; and the
+  // shards multiplied by coef.
+  std::vector<double> shard_squares(const std::function<int(int parameter)>& bucket, int buckets);
+  void scale_gradient_shards(float coef);
+  // From the grad-ready hook (its owner's, when the part does not own it).
+  void on_gradients_ready(std::span<const int> parameter_indices);
   void step(float lr);                         // AdamW on the shard; stages 1-2 all-gather the parameters
   void zero_grad();
 
@@ -70,19 +99,24 @@ class ZeroOptimizer {
   // Collective: the whole AdamW state on rank 0 (to save), null on the others. Needs the
   // full parameters (inside with_full_parameters at stage 3).
   std::unique_ptr<nn::AdamW> gather_optimizer();
+  // The same into `into` (group rank 0: an AdamW over model.parameters(); null on the others):
+  // the moments of this part's parameters and the step count.
+  void gather_optimizer(nn::AdamW* into);
 
   HeldBytes held() const;
+  HeldBytes shard_bytes() const;  // the shards alone (gradients, moments; stage 3: parameters)
   int stage() const { return stage_; }
   int64_t steps() const { return steps_; }
   std::string describe() const;
 
  private:
   struct GroupState {
-    nn::Tensor grad_shard, exp_avg, exp_avg_sq;            // [shard]
+    nn::Tensor grad_shard;          // [shard], stages 2-3 (stage 1's average lies in the full gradients)
+    nn::Tensor exp_avg, exp_avg_sq;  // [shard]
     nn::Tensor param_shard;                                // [shard], stage 3: the only copy between uses
     WireBuffer send, received;                             // a reduce-scatter in flight: [N·shard] work space, [shard]
     comm::Work reducing;
-    bool reduce_started = false;    // in this micro-step
+    bool reduced = false;           // this step (stage 1: once; stage 2: every micro-step)
     bool reduce_in_flight = false;  // started, not yet added into grad_shard
     nn::Tensor gathered;            // an all-gather in flight: [N·shard]
     comm::Work gathering;
@@ -91,7 +125,10 @@ class ZeroOptimizer {
   GroupState& state(int g) { return groups_[static_cast<std::size_t>(g)]; }
   std::span<float> shard_of(nn::Tensor& flat) const;  // this rank's block of an [N·shard] buffer
 
-  void on_gradients_ready(std::span<const int> parameter_indices);
+  // Each stretch of this rank's averaged gradient shard of group g: (parameter, offset in the
+  // shard, its gradients, count) — in grad_shard, or (stage 1) in the parameter's own gradient.
+  using GradientRun = std::function<void(int parameter, int64_t at, float* gradient, int64_t n)>;
+  void for_each_gradient_run(int g, const GradientRun& visit);
   void start_reduce_scatter(int g);
   void finish_reduce_scatter(int g);
   void update_shard(int g, float* weights, const nn::AdamWScalars& s);
@@ -108,7 +145,9 @@ class ZeroOptimizer {
   nn::GPT& model_;
   nn::AdamWConfig config_;
   comm::Communicator& group_;
+  ZeroPart part_;
   ZeroShards shards_;
+  int late_group_ = -1;  // part_.late's group, or none
   std::vector<GroupState> groups_;
   std::vector<int> group_of_parameter_;
   int64_t steps_ = 0;
