@@ -6,7 +6,7 @@ without expert parallelism), the planner's memory of the rank that holds most an
 trainer measures — its "memory rank R (allocator)" lines (the step's peak, largest over ranks)
 and the median of its step times after warm-up.
 
-    python3 benchmarks/plan_vs_runs.py [--steps 30] [--markdown] [--rows quick|cp|moe]
+    python3 benchmarks/plan_vs_runs.py [--steps 30] [--markdown] [--rows quick|cp|moe|zero]
     python3 benchmarks/plan_vs_runs.py --rows quick --steps 3 --check-memory 5   # the ctest
 
 --check-memory P exits 1 naming every row whose memory misses by more than P percent."""
@@ -75,6 +75,9 @@ ROWS = [
     ("MoE dp 4 ep 4", "--dp 4 --ep 4 --micro-batch 6", 24, "main-job-moe", "fp32"),
     ("MoE dp 4 ep 2", "--dp 4 --ep 2 --micro-batch 6", 24, "main-job-moe", "fp32"),
     ("MoE ep 2 × pp 2", "--dp 2 --ep 2 --pp 2 --schedule 1f1b --micro-batch 3", 12, "main-job-moe", "fp32"),
+    ("dp 2 × pp 2 ZeRO-1", "--dp 2 --pp 2 --zero 1 --schedule 1f1b --micro-batch 3", 24, "gpt-bench-a", "fp32"),
+    ("dp 2 × cp 2 ZeRO-2", "--dp 2 --cp 2 --cp-attention ring --zero 2 --micro-batch 6", 12, "gpt-bench-a", "fp32"),
+    ("MoE dp 4 ep 2 ZeRO-2", "--dp 4 --ep 2 --zero 2 --micro-batch 6", 24, "main-job-moe", "fp32"),
 ]
 QUICK = ["main job (dp 2)", "ZeRO-3 on 4", "dp 2 full", "pp 2 1F1B", "pp 2 interleaved v2", "tp 2 + SP",
          "3D dp 2 × pp 2 × tp 2", "cp 2 ring", "cp 2 × tp 2 Ulysses", "MoE main job (dp 2)", "MoE pp 2 1F1B", "MoE dp 4 ep 2"]
@@ -89,6 +92,8 @@ def size(value, unit):
 
 
 def plan(nanodist, flags, batch, model, precision, ranks):
+    if "--zero" not in flags:  # a row without ZeRO is one (the sweep tries 1 and 2 on any layout with replicas)
+        flags += " --zero 0"
     cmd = [nanodist, "plan", "--model", model, "--precision", precision, "--devices", str(ranks),
            "--global-batch", str(batch), "--machine", "this-cpu", "--json", "--all"] + shlex.split(flags)
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -152,7 +157,7 @@ def main():
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "data"))
     parser.add_argument("--mpiexec", default="mpiexec")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--rows", choices=["all", "quick", "cp", "moe"], default="all",
+    parser.add_argument("--rows", choices=["all", "quick", "cp", "moe", "zero"], default="all",
                         help="every row, the ctest's few, context parallelism's, or the mixture of experts'")
     parser.add_argument("--markdown", action="store_true", help="a table for docs/planning.md")
     parser.add_argument("--check-memory", type=float, help="exit 1 if a row's memory misses by more than this %%")
@@ -160,7 +165,8 @@ def main():
     args = parser.parse_args()
     nanodist = os.path.join(args.build_dir, "planning", "nanodist")
     rows = [r for r in ROWS if args.rows == "all" or (args.rows == "quick" and r[0] in QUICK)
-            or (args.rows == "cp" and "cp " in r[0]) or (args.rows == "moe" and r[0].startswith("MoE"))]
+            or (args.rows == "cp" and "cp " in r[0]) or (args.rows == "moe" and r[0].startswith("MoE"))
+            or (args.rows == "zero" and "ZeRO" in r[0])]
     results, misses = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags, batch, model, precision in rows:

@@ -135,6 +135,13 @@ void add_3d_flags(CLI::App& app, GridShape& shape, ScheduleOptions& s) {
       ->check(comm::cli::whole(0));
 }
 
+// ZeRO-3 gathers every block around its use: train_dp's; on the grid the gathers would have to
+// follow the pipeline's schedule and the tensor-parallel cuts.
+void check_zero_stage(const GridShape& shape) {
+  if (shape.zero == 3)
+    throw comm::UsageError("--zero 3 runs with pure data parallelism (train_dp): train_3d shards with --zero 1 or 2");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,7 +155,10 @@ int main(int argc, char** argv) {
   program.add_flags = [&](CLI::App& app, TrainOptions&) { add_3d_flags(app, shape, s); };
   program.layout_flags = {"--dp",           "--pp",       "--tp",            "--cp",           "--cp-attention", "--ep",
                           "--sequence-parallel", "--stage-layers", "--schedule", "--micro-batches", "--virtual-stages", "--zero"};
-  program.check_world = [&](const TrainOptions&, comm::Communicator& world) { shape.check(world.size()); };
+  program.check_world = [&](const TrainOptions&, comm::Communicator& world) {
+    check_zero_stage(shape);
+    shape.check(world.size());
+  };
   program.layout_query = [&](const TrainOptions& o, int) {
     LayoutQuery query = grid_layout_query(shape, o);
     query.fixed_flags = {{"--schedule", std::string(parallel::name_of(s.schedule))}};
@@ -161,6 +171,7 @@ int main(int argc, char** argv) {
     // On --resume, shape and s hold the checkpoint's layout now.
     settle_pipeline_layout(shape, run, world.size(), "train_3d");
     check_fault_flags(shape, s);
+    check_zero_stage(shape);
     check_memory(run.start.config, run.options.batch_size, /*training=*/true, world, 0,
                  {shape.cp, shape.cp_attention == parallel::CpAttention::ring});
     return std::make_unique<ThreeDParallel>(run, world, shape, s);
