@@ -60,12 +60,10 @@ std::string context_parallel_why_not(const Layout& l, const LayoutJob& job) {
   if (l.sequence_parallel && c.block_size / l.cp % l.tp != 0)
     return fmt::format("--cp {} with --sequence-parallel: the {} positions of a cp rank do not split over --tp {}",
                        l.cp, c.block_size / l.cp, l.tp);
-  // Ring attention has its own fp32 kernel: another precision or kernel would no longer match one
-  // process. (Only while training: evaluation and sampling run whole sequences on every cp rank.)
+  // Ring attention has its own kernel (fp32 or bf16 products): the naive one's steps would no
+  // longer match one process. (Only while training: evaluation and sampling run whole sequences
+  // on every cp rank.)
   if (job.replica_batch == 0) return "";
-  if (l.cp_attention == CpAttention::ring && job.precision == nn::Precision::bf16)
-    return "--cp-attention ring computes attention in fp32: with --precision bf16 use --cp-attention ulysses (the "
-           "model's own kernel)";
   if (l.cp_attention == CpAttention::ring && job.attention == nn::AttentionKernel::naive)
     return "--cp-attention ring has its own kernel: with --attention naive use --cp-attention ulysses";
   return "";

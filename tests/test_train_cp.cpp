@@ -103,6 +103,6 @@ TEST_CASE("bad context-parallel input: one line, exit status 2") {
   usage_failure(train_3d(2, run + " --cp 4"), "2 ranks cannot be --dp 1 × --pp 1 × --cp 4 × --tp 1 = 4");
   usage_failure(train_3d(1, run + " --cp 65536 --tp 65536"), "--cp 65536 × --tp 65536 = 4294967296");  // no int overflow
   usage_failure(train_3d(2, run + " --cp 2 --cp-attention sideways"), "--cp-attention");
-  usage_failure(train_3d(2, run + " --cp 2 --precision bf16"), "--cp-attention ring computes attention in fp32");
+  usage_failure(train_3d(2, run + " --cp 2 --attention naive"), "--cp-attention ring has its own kernel");
   usage_failure(train_3d(1, run + " --skip-ring-at-step 1 --crash-rank 0"), "--skip-ring-at-step needs a ring");
 }

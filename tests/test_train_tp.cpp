@@ -137,7 +137,7 @@ TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on 
   usage_failure(train_3d(4, common() + " --resume --tp 4 --out-dir " + out("3d_ctrl_c")),
                 "4 ranks cannot be --dp 1 × --pp 2 × --tp 4 = 8: run D·P·T ranks (from the checkpoint: --dp 1 --pp 2 "
                 "--cp 1 --cp-attention ring --ep 1 --sequence-parallel true --schedule 1f1b --micro-batches 2 --virtual-stages "
-                "1; a flag typed again changes it)");
+                "1 --zero 0; a flag typed again changes it)");
 }
 
 TEST_CASE("a 3D checkpoint: train_dp evaluates it alike, it resumes exactly, and under another layout") {
@@ -239,7 +239,7 @@ TEST_CASE("gradients as bf16 on the wire (--grad-comm bf16) halve what the dp gr
 // bf16-rounded inputs, a pipeline stage its layers; what changes is only the order of fp32
 // sums, which can flip a bf16 rounding downstream. So each layout ends within bf16
 // rounding's bound (check_within_bf16_rounding) of one process in bf16.
-TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp and train_3d end near one process") {
+TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp, train_3d and ring attention end near one process") {
   const double one_step = 1e-3;
   const std::string bf16 = common() + " --precision bf16 --batch-size 4";
   REQUIRE(train_dp(1, bf16 + " --out-dir " + out("bf16_ref")).status == 0);
@@ -247,7 +247,9 @@ TEST_CASE("bf16 matrix multiplies (--precision bf16): train_tp (SP), train_pp an
   const std::vector<std::tuple<const char*, int, std::string, std::string>> layouts = {
       {TRAIN_TP, 2, "bf16_tp2_sp", " --sequence-parallel"},
       {TRAIN_PP, 2, "bf16_pp2", " --micro-batches 2"},
-      {TRAIN_3D, 4, "bf16_3d_122", " --tp 2 --pp 2 --micro-batches 2"}};
+      {TRAIN_3D, 4, "bf16_3d_122", " --tp 2 --pp 2 --micro-batches 2"},
+      // ring attention's own kernel: bf16 products, the online softmax's statistics in fp32
+      {TRAIN_3D, 2, "bf16_cp2_ring", " --cp 2 --cp-attention ring"}};
   for (const auto& [program, ranks, name, flags] : layouts) {
     auto r = run_trainer(program, ranks, bf16 + flags + " --out-dir " + out(name));
     REQUIRE(r.status == 0);

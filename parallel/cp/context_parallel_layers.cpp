@@ -53,7 +53,7 @@ nn::Tensor ContextParallelSequence::attention(const nn::Tensor& qkv, int heads, 
   const ContextShard shard = ContextShard::of(qkv.size(1) * cp_.size(), cp_.size(), cp_.rank());
   if (algorithm_ == CpAttention::ulysses)
     return ulysses_attention(qkv, heads, dropout, kernel, precision, shard, cp_);
-  return ring_attention(qkv, heads, dropout, shard, cp_, overlap_);
+  return ring_attention(qkv, heads, dropout, shard, cp_, overlap_, precision);
 }
 
 std::shared_ptr<ContextParallelSequence> with_context_parallel(std::shared_ptr<nn::SequenceLayout> inner,

@@ -10,6 +10,7 @@
 #include "nn/autograd.hpp"
 #include "nn/gemm.hpp"
 #include "nn/profile.hpp"
+#include "numeric/bf16.hpp"
 
 namespace parallel {
 namespace {
@@ -20,6 +21,7 @@ constexpr float kMasked = -std::numeric_limits<float>::infinity();
 struct Layout {
   int64_t B, S, C, H, hs, T, half;  // half = S/2: one chunk
   float scale;
+  bool bf16;  // the products take bf16 inputs (--precision bf16); the softmax's statistics stay fp32
   // qkv [B,S,3C]: q at h·hs, k at C + h·hs, v at 2C + h·hs; kv [B,S,2C]: k at h·hs, v at C + h·hs.
   int64_t qkv_row(int64_t b, int64_t s) const { return (b * S + s) * 3 * C; }
   int64_t kv_row(int64_t b, int64_t s) const { return (b * S + s) * 2 * C; }
@@ -29,6 +31,19 @@ struct Layout {
 // Which chunk of the whole sequence a half of a shard is (0: its first, 1: its second).
 int64_t chunk_of(const ContextShard& shard, int half) {
   return half == 0 ? shard.rank : 2 * int64_t{shard.ranks} - 1 - shard.rank;
+}
+
+// Under --precision bf16 the six products take bf16 inputs, as one process's fused kernel
+// (nn/ops/attention.cpp) does: each operand rounded to bf16 and kept in a float (the product of
+// two such values is exact in fp32, so an fp32 product of them is a bf16 product with fp32
+// accumulation). The running max m, the sum l, the output o and lse stay fp32.
+void round_in_place(float* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(numeric::bfloat16(values[i]));
+}
+std::vector<float> rounded_if(bool bf16, const float* values, int64_t n) {
+  std::vector<float> out(values, values + n);
+  if (bf16) round_in_place(out.data(), n);
+  return out;
 }
 
 // One (query half qa, key half kb) pair of sample b and head h: which chunks of the whole
@@ -93,6 +108,7 @@ void forward_block(const Layout& L, const float* qkv, const float* kv, const Con
             for (int64_t d = 0; d < L.hs; ++d) o_row[d] *= alpha;
           }
           // o[qa rows] += weights · v[kb rows]
+          if (L.bf16) round_in_place(S, L.half * L.half);
           nn::gemm(false, false, L.half, L.hs, L.half, 1.0f, S, L.half, pair.v, 2 * L.C, 1.0f,
                    o + L.y_row(b, qa * L.half) + h * L.hs, L.C);
         }
@@ -127,6 +143,7 @@ void backward_block(const Layout& L, const float* qkv, const float* kv, const fl
             }
           }
           // dv[kb rows] += weightsᵀ · dy[qa rows]
+          if (L.bf16) round_in_place(dS, L.half * L.half);
           nn::gemm(true, false, L.half, L.hs, L.half, 1.0f, dS, L.half, dy_rows, L.C, 1.0f, dv_rows, 2 * L.C);
           // dP = dy · vᵀ, through the dropout; dS = P ⊙ (dP − D)
           nn::gemm(false, true, L.half, L.half, L.hs, 1.0f, dy_rows, L.C, pair.v, 2 * L.C, 0.0f, dS, L.half);
@@ -138,6 +155,7 @@ void backward_block(const Layout& L, const float* qkv, const float* kv, const fl
             }
           }
           // dq[qa rows] += dS · k / √hs,  dk[kb rows] += dSᵀ · q / √hs
+          if (L.bf16) round_in_place(dS, L.half * L.half);
           nn::gemm(false, false, L.half, L.hs, L.half, L.scale, dS, L.half, pair.k, 2 * L.C, 1.0f, dq_rows, 3 * L.C);
           nn::gemm(true, false, L.half, L.hs, L.half, L.scale, dS, L.half, pair.q, 3 * L.C, 1.0f, dk_rows, 2 * L.C);
         }
@@ -184,12 +202,15 @@ void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overl
 }  // namespace
 
 nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMask& dropout, const ContextShard& shard,
-                          comm::Communicator& cp, bool overlap) {
+                          comm::Communicator& cp, bool overlap, nn::Precision precision) {
   if (qkv.ndim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0 || qkv.size(1) != shard.length())
     comm::fail("ring attention: qkv {} is not {} positions of q, k, v of {} heads", nn::shape_string(qkv.shape()),
                shard.length(), n_head);
   const int64_t B = qkv.size(0), S = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
-  const Layout L{B, S, C, n_head, hs, shard.T, S / 2, 1.0f / std::sqrt(static_cast<float>(hs))};
+  const Layout L{B, S, C, n_head, hs, shard.T, S / 2, 1.0f / std::sqrt(static_cast<float>(hs)),
+                 precision == nn::Precision::bf16};
+  // The products' q, k, v: as they are, or rounded to bf16 once (and so they travel the ring).
+  auto operands = std::make_shared<std::vector<float>>(rounded_if(L.bf16, qkv.data(), qkv.numel()));
   const nn::DropoutMask* mask = dropout.active() ? &dropout : nullptr;
   // q·kᵀ and P·v over the causal half of every rank's S×T: as one rank's kernel counts.
   nn::profile::Scope scope("attention core (ring)", 0, 4.0 * B * S * (shard.T / 2.0) * C);
@@ -199,8 +220,8 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
   const auto rows = static_cast<std::size_t>(B * n_head * S);
   auto lse = std::make_shared<std::vector<float>>(rows, kMasked);  // m first, then m + log l
   std::vector<float> l(rows, 0.0f);
-  round_the_ring(cp, keys_and_values(L, qkv.data()), overlap, [&](const std::vector<float>& kv, int source) {
-    forward_block(L, qkv.data(), kv.data(), shard, shard.of_rank(source), mask, lse->data(), l.data(), y.data());
+  round_the_ring(cp, keys_and_values(L, operands->data()), overlap, [&](const std::vector<float>& kv, int source) {
+    forward_block(L, operands->data(), kv.data(), shard, shard.of_rank(source), mask, lse->data(), l.data(), y.data());
   });
   for (int64_t b = 0; b < B; ++b)  // y = o / l, lse = m + log l
     for (int64_t h = 0; h < n_head; ++h)
@@ -212,7 +233,7 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
       }
   if (!track) return y;
 
-  nn::autograd::record([qkv, y, lse, L, shard, dropout, overlap, &cp]() {
+  nn::autograd::record([qkv, operands, y, lse, L, shard, dropout, overlap, &cp]() {
     nn::profile::Scope backward_scope("attention core (ring)", 0, 8.0 * L.B * L.S * (L.T / 2.0) * L.C);
     // (the closure's own copy of the mask: the caller's may be gone when backward runs)
     const nn::DropoutMask* kept_mask = dropout.active() ? &dropout : nullptr;
@@ -229,12 +250,13 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
           D[static_cast<std::size_t>((b * L.H + h) * L.S + s)] = sum;
         }
     std::vector<float> dq(static_cast<std::size_t>(qkv.numel()), 0.0f);
+    const std::vector<float> dy = rounded_if(L.bf16, y.grad(), y.numel());  // the products' dy
     // The block's dK, dV travel with it; after the last block one more hop brings each home.
     std::vector<float> dkv(static_cast<std::size_t>(L.B * L.S * 2 * L.C), 0.0f), incoming(dkv.size());
     const int c = cp.size();
-    round_the_ring(cp, keys_and_values(L, qkv.data()), overlap, [&](const std::vector<float>& kv, int source) {
-      backward_block(L, qkv.data(), kv.data(), y.grad(), lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
-                     dq.data(), dkv.data());
+    round_the_ring(cp, keys_and_values(L, operands->data()), overlap, [&](const std::vector<float>& kv, int source) {
+      backward_block(L, operands->data(), kv.data(), dy.data(), lse->data(), D.data(), shard, shard.of_rank(source),
+                     kept_mask, dq.data(), dkv.data());
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
         start_hop(cp, dkv, incoming).wait();
         dkv.swap(incoming);

@@ -28,6 +28,7 @@
 // waits for the block's compute: it is not overlapped).
 #pragma once
 #include "comm/communicator.hpp"
+#include "nn/gemm.hpp"  // Precision
 #include "nn/dropout_mask.hpp"
 #include "nn/tensor.hpp"
 #include "parallel/cp/context_shard.hpp"
@@ -35,9 +36,10 @@
 namespace parallel {
 
 // qkv [B, S, 3C] of n_head heads (q | k | v), this rank's positions → y [B, S, C]. `dropout`:
-// the mask of these heads' weights as whole attention would use it. Products in fp32, with this
-// file's own kernel (train_3d refuses it with --precision bf16 or --attention naive).
+// the mask of these heads' weights as whole attention would use it. This file's own kernel
+// (train_3d refuses it with --attention naive); its products on fp32 inputs, or with
+// `precision` bf16 on bf16 inputs with fp32 sums (the online softmax's m, l and lse in fp32).
 nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMask& dropout, const ContextShard& shard,
-                          comm::Communicator& cp, bool overlap = true);
+                          comm::Communicator& cp, bool overlap = true, nn::Precision precision = nn::Precision::fp32);
 
 }  // namespace parallel
