@@ -260,7 +260,10 @@ Runtime::~Runtime() {
   exchange_.reset();
   board_.reset();
   g_runtime = nullptr;
-  if (owns_mpi_) MPI_Finalize();
+  if (owns_mpi_) {
+    MPI_Finalize();
+    record_finalized();  // this rank's own word that MPI ended (exit_record.hpp: why mpiexec's is not enough)
+  }
 }
 
 int Runtime::run(const std::function<void()>& body) {

@@ -1,21 +1,51 @@
 // Every demo, run under mpiexec with 2, 3 and 4 ranks and every backend, prints the
-// textbook result for that rank count (computed here independently).
+// textbook result for that rank count (computed here independently), and every rank says it
+// finalized MPI (its exit record, comm/watchdog/exit_record.hpp) — also when mpiexec was too busy
+// to acknowledge the finalize in time.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "run_command.hpp"
 
 namespace {
 
+namespace fs = std::filesystem;
+
 const std::vector<int> kRanks = {2, 3, 4};
 const std::vector<std::string> kBackends = {"mpi", "ring", "naive", "shm"};
 
+// Where the ranks of the last demo wrote their exit records (NANODIST_EXIT_RECORDS).
+fs::path records_dir() { return fs::temp_directory_path() / fmt::format("nanodist_demo_records_{}", ::getpid()); }
+
+// The demo's command, each rank keeping its exit record in a fresh records_dir().
+std::string demo_command(const std::string& name, int ranks, const std::string& args) {
+  fs::remove_all(records_dir());
+  fs::create_directories(records_dir());
+  return "NANODIST_EXIT_RECORDS=" + records_dir().string() + " " +
+         mpirun(ranks, std::string(DEMO_DIR) + "/" + name, args);
+}
+
 CommandResult demo(const std::string& name, int ranks, const std::string& args) {
-  return run_command(mpirun(ranks, std::string(DEMO_DIR) + "/" + name, args));
+  return run_command(demo_command(name, ranks, args));
+}
+
+// Every rank's record ends "exit 0", "finalized": it left run() cleanly and MPI_Finalize returned.
+void check_every_rank_finalized(int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream in(records_dir() / fmt::format("rank{}", r));
+    std::stringstream record;
+    record << in.rdbuf();
+    INFO("rank " << r << "'s exit record:\n" << record.str());
+    CHECK_THAT(record.str(), Catch::Contains("\nexit 0\nfinalized\n"));
+  }
 }
 
 std::string values(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, " ")); }
@@ -29,6 +59,7 @@ void check_demo(const std::string& name, const std::string& args, Expect expect)
       INFO(name << " " << args << " on " << n << " ranks, backend " << backend << ":\n" << r.output);
       CHECK(r.status == 0);
       for (const std::string& line : expect(n)) CHECK_THAT(r.output, Catch::Contains(line));
+      check_every_rank_finalized(n);
     }
   }
 }
@@ -200,4 +231,26 @@ TEST_CASE("a timeout too long for the clock is refused in one line, as a flag an
   r = demo("allreduce", 2, "--timeout 1e9");  // the longest allowed works
   CHECK(r.status == 0);
   CHECK_THAT(r.output, Catch::Contains("after allreduce(sum) every rank holds [1 1 1]"));
+}
+
+// A rank's MPI_Finalize waits at most 2 s for mpiexec's acknowledgement (PMIx's client timeout).
+// Here mpiexec is stopped for 2.5 s once the result is printed, as a starved mpiexec is under
+// ctest -j4 on 2 cores: Open MPI alone then reports a rank that did finalize as "exited without
+// calling finalize" and exits 1 (about 2 runs in 5 here; once in 243 tests under load). The
+// tests' mpiexec (run_command.hpp) judges by exit status, and the records say finalized.
+TEST_CASE("a finalize that mpiexec is too busy to acknowledge is not a failure: every rank's record says finalized") {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::string run = demo_command("alltoall", 2, "--backend shm");
+    // (a simple command in the background: $! is mpiexec itself)
+    auto r = run_command("out=$(mktemp); " + run + " > \"$out\" 2>&1 & pid=$!; " +
+                         "for i in $(seq 2000); do grep -q 'after alltoall' \"$out\" && break; sleep 0.005; done; " +
+                         "kill -STOP $pid; sleep 2.5; kill -CONT $pid; wait $pid; status=$?; cat \"$out\"; rm -f \"$out\"; "
+                         "exit $status");
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("after alltoall"));
+    CHECK_THAT(r.output, !Catch::Contains("exited without calling"));
+    check_every_rank_finalized(2);
+  }
+  fs::remove_all(records_dir());
 }

@@ -15,6 +15,7 @@
 namespace comm {
 namespace {
 std::atomic<int> g_record_fd{-1};
+std::atomic<bool> g_exit_written{false};
 }  // namespace
 
 void open_exit_record(const char* dir, int world_rank) {
@@ -33,8 +34,8 @@ void open_exit_record(const char* dir, int world_rank) {
 }
 
 void record_exit(int status) {
-  const int fd = g_record_fd.exchange(-1);  // once: the first way out is the one that counts
-  if (fd < 0) return;
+  const int fd = g_record_fd.load();
+  if (fd < 0 || g_exit_written.exchange(true)) return;  // once: the first way out is the one that counts
   char line[32] = "exit ";  // formatted by hand: no allocation in a signal handler
   int at = 5;
   unsigned value = static_cast<unsigned>(status < 0 ? -status : status);
@@ -48,6 +49,13 @@ void record_exit(int status) {
   while (n > 0) line[at++] = digits[--n];
   line[at++] = '\n';
   [[maybe_unused]] auto written = ::write(fd, line, static_cast<std::size_t>(at));
+}
+
+void record_finalized() {
+  const int fd = g_record_fd.exchange(-1);
+  if (fd < 0) return;
+  constexpr char line[] = "finalized\n";
+  [[maybe_unused]] auto written = ::write(fd, line, sizeof line - 1);
   ::close(fd);
 }
 
