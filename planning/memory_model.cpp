@@ -117,10 +117,12 @@ RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {
     // Under expert parallelism the gradient tensors are made by the first backward as it frees
     // activations (the averager's flat copies are counted with the buffers), so they are in the
     // peak only when a forward follows it with as many micro-batches in flight (measured).
-    const bool made_after_the_peak = (l.pp > 1 && l.schedule == Schedule::gpipe) ||
+    // (ZeRO-1 without a pipeline: its full gradients live from backward to the update, made as
+    // backward frees the activations; ZeRO-2 and 3 hold their shards throughout.)
+    const bool made_after_the_peak = (l.zero == 1 && l.pp == 1) || (l.pp > 1 && l.schedule == Schedule::gpipe) ||
                                      (l.pp == 1 && l.tp > 1 && l.micro_batches(w) == 1 && l.gradient_group() == 1) ||
                                      (l.ep > 1 && l.micro_batches(w) <= in_flight);
-    m.gradients = made_after_the_peak ? 0 : held.gradients;
+    m.gradients = made_after_the_peak && l.zero < 2 ? 0 : held.gradients;
     m.optimizer = held.optimizer;
     m.activations = nanodist_activations(w, l, stage, in_flight);
     m.buffers = nanodist_buffers(w, l, stage, P, made_after_the_peak);

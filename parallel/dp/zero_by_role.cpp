@@ -96,7 +96,7 @@ float ZeroByRole::finish_gradients(float max_norm) {
 
 void ZeroByRole::step(float lr) {
   for (Role& r : roles_) r.optimizer->step(lr);
-  for (Role& r : roles_) r.optimizer->zero_grad();  // after every step: stage 1 zeroes the model's whole gradients
+  for (Role& r : roles_) r.optimizer->zero_grad();
 }
 
 void ZeroByRole::gather_optimizer(nn::AdamW* into) {

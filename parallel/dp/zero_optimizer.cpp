@@ -273,7 +273,14 @@ void ZeroOptimizer::zero_grad() {
     if (s.grad_shard.defined()) std::fill_n(s.grad_shard.data(), s.grad_shard.numel(), 0.0f);
     s.reduced = false;
   }
-  if (stage_ == 1) model_.zero_grad();  // stage 1 keeps full gradients; 2-3 freed them already
+  // Stage 1's full gradients live from backward to the update only (2-3 freed them already):
+  // every step starts as the first does, and backward makes them as it frees activations.
+  if (stage_ == 1)
+    for (const auto& group : shards_.groups())
+      for (const auto& piece : group.pieces) {
+        const nn::Tensor& t = model_.parameters()[static_cast<std::size_t>(piece.parameter)].tensor;
+        if (t.has_grad()) t.free_grad();
+      }
 }
 
 // ---- parameters: gathered around their use (stage 3) -------------------------------------
