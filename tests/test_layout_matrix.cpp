@@ -160,4 +160,7 @@ TEST_CASE("layout matrix: ZeRO-3 beside another dimension is refused in one line
   usage_failure(train_3d(2, run + " --pp 2 --zero 3"), "--zero 3 runs with pure data parallelism (train_dp)");
   usage_failure(train_3d(2, run + " --dp 2 --zero 3"), "--zero 3 runs with pure data parallelism (train_dp)");
   usage_failure(train_3d(2, run + " --dp 2 --zero 4"), "--zero");
+  // What nanodist-run asks before a launch or a restart says the same (no MPI: the query alone).
+  const CommandResult query = run_command(std::string(TRAIN_3D) + " --dp 2 --zero 3 --layout-query 2:2");
+  CHECK_THAT(query.output, Catch::Contains("--zero 3 runs with pure data parallelism (train_dp)"));
 }

@@ -137,9 +137,10 @@ void add_3d_flags(CLI::App& app, GridShape& shape, ScheduleOptions& s) {
 
 // ZeRO-3 gathers every block around its use: train_dp's; on the grid the gathers would have to
 // follow the pipeline's schedule and the tensor-parallel cuts.
+constexpr const char* kZeroThreeRefused =
+    "--zero 3 runs with pure data parallelism (train_dp): train_3d shards with --zero 1 or 2";
 void check_zero_stage(const GridShape& shape) {
-  if (shape.zero == 3)
-    throw comm::UsageError("--zero 3 runs with pure data parallelism (train_dp): train_3d shards with --zero 1 or 2");
+  if (shape.zero == 3) throw comm::UsageError(kZeroThreeRefused);
 }
 
 }  // namespace
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
   program.layout_query = [&](const TrainOptions& o, int) {
     LayoutQuery query = grid_layout_query(shape, o);
     query.fixed_flags = {{"--schedule", std::string(parallel::name_of(s.schedule))}};
+    if (shape.zero == 3) query.why = kZeroThreeRefused;  // (the layout alone would allow it with pure dp)
     return query;
   };
   program.load_model = [&](const TrainOptions& o, const Start& start, int, comm::Communicator& world) {

@@ -40,9 +40,9 @@ int64_t chunk_of(const ContextShard& shard, int half) {
 void round_in_place(float* values, int64_t n) {
   for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(numeric::bfloat16(values[i]));
 }
-std::vector<float> rounded_if(bool bf16, const float* values, int64_t n) {
+std::vector<float> rounded(const float* values, int64_t n) {
   std::vector<float> out(values, values + n);
-  if (bf16) round_in_place(out.data(), n);
+  round_in_place(out.data(), n);
   return out;
 }
 
@@ -209,8 +209,9 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
   const int64_t B = qkv.size(0), S = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
   const Layout L{B, S, C, n_head, hs, shard.T, S / 2, 1.0f / std::sqrt(static_cast<float>(hs)),
                  precision == nn::Precision::bf16};
-  // The products' q, k, v: as they are, or rounded to bf16 once (and so they travel the ring).
-  auto operands = std::make_shared<std::vector<float>>(rounded_if(L.bf16, qkv.data(), qkv.numel()));
+  // The products' q, k, v: qkv itself, or under bf16 a copy rounded once (and so they travel the ring).
+  auto rounded_qkv = std::make_shared<std::vector<float>>(L.bf16 ? rounded(qkv.data(), qkv.numel()) : std::vector<float>{});
+  const auto operands_of = [qkv](const std::vector<float>& copy) { return copy.empty() ? qkv.data() : copy.data(); };
   const nn::DropoutMask* mask = dropout.active() ? &dropout : nullptr;
   // q·kᵀ and P·v over the causal half of every rank's S×T: as one rank's kernel counts.
   nn::profile::Scope scope("attention core (ring)", 0, 4.0 * B * S * (shard.T / 2.0) * C);
@@ -220,8 +221,9 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
   const auto rows = static_cast<std::size_t>(B * n_head * S);
   auto lse = std::make_shared<std::vector<float>>(rows, kMasked);  // m first, then m + log l
   std::vector<float> l(rows, 0.0f);
-  round_the_ring(cp, keys_and_values(L, operands->data()), overlap, [&](const std::vector<float>& kv, int source) {
-    forward_block(L, operands->data(), kv.data(), shard, shard.of_rank(source), mask, lse->data(), l.data(), y.data());
+  const float* operands = operands_of(*rounded_qkv);
+  round_the_ring(cp, keys_and_values(L, operands), overlap, [&](const std::vector<float>& kv, int source) {
+    forward_block(L, operands, kv.data(), shard, shard.of_rank(source), mask, lse->data(), l.data(), y.data());
   });
   for (int64_t b = 0; b < B; ++b)  // y = o / l, lse = m + log l
     for (int64_t h = 0; h < n_head; ++h)
@@ -233,10 +235,13 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
       }
   if (!track) return y;
 
-  nn::autograd::record([qkv, operands, y, lse, L, shard, dropout, overlap, &cp]() {
+  nn::autograd::record([qkv, rounded_qkv, operands_of, y, lse, L, shard, dropout, overlap, &cp]() {
     nn::profile::Scope backward_scope("attention core (ring)", 0, 8.0 * L.B * L.S * (L.T / 2.0) * L.C);
     // (the closure's own copy of the mask: the caller's may be gone when backward runs)
     const nn::DropoutMask* kept_mask = dropout.active() ? &dropout : nullptr;
+    // The products' dy: y's gradient, or under bf16 rounded once (D below is taken from the same).
+    const std::vector<float> dy_rounded = L.bf16 ? rounded(y.grad(), y.numel()) : std::vector<float>{};
+    const float* dy = dy_rounded.empty() ? y.grad() : dy_rounded.data();
     // D_t = Σ_d dy_td · y_td per (b, h, t): softmax's backward needs rowsum(dP ⊙ P), which it is.
     std::vector<float> D(lse->size(), 0.0f);
     for (int64_t b = 0; b < L.B; ++b)
@@ -245,18 +250,18 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
           float sum = 0.0f;
           for (int64_t d = 0; d < L.hs; ++d) {
             const int64_t at = L.y_row(b, s) + h * L.hs + d;
-            sum += y.grad()[at] * y.data()[at];
+            sum += dy[at] * y.data()[at];
           }
           D[static_cast<std::size_t>((b * L.H + h) * L.S + s)] = sum;
         }
     std::vector<float> dq(static_cast<std::size_t>(qkv.numel()), 0.0f);
-    const std::vector<float> dy = rounded_if(L.bf16, y.grad(), y.numel());  // the products' dy
     // The block's dK, dV travel with it; after the last block one more hop brings each home.
     std::vector<float> dkv(static_cast<std::size_t>(L.B * L.S * 2 * L.C), 0.0f), incoming(dkv.size());
     const int c = cp.size();
-    round_the_ring(cp, keys_and_values(L, operands->data()), overlap, [&](const std::vector<float>& kv, int source) {
-      backward_block(L, operands->data(), kv.data(), dy.data(), lse->data(), D.data(), shard, shard.of_rank(source),
-                     kept_mask, dq.data(), dkv.data());
+    const float* operands = operands_of(*rounded_qkv);
+    round_the_ring(cp, keys_and_values(L, operands), overlap, [&](const std::vector<float>& kv, int source) {
+      backward_block(L, operands, kv.data(), dy, lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
+                     dq.data(), dkv.data());
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
         start_hop(cp, dkv, incoming).wait();
         dkv.swap(incoming);

@@ -363,6 +363,7 @@ std::unique_ptr<nn::AdamW> ZeroOptimizer::gather_optimizer() {
 
 void ZeroOptimizer::gather_optimizer(nn::AdamW* into) {
   const bool root = group_.rank() == 0;
+  if (root && into == nullptr) nn::fail("ZeRO: the group's rank 0 gathers the moments but was given no optimizer to fill");
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     for (bool second : {false, true}) {
       nn::Tensor& mine = second ? groups_[g].exp_avg_sq : groups_[g].exp_avg;
