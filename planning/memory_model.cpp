@@ -96,11 +96,9 @@ parallel::HeldBytes zero_held_by_role(const Workload& w, const Layout& l, int st
   if (l.zero == 0 || l.zero == 3) return parallel::zero_formula_held(l.zero, P, l.dp);  // stage 3: pure dp only
   const double experts = expert_parameters_on_stage(w.model, l.pp, stage, l.virtual_stages, l.ep);
   const auto dense_ranks = static_cast<int>(l.gradient_group());
-  const parallel::HeldBytes dense = parallel::zero_formula_held(l.zero, P - experts, dense_ranks);
-  const parallel::HeldBytes expert = parallel::zero_formula_held(l.zero, experts, l.ep > 1 ? l.dp / l.ep : dense_ranks);
-  return {.parameters = dense.parameters + expert.parameters,
-          .gradients = dense.gradients + expert.gradients,
-          .optimizer = dense.optimizer + expert.optimizer};
+  parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P - experts, dense_ranks);
+  held += parallel::zero_formula_held(l.zero, experts, l.ep > 1 ? l.dp / l.ep : dense_ranks);
+  return held;
 }
 
 RankMemory stage_memory(const Workload& w, const Layout& l, int stage) {

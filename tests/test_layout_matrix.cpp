@@ -23,19 +23,6 @@ constexpr float kTolerance = 2e-5f;  // float sums in another order (as the othe
 std::string dense() {
   return tiny(shakespeareish(), "data", 4) + " --n-head 4 --dropout 0.1 --max-iters 4";
 }
-// 4 experts, 2 per token, capacity factor 1 (choices are dropped), a mixture in both blocks.
-std::string mixture() {
-  return tiny(shakespeareish(), "data") +
-         " --dropout 0.1 --n-experts 4 --experts-per-token 2 --capacity-factor 1 --aux-loss-weight 0.1 --max-iters 3";
-}
-
-// "  experts: tokens per expert and step … dropped, balancing loss …" of the first step.
-std::string first_routing_line(const std::string& output) {
-  const auto at = output.find("  experts: ");
-  REQUIRE(at != std::string::npos);
-  return output.substr(at, output.find('\n', at) - at);
-}
-
 double bytes_of(const std::string& number, const std::string& unit) {
   const double units[] = {1, 1024, 1024.0 * 1024, 1024.0 * 1024 * 1024};
   const char* names[] = {"B", "KiB", "MiB", "GiB"};
@@ -119,7 +106,7 @@ TEST_CASE("layout matrix, dense: every pair of dp, pp, cp and tp, ZeRO 1 and 2 w
 }
 
 TEST_CASE("layout matrix, mixture of experts: with dp, pp and ep, ZeRO 1 and 2 with each, end where one process ends") {
-  auto reference = train_dp(1, mixture() + " --batch-size 4 --out-dir " + out("moe_ref"));
+  auto reference = train_dp(1, tiny_moe() + " --batch-size 4 --out-dir " + out("moe_ref"));
   REQUIRE(reference.status == 0);
   const std::string routing = first_routing_line(reference.output);
   const std::vector<Layout> layouts = {
@@ -135,13 +122,13 @@ TEST_CASE("layout matrix, mixture of experts: with dp, pp and ep, ZeRO 1 and 2 w
       {"moe_dp2_ep2_pp2_zero1", 4, "--dp 2 --ep 2 --pp 2 --zero 1 --batch-size 2 --micro-batches 2",
        "(ep 2: each rank 2 of the 4 experts"},
   };
-  for (const std::string& output : run_against(mixture(), "moe_ref", layouts))
+  for (const std::string& output : run_against(tiny_moe(), "moe_ref", layouts))
     CHECK(first_routing_line(output) == routing);  // the same tokens per expert, dropped, balancing loss
 }
 
 TEST_CASE("layout matrix: a ZeRO checkpoint is the one whole file, resumed byte-exact, and under another layout") {
   const std::string run =
-      mixture() + " --dp 2 --ep 2 --pp 2 --zero 2 --batch-size 2 --micro-batches 2 --ckpt-interval 2 --lr-decay-iters 4";
+      tiny_moe() + " --dp 2 --ep 2 --pp 2 --zero 2 --batch-size 2 --micro-batches 2 --ckpt-interval 2 --lr-decay-iters 4";
   REQUIRE(train_3d(4, run + " --max-iters 4 --out-dir " + out("zero_straight")).status == 0);
   REQUIRE(train_3d(4, run + " --max-iters 2 --out-dir " + out("zero_split")).status == 0);
   REQUIRE(train_3d(4, run + " --max-iters 4 --resume --out-dir " + out("zero_split")).status == 0);
@@ -149,7 +136,7 @@ TEST_CASE("layout matrix: a ZeRO checkpoint is the one whole file, resumed byte-
   CHECK(same_bytes(checkpoint("zero_straight") / "optimizer.safetensors",
                    checkpoint("zero_split") / "optimizer.safetensors"));
   // The same two steps from a replicated run's checkpoint (dp 4 × ep 2, no ZeRO) end alike.
-  const std::string other = mixture() + " --ckpt-interval 2 --lr-decay-iters 4 --max-iters 2";
+  const std::string other = tiny_moe() + " --ckpt-interval 2 --lr-decay-iters 4 --max-iters 2";
   REQUIRE(train_3d(4, other + " --dp 4 --ep 2 --batch-size 1 --micro-batches 1 --out-dir " + out("zero_from_dp")).status == 0);
   REQUIRE(train_3d(4, run + " --max-iters 4 --resume --out-dir " + out("zero_from_dp")).status == 0);
   CHECK(max_difference(checkpoint("zero_straight"), checkpoint("zero_from_dp")) <= kTolerance);

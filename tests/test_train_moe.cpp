@@ -19,21 +19,6 @@ CommandResult train_3d(int ranks, const std::string& args) { return run_trainer(
 
 constexpr float kTolerance = 2e-5f;  // as the data-parallel tests: float sums in another order
 
-// 4 experts, 2 per token, capacity factor 1 (choices are dropped), a mixture in both blocks;
-// dropout on and the default random sampling: the global batch and every mask are the same in
-// any layout, and so are the sequences each capacity counts over.
-std::string tiny_moe() {
-  return tiny(shakespeareish(), "data") +
-         " --dropout 0.1 --n-experts 4 --experts-per-token 2 --capacity-factor 1 --aux-loss-weight 0.1 --max-iters 3";
-}
-
-// The first step's routing line: "  experts: tokens per expert and step … dropped, balancing loss …".
-std::string first_routing_line(const std::string& output) {
-  const auto at = output.find("  experts: ");
-  REQUIRE(at != std::string::npos);
-  return output.substr(at, output.find('\n', at) - at);
-}
-
 }  // namespace
 
 TEST_CASE("a mixture of experts ends where one process ends: dp 2, accumulation, ZeRO-1 and 3, pp 2, full recompute") {

@@ -67,6 +67,21 @@ inline std::string tiny(const fs::path& text, const std::string& data = "data", 
       text.string(), (work_dir() / data).string(), n_layer);
 }
 
+// 4 experts, 2 per token, capacity factor 1 (choices are dropped), a mixture in both blocks;
+// dropout on and the default random sampling: the global batch and every mask are the same in
+// any layout, and so are the sequences each capacity counts over.
+inline std::string tiny_moe() {
+  return tiny(shakespeareish(), "data") +
+         " --dropout 0.1 --n-experts 4 --experts-per-token 2 --capacity-factor 1 --aux-loss-weight 0.1 --max-iters 3";
+}
+
+// The first step's routing line: "  experts: tokens per expert and step … dropped, balancing loss …".
+inline std::string first_routing_line(const std::string& output) {
+  const auto at = output.find("  experts: ");
+  REQUIRE(at != std::string::npos);
+  return output.substr(at, output.find('\n', at) - at);
+}
+
 // Runs a trainer under mpiexec; its command and output go into the failure message.
 inline CommandResult run_trainer(const char* program, int ranks, const std::string& args) {
   CommandResult r = run_command(mpirun(ranks, program, args));

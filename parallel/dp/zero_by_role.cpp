@@ -105,23 +105,13 @@ void ZeroByRole::gather_optimizer(nn::AdamW* into) {
 
 HeldBytes ZeroByRole::held() const {
   HeldBytes h = held_by_tensors(model_.parameters());
-  for (const Role& r : roles_) {
-    const HeldBytes shards = r.optimizer->shard_bytes();
-    h.parameters += shards.parameters;
-    h.gradients += shards.gradients;
-    h.optimizer += shards.optimizer;
-  }
+  for (const Role& r : roles_) h += r.optimizer->shard_bytes();
   return h;
 }
 
 HeldBytes ZeroByRole::formula() const {
   HeldBytes sum;
-  for (const Role& r : roles_) {
-    const HeldBytes h = zero_formula_held(stage_, r.parameters, r.ranks);
-    sum.parameters += h.parameters;
-    sum.gradients += h.gradients;
-    sum.optimizer += h.optimizer;
-  }
+  for (const Role& r : roles_) sum += zero_formula_held(stage_, r.parameters, r.ranks);
   return sum;
 }
 

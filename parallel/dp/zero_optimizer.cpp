@@ -390,10 +390,7 @@ HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters) {
 
 HeldBytes ZeroOptimizer::held() const {
   HeldBytes h = held_by_tensors(model_.parameters());
-  const HeldBytes shards = shard_bytes();
-  h.parameters += shards.parameters;
-  h.gradients += shards.gradients;
-  h.optimizer += shards.optimizer;
+  h += shard_bytes();
   return h;
 }
 

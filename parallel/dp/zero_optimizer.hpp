@@ -38,6 +38,12 @@ namespace parallel {
 // Memory a rank holds, by kind, counted from the tensors that have memory now.
 struct HeldBytes {
   double parameters = 0, gradients = 0, optimizer = 0;
+  HeldBytes& operator+=(const HeldBytes& more) {
+    parameters += more.parameters;
+    gradients += more.gradients;
+    optimizer += more.optimizer;
+    return *this;
+  }
 };
 // The parameters' and gradients' bytes of these tensors that hold memory now (optimizer 0).
 HeldBytes held_by_tensors(const std::vector<nn::NamedTensor>& parameters);
