@@ -1,5 +1,6 @@
 #include "comm/transport.hpp"
 
+#include <algorithm>
 #include <climits>
 
 #include "comm/error.hpp"
@@ -70,28 +71,64 @@ MPI_Request Transport::isend(const void* data, std::size_t count, DataType type,
 MPI_Request Transport::irecv(void* data, std::size_t count, DataType type, int source) const {
   MPI_Request request;
   check_mpi(MPI_Irecv(data, as_mpi_count(count), mpi_type(type), source, tag_, comm_, &request), "MPI_Irecv");
+  posted_.push_back({request, count * size_of(type)});
   return request;
 }
 
+void Transport::wait(int n, MPI_Request* requests) const {
+  if (n == 0) return;
+  // The handles before the wait (completion sets each to MPI_REQUEST_NULL), to find the receives.
+  handles_.assign(requests, requests + n);
+  statuses_.resize(static_cast<std::size_t>(n));
+  watchdog().wait_all(n, requests, statuses_.data());
+  check_received();
+}
+
+bool Transport::test_all(std::vector<MPI_Request>& requests) const {
+  const int n = static_cast<int>(requests.size());
+  handles_ = requests;
+  statuses_.resize(requests.size());
+  int done = 0;
+  watchdog().check_completion(MPI_Testall(n, requests.data(), &done, statuses_.data()), n, statuses_.data(),
+                              "MPI_Testall");
+  if (!done) return false;
+  check_received();
+  requests.clear();
+  return true;
+}
+
+void Transport::check_received() const {
+  for (std::size_t i = 0; i < handles_.size(); ++i) {
+    auto receive = std::find_if(posted_.begin(), posted_.end(),
+                                [&](const PostedReceive& p) { return p.request == handles_[i]; });
+    if (receive == posted_.end()) continue;  // a send
+    int received = 0;
+    MPI_Get_count(&statuses_[i], MPI_BYTE, &received);
+    if (static_cast<std::size_t>(received) != receive->bytes)
+      watchdog().sizes_disagree(statuses_[i].MPI_SOURCE, receive->bytes, static_cast<std::size_t>(received));
+    posted_.erase(receive);
+  }
+}
+
 void Transport::wait_all(std::vector<MPI_Request>& requests) const {
-  if (!requests.empty()) watchdog().wait_all(static_cast<int>(requests.size()), requests.data());
+  wait(static_cast<int>(requests.size()), requests.data());
   requests.clear();
 }
 
 void Transport::send(const void* data, std::size_t count, DataType type, int dest) const {
   MPI_Request request = isend(data, count, type, dest);
-  watchdog().wait_all(1, &request);
+  wait(1, &request);
 }
 
 void Transport::recv(void* data, std::size_t count, DataType type, int source) const {
   MPI_Request request = irecv(data, count, type, source);
-  watchdog().wait_all(1, &request);
+  wait(1, &request);
 }
 
 void Transport::send_recv(const void* send_data, std::size_t send_count, int dest, void* recv_data,
                           std::size_t recv_count, int source, DataType type) const {
   MPI_Request requests[2] = {irecv(recv_data, recv_count, type, source), isend(send_data, send_count, type, dest)};
-  watchdog().wait_all(2, requests);
+  wait(2, requests);
 }
 
 }  // namespace comm

@@ -28,8 +28,13 @@ class Transport {
   // Nonblocking forms: start now, complete in wait_all().
   MPI_Request isend(const void* data, std::size_t count, DataType type, int dest) const;
   MPI_Request irecv(void* data, std::size_t count, DataType type, int source) const;
-  // Waits for all (watched); empties the vector.
+  // Waits for all (watched); empties the vector. Inside a collective every receive must get
+  // exactly what it was posted for: a longer or a shorter message means the ranks called it
+  // with different sizes, and the watchdog reports it at once (Watchdog::sizes_disagree).
   void wait_all(std::vector<MPI_Request>& requests) const;
+  // The same without waiting (an asynchronous collective's poll): true, and the vector
+  // emptied, once all are done.
+  bool test_all(std::vector<MPI_Request>& requests) const;
 
   void send(const void* data, std::size_t count, DataType type, int dest) const;
   void recv(void* data, std::size_t count, DataType type, int source) const;
@@ -38,6 +43,21 @@ class Transport {
                  int source, DataType type) const;
 
  private:
+  // A receive posted and not yet waited for: its request and the bytes it expects.
+  struct PostedReceive {
+    MPI_Request request;
+    std::size_t bytes;
+  };
+  // Waits for n requests, then holds each posted receive among them to its size.
+  void wait(int n, MPI_Request* requests) const;
+  // Holds each posted receive among the requests just completed (handles_, as they were before
+  // completion; their statuses_) to its size, and forgets it.
+  void check_received() const;
+
+  // (mutable: a Transport is one algorithm's view for one call; these are its bookkeeping)
+  mutable std::vector<PostedReceive> posted_;  // receives posted, not yet completed
+  mutable std::vector<MPI_Request> handles_;   // the last wait's or test's requests, and their statuses
+  mutable std::vector<MPI_Status> statuses_;
   MPI_Comm comm_;
   int rank_;
   int size_;

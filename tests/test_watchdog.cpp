@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/watchdog/status_board.hpp"
+#include "comm/watchdog/watchdog.hpp"
 #include "run_command.hpp"
 
 namespace {
@@ -166,6 +167,33 @@ TEST_CASE("check mode names the rank whose arguments differ, before any data mov
     CHECK_THAT(r.output, Catch::Contains("disagree on collective #1"));
     CHECK_THAT(r.output, Catch::Contains(fmt::format("rank {} called allreduce #1 (count 8 float, op sum)", n - 1)));
     CHECK_THAT(r.output, Catch::Contains("called allreduce #1 (count 4 float, op sum)"));
+  }
+}
+
+// Ranks that pass one collective different sizes (or types) meet at its first message, which
+// is longer or shorter than the receive it lands in: the report then, without check mode and
+// long before the deadline (60 s here), its diagnosis naming each rank's count and type. (shm
+// meets at its first sync instead: its own case below.)
+TEST_CASE("ring + naive + mpi: a rank that passes another size or type is named when the ranks meet") {
+  struct Case {
+    int n;
+    const char* backend;
+    const char* scenario_name;
+    const char* what;  // the diagnosis's words
+    const char* theirs;
+  };
+  for (const auto& [n, backend, name, what, theirs] :
+       {Case{2, "ring", "count-mismatch", "the sizes disagree", "count 8 float"},
+        Case{3, "naive", "count-mismatch", "the sizes disagree", "count 8 float"},
+        Case{2, "mpi", "count-mismatch", "the sizes disagree", "count 8 float"},
+        Case{3, "ring", "type-mismatch", "the types disagree", "count 4 double"}}) {
+    auto r = run_command(
+        mpirun(n, FAULT_SCENARIOS, fmt::format("--scenario {} --timeout 60 --backend {}", name, backend)));
+    INFO(backend << " on " << n << " ranks, " << name << ":\n" << r.output);
+    CHECK(r.status == comm::kWatchdogExitCode);
+    CHECK(r.seconds < 30);
+    CHECK_THAT(r.output, !Catch::Contains("timed out") && !Catch::Contains("collective #1 done"));
+    CHECK_THAT(r.output, Catch::Contains(what) && Catch::Contains(theirs) && Catch::Contains("count 4 float, op sum"));
   }
 }
 

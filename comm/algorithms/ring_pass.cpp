@@ -56,11 +56,7 @@ bool RingPass::test() {
   const int steps = t_.size() - 1;
   while (step_ < steps) {
     if (requests_.empty()) post_segment();
-    int done = 0;
-    check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
-              "MPI_Testall");
-    if (!done) return false;
-    requests_.clear();
+    if (!t_.test_all(requests_)) return false;
     const int in = (block_sent_at(step_) + t_.size() - 1) % t_.size();
     if (mode_ == Mode::reduce && segment_ < segments(in)) {
       const std::size_t first = segment_ * segment_elements_;

@@ -82,7 +82,8 @@ class MpiPending : public PendingOp {
   MPI_Request* request() { return requests_.data(); }
   bool test() override {
     int done = 0;
-    check_mpi(MPI_Test(requests_.data(), &done, MPI_STATUS_IGNORE), "MPI_Test");
+    MPI_Status status;
+    watchdog().check_completion(MPI_Test(requests_.data(), &done, &status), 1, &status, "MPI_Test");
     if (done && !finished_) {
       finish_average(result_, count_, type_, op_, size_);
       finished_ = true;

@@ -204,12 +204,55 @@ bool Watchdog::awaited_rank_left(const OpCall& call) {
   return any_source && others > 0 && left == others;
 }
 
-void Watchdog::wait_all(int n, MPI_Request* requests) {
+void Watchdog::wait_all(int n, MPI_Request* requests, MPI_Status* statuses) {
+  std::vector<MPI_Status> own;  // (an error's class is in the statuses: kept even when the caller ignores them)
+  if (statuses == MPI_STATUSES_IGNORE) {
+    own.resize(static_cast<std::size_t>(n));
+    statuses = own.data();
+  }
   wait_until([&] {
     int done = 0;
-    check_mpi(MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    check_completion(MPI_Testall(n, requests, &done, statuses), n, statuses, "MPI_Testall");
     return done != 0;
   });
+}
+
+void Watchdog::check_completion(int code, int n, const MPI_Status* statuses, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  // MPI_ERR_IN_STATUS: each request's own error is in its status.
+  for (int i = 0; i < n && statuses != MPI_STATUSES_IGNORE; ++i) {
+    int error_class = MPI_SUCCESS;
+    MPI_Error_class(code == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : code, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE) sizes_disagree(-1, 0, 0);
+  }
+  // Any other error inside a collective: the report, whose diagnosis says what the other ranks
+  // called (Open MPI's nonblocking collectives can fail a schedule after a truncation elsewhere
+  // in it without saying so). A send or receive the program posts: its error, thrown.
+  if (inside_ && !is_point_to_point(call_.kind)) {
+    int error = code;  // the first request's own error, under MPI_ERR_IN_STATUS
+    for (int i = 0; i < n && code == MPI_ERR_IN_STATUS && statuses != MPI_STATUSES_IGNORE; ++i)
+      if (statuses[i].MPI_ERROR != MPI_SUCCESS && statuses[i].MPI_ERROR != MPI_ERR_PENDING) {
+        error = statuses[i].MPI_ERROR;
+        break;
+      }
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    if (MPI_Error_string(error, text, &length) != MPI_SUCCESS) length = 0;
+    give_up((length > 0 ? fmt::format("{} failed: {}", call, std::string_view(text, static_cast<std::size_t>(length)))
+                        : fmt::format("{} failed (MPI error code {})", call, error))
+                .c_str());
+  }
+  check_mpi(code, call);
+}
+
+void Watchdog::sizes_disagree(int peer, std::size_t bytes, std::size_t received) {
+  if (!inside_ || is_point_to_point(call_.kind)) return;
+  // (peer < 0: MPI said only that a message was longer than its receive, not whose)
+  const std::string what =
+      peer >= 0 ? fmt::format("received {} bytes from rank {} where this rank's call expects {} (the sizes disagree)",
+                              received, peer, bytes)
+                : std::string("received a message longer than this rank's call expects (the sizes disagree)");
+  give_up(what.c_str());
 }
 
 void Watchdog::wait_until(const std::function<bool()>& done_now, const std::function<void()>& on_timeout) {

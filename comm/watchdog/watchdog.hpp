@@ -61,7 +61,20 @@ class Watchdog {
   // Marks this rank as out of it again.
   void leave();
   // Polls until every request completes; past the deadline, reports and ends the job (or raises).
-  void wait_all(int n, MPI_Request* requests);
+  // `statuses` (n of them, or MPI_STATUSES_IGNORE) are the completed requests' statuses. In a
+  // collective, a message longer than its receive (MPI_ERR_TRUNCATE) means the ranks passed
+  // different sizes: the report at once (sizes_disagree), not at the deadline.
+  void wait_all(int n, MPI_Request* requests, MPI_Status* statuses = MPI_STATUSES_IGNORE);
+  // In a collective, a receive of `bytes` got `received` from rank `peer` (-1: a message longer
+  // than its receive, from a rank MPI does not name):
+  // the ranks called it with different sizes (or types). Ends the job now, as give_up, with the
+  // report whose diagnosis names each rank's count and type. Outside a collective (a send or
+  // recv the program posts, whose sizes are its own to choose) it returns.
+  void sizes_disagree(int peer, std::size_t bytes, std::size_t received);
+  // After MPI_Test/MPI_Testall of n requests returned `code`: a truncated message is
+  // sizes_disagree; any other error in a collective is the report now (give_up), in a send or
+  // receive it throws (naming `call`).
+  void check_completion(int code, int n, const MPI_Status* statuses, const char* call);
   // The same for anything that can be polled (an NCCL kernel's event, a pending ring):
   // calls done() until it returns true. Past the deadline, before the report, on_timeout()
   // runs (nccl: ncclCommAbort, so nothing is left spinning on the GPU).

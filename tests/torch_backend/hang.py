@@ -9,7 +9,9 @@
                wait forever on the communication thread), then the program ends normally;
   future_wait  the same with future.wait() (which nothing can refuse): the job ends at the deadline;
   catch        as skip, under NANODIST_ON_TIMEOUT=raise: every rank catches the error, says so
-               and leaves with status 0."""
+               and leaves with status 0;
+  mismatch     rank 1 all_reduces 4096 floats, the others 8 (an uneven last batch), under the
+               default 30-minute timeout: named when the ranks meet, not at the deadline."""
 import os
 import sys
 import time
@@ -72,6 +74,13 @@ if mode == "catch":
         except RuntimeError as again:
             print(f"rank {rank} refused after it: {again}", flush=True)
         sys.exit(0)  # the communicators are not usable any more: the program ends (the last meeting still runs)
+    print(f"rank {rank} should not get here", flush=True)
+    sys.exit(1)
+
+if mode == "mismatch":
+    if rank == 1:
+        print(f"rank 1 failing at {time.time():.3f}", flush=True)
+    dist.all_reduce(torch.ones(4096 if rank == 1 else 8))
     print(f"rank {rank} should not get here", flush=True)
     sys.exit(1)
 
