@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""torch.distributed.all_reduce on 2 ranks: gloo beside nanodist (each backend underneath),
-4 KB to 256 MB, in one run; busbw (nccl-tests' 2(n-1)/n · S / t) and the ratio to gloo.
+"""torch.distributed.all_reduce (or all_to_all_single) on 2 ranks (or --ranks): gloo beside
+nanodist (each backend underneath), 4 KB to 256 MB, in one run; GB/s and the ratio to gloo.
+all_reduce: busbw (nccl-tests' 2(n-1)/n · S / t). all_to_all_single: S / t, the rate at which
+each rank copies its whole S (its own block too, out of place), as the memcpy column does.
 
-    python3 benchmarks/torch_allreduce_bench.py [--backends default,mpi,shm] [--max-mb 256] [--repeats 10]
+    python3 benchmarks/torch_allreduce_bench.py [--op all_reduce|all_to_all_single] [--ranks 2]
+        [--backends default,mpi,shm] [--max-mb 256] [--repeats 10]
 
 Each row is the median over --repeats timed calls (after 2 warm-up calls) of the slowest
 rank. Runs `mpiexec -n 2` once per nanodist backend; gloo runs in each as the default group,
@@ -33,12 +36,16 @@ def worker(args):
     nbytes = 4096
     while nbytes <= args.max_mb * 2**20:
         t = torch.ones(nbytes // 4)
+        out = torch.empty_like(t)
         for name, group in groups.items():
             times = []
             for i in range(2 + args.repeats):
                 dist.barrier(group=group)
                 start = time.perf_counter()
-                dist.all_reduce(t, group=group)
+                if args.op == "all_reduce":
+                    dist.all_reduce(t, group=group)
+                else:
+                    dist.all_to_all_single(out, t, group=group)
                 if i >= 2:
                     times.append(time.perf_counter() - start)
             slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
@@ -64,6 +71,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", default="default,mpi",
                         help="nanodist backends underneath ('default': no NANODIST_BACKEND, as a user starts it)")
+    parser.add_argument("--op", choices=["all_reduce", "all_to_all_single"], default="all_reduce")
+    parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--max-mb", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -77,8 +86,9 @@ def main():
         env.pop("NANODIST_BACKEND", None)
         if backend != "default":
             env["NANODIST_BACKEND"] = backend
-        out = subprocess.run(["mpiexec", "--oversubscribe", "-n", "2", "/usr/bin/python3", os.path.abspath(__file__),
-                              "--worker", "--max-mb", str(args.max_mb), "--repeats", str(args.repeats)],
+        out = subprocess.run(["mpiexec", "--oversubscribe", "-n", str(args.ranks), "/usr/bin/python3",
+                              os.path.abspath(__file__), "--worker", "--op", args.op, "--max-mb", str(args.max_mb),
+                              "--repeats", str(args.repeats)],
                              env=env, check=True, capture_output=True, text=True).stdout
         rows = json.loads(out.strip().splitlines()[-1])
         for row in rows:
@@ -88,7 +98,9 @@ def main():
     print(f"{'size':>10} " + " ".join(f"{c + ' GB/s':>18}" for c in columns) + " " +
           " ".join(f"{c.split('/')[1] + '/gloo':>10}" for c in columns[2:]))
     for nbytes, cells in sorted(table.items()):
-        busbw = {c: nbytes / min(cells[c]) / 1e9 for c in columns}  # 2(n-1)/n = 1 on 2 ranks
+        n = args.ranks
+        factor = {c: (2 * (n - 1) / n if args.op == "all_reduce" and c != "memcpy" else 1.0) for c in columns}
+        busbw = {c: factor[c] * nbytes / min(cells[c]) / 1e9 for c in columns}
         size = f"{nbytes // 2**20} MB" if nbytes >= 2**20 else f"{nbytes // 1024} KB"
         print(f"{size:>10} " + " ".join(f"{busbw[c]:>18.2f}" for c in columns) + " " +
               " ".join(f"{busbw[c] / busbw['gloo']:>10.2f}" for c in columns[2:]))

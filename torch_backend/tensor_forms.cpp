@@ -15,9 +15,8 @@ at::Tensor movable(const at::Tensor& t) {
 }
 
 void put_back(const at::Tensor& t, const at::Tensor& moved) {
-  if (moved.data_ptr() == t.data_ptr() && moved.numel() == t.numel() && moved.scalar_type() == t.scalar_type() &&
-      t.is_contiguous())
-    return;  // the library wrote into t itself
+  if (moved.data_ptr() == t.data_ptr() && moved.nbytes() == t.nbytes() && t.is_contiguous())
+    return;  // the library wrote into t itself (maybe as its bytes)
   if (moved.scalar_type() == t.scalar_type()) {
     t.copy_(moved.view(t.sizes()));
     return;

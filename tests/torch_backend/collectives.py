@@ -166,6 +166,13 @@ send = torch.cat([rows(rank, in_splits[p], p) for p in range(size)])
 recv = torch.zeros(sum(out_splits), 2, dtype=torch.complex64)
 dist.all_to_all_single(recv, send, output_split_sizes=out_splits, input_split_sizes=in_splits)
 check("all_to_all_single, complex rows", recv, torch.cat([rows(p, out_splits[p], rank) for p in range(size)]))
+# A contiguous input and output move in place (above); a strided output (every other element of
+# a buffer) goes through a copy of its parts, and the elements between stay as they were.
+strided = torch.full((2 * size, 2), -1.0)
+dist.all_to_all_single(strided[:, 0], torch.cat([data(rank, 2, torch.float32, salt=p) for p in range(size)]))
+check("all_to_all_single into a strided view", strided[:, 0],
+      torch.cat([data(p, 2, torch.float32, salt=rank) for p in range(size)]))
+check("all_to_all_single leaves the elements between", strided[:, 1], torch.full((2 * size,), -1.0))
 
 # send/recv around the ring (even ranks send first, so no two wait on each other).
 nxt, prv = (rank + 1) % size, (rank - 1) % size
