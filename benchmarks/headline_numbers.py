@@ -53,6 +53,13 @@ def benchmarks(args):
             "-n", "2" if small else "20"],
         "torch_allreduce_vs_gloo": [PY, f"{here}/torch_allreduce_bench.py", "--backends", "default"] + (
             ["--max-mb", "1", "--repeats", "2"] if small else ["--max-mb", "64", "--repeats", "30"]),
+        "comm_bench_alltoall": [
+            "mpiexec", "--oversubscribe", "-n", "2", f"{build}/benchmarks/comm_bench", "--op", "alltoall",
+            "--compare", "shm,mpi", "--memcpy", "-b", "1M", "-e", "1M" if small else "16M", "-f", "4",
+            "-n", "2" if small else "20"],
+        "torch_alltoall_vs_gloo": [PY, f"{here}/torch_allreduce_bench.py", "--op", "all_to_all_single",
+                                   "--backends", "default"] + (
+            ["--max-mb", "1", "--repeats", "2"] if small else ["--max-mb", "16", "--repeats", "30"]),
     }
 
 
@@ -218,14 +225,18 @@ def size_label(nbytes):
     return f"{nbytes // 2**20} MB" if nbytes >= 2**20 else f"{nbytes // 2**10} KB"
 
 
-def comm_bench_rows(raw_dir):
-    """comm_bench's nccl-tests table: per backend, out-of-place and in-place (time, algbw, busbw, #wrong)."""
-    path, text = read(raw_dir, "comm_bench_allreduce")
-    ranks = find(r"^# comm_bench: allreduce on (\d+) ranks", text, path, "header").group(1)
+def comm_bench_rows(raw_dir, name):
+    """comm_bench's nccl-tests table: per backend and form (out of place, maybe in place): time, algbw, busbw,
+    #wrong. allreduce: busbw, from 16 MiB up (below, the buffers stay in cache and memcpy's figure is no ceiling:
+    benchmarks.md). alltoall: algbw, S / t — each rank copies its whole S once, one memcpy's work (alltoall.md)."""
+    path, text = read(raw_dir, name)
+    head = find(r"^# comm_bench: (\w+) on (\d+) ranks.*?(out of place and in place|out of place)", text, path, "header")
+    op, ranks, forms = head.group(1), head.group(2), 2 if head.group(3) == "out of place and in place" else 1
     header = find(r"^#\s+\|(.*)$", text, path, "backend header").group(1)
     backends = [b.strip() for b in header.split("|") if b.strip() in ("shm", "ring", "mpi", "naive", "nccl")]
     if "mpi" not in backends or "shm" not in backends:
         raise Unreadable(f"{path}: needs shm and mpi side by side (--compare shm,...,mpi), found {backends}")
+    column = 2 if op == "allreduce" else 1  # busbw, or algbw
     sizes = []
     for line in text.splitlines():
         if line.startswith("#") or "|" not in line:
@@ -233,36 +244,41 @@ def comm_bench_rows(raw_dir):
         cells = [c for c in line.replace("|", " ").replace(":", " ").split()]
         nbytes = int(cells[0])
         numbers = cells[5:]
-        busbw = {}
-        for i, backend in enumerate(backends):  # 8 numbers per backend: 2 forms × (time, algbw, busbw, #wrong)
-            block = numbers[8 * i:8 * i + 8]
-            if len(block) < 8 or block[3] != "0" or block[7] != "0":
+        rate = {}
+        for i, backend in enumerate(backends):  # 4 numbers per backend and form: (time, algbw, busbw, #wrong)
+            block = numbers[4 * forms * i:4 * forms * (i + 1)]
+            if len(block) < 4 * forms or any(block[4 * f + 3] != "0" for f in range(forms)):
                 raise Unreadable(f"{path}: a row of {nbytes} bytes is short or has wrong elements")
-            busbw[backend] = max(float(block[2]), float(block[6]))
-        tail = numbers[8 * len(backends):]
+            rate[backend] = max(float(block[4 * f + column]) for f in range(forms))
+        tail = numbers[4 * forms * len(backends):]
         together = float(tail[-2])  # memcpy, all ranks: GB/s then best/
-        sizes.append((nbytes, busbw, together))
+        sizes.append((nbytes, rate, together))
     if not sizes:
         raise Unreadable(f"{path}: no size rows in it")
     iterations = find(r", (\d+) iterations after", text, path, "iterations in the header").group(1)
-    # From 16 MiB up: below it the buffers stay in cache and memcpy's figure is no ceiling (benchmarks.md).
-    large = [row for row in sizes if row[0] >= 16 * 2**20] or sizes[-1:]
+    if op == "allreduce":
+        chosen = [row for row in sizes if row[0] >= 16 * 2**20] or sizes[-1:]
+        what = "busbw from the mean time of {} iterations (the better of out-of-place and in place)"
+    else:
+        chosen = [row for row in sizes if row[0] in (2**20, 16 * 2**20)] or sizes[-1:]
+        what = ("algbw (each rank copies its whole buffer once: one memcpy's work) from the mean time of {} "
+                "iterations, out of place")
     rows = []
-    for nbytes, busbw, together in large:
-        ceiling = nbytes >= 16 * 2**20
-        rows.append((f"allreduce on {ranks} ranks, {size_label(nbytes)}, busbw from the mean time of {iterations} "
-                     "iterations (the better of out-of-place and in place)",
-                     f"shm {busbw['shm']:.1f} GB/s" + (f", ring {busbw['ring']:.1f}" if "ring" in busbw else ""),
-                     f"OpenMPI {busbw['mpi']:.1f} GB/s" + (f"; memcpy, every rank at once, {together:.1f} GB/s"
-                                                           if ceiling else ""),
-                     f"{busbw['shm'] / busbw['mpi']:.1f}× OpenMPI" + (f", {busbw['shm'] / together:.2f} of memcpy"
-                                                                      if ceiling else ""),
-                     "comm_bench_allreduce"))
+    for nbytes, rate, together in chosen:
+        ceiling = nbytes >= 16 * 2**20 or op != "allreduce"
+        rows.append((f"{op} on {ranks} ranks, {size_label(nbytes)}, {what.format(iterations)}",
+                     f"shm {rate['shm']:.1f} GB/s" + (f", ring {rate['ring']:.1f}" if "ring" in rate else ""),
+                     f"OpenMPI {rate['mpi']:.1f} GB/s" + (f"; memcpy, every rank at once, {together:.1f} GB/s"
+                                                          if ceiling else ""),
+                     f"{rate['shm'] / rate['mpi']:.1f}× OpenMPI" + (f", {rate['shm'] / together:.2f} of memcpy"
+                                                                    if ceiling else ""),
+                     name))
     return rows
 
 
-def torch_backend_rows(raw_dir):
-    path, text = read(raw_dir, "torch_allreduce_vs_gloo")
+def torch_backend_rows(raw_dir, name):
+    """torch_allreduce_bench.py's table: all_reduce (busbw) or all_to_all_single (S / t) against gloo."""
+    path, text = read(raw_dir, name)
     find(r"^\s*size\s+memcpy GB/s\s+gloo GB/s\s+nanodist/default GB/s\s+default/gloo\s*$", text, path,
          "header 'size memcpy gloo nanodist/default default/gloo' (its columns changed?)")
     rows = {}
@@ -270,10 +286,14 @@ def torch_backend_rows(raw_dir):
         rows[f"{found.group(1)} {found.group(2)}"] = (float(found.group(4)), float(found.group(5)), float(found.group(6)))
     if not rows:
         raise Unreadable(f"{path}: no size rows in it")
-    chosen = [label for label in ("1 MB", "64 MB") if label in rows] or [list(rows)[-1]]
-    return [(f"torch.distributed all_reduce on 2 ranks, {label}, busbw from the median of each side's calls "
+    if name == "torch_allreduce_vs_gloo":
+        op, measure, sizes = "all_reduce", "busbw", ("1 MB", "64 MB")
+    else:
+        op, measure, sizes = "all_to_all_single", "S / t", ("1 MB", "16 MB")
+    chosen = [label for label in sizes if label in rows] or [list(rows)[-1]]
+    return [(f"torch.distributed {op} on 2 ranks, {label}, {measure} from the median of each side's calls "
              "(slowest rank): the nanodist backend (its default) against gloo", f"{rows[label][1]:.2f} GB/s",
-             f"gloo {rows[label][0]:.2f} GB/s", f"{rows[label][2]:.1f}×", "torch_allreduce_vs_gloo")
+             f"gloo {rows[label][0]:.2f} GB/s", f"{rows[label][2]:.1f}×", name)
             for label in chosen]
 
 
@@ -297,7 +317,10 @@ def render(args):
         with open(os.path.join(args.raw_dir, "machine.json")) as f:
             meta = json.load(f)
         rows = ([main_job_row(args.raw_dir)] + train_dp_rows(args.raw_dir) + gpt_bench_rows(args.raw_dir)
-                + comm_bench_rows(args.raw_dir) + torch_backend_rows(args.raw_dir) + [ci_row(args.raw_dir)])
+                + comm_bench_rows(args.raw_dir, "comm_bench_allreduce")
+                + torch_backend_rows(args.raw_dir, "torch_allreduce_vs_gloo")
+                + comm_bench_rows(args.raw_dir, "comm_bench_alltoall")
+                + torch_backend_rows(args.raw_dir, "torch_alltoall_vs_gloo") + [ci_row(args.raw_dir)])
     except (Unreadable, OSError, ValueError, KeyError) as problem:
         sys.exit(f"error: {problem}")
     row_by_row = len(set(meta.get("measured", {}).values())) > 1  # a partial run: rows of several commits

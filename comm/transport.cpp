@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include <fmt/format.h>
+
 #include "comm/error.hpp"
 #include "comm/watchdog/watchdog.hpp"
 
@@ -71,43 +73,68 @@ MPI_Request Transport::isend(const void* data, std::size_t count, DataType type,
 MPI_Request Transport::irecv(void* data, std::size_t count, DataType type, int source) const {
   MPI_Request request;
   check_mpi(MPI_Irecv(data, as_mpi_count(count), mpi_type(type), source, tag_, comm_, &request), "MPI_Irecv");
-  posted_.push_back({request, count * size_of(type)});
+  posted_.push_back({request, count, type});
   return request;
 }
 
-void Transport::wait(int n, MPI_Request* requests) const {
-  if (n == 0) return;
-  // The handles before the wait (completion sets each to MPI_REQUEST_NULL), to find the receives.
+bool Transport::poll(int n, MPI_Request* requests) const {
+  // The handles as posted: completion sets each to MPI_REQUEST_NULL (MPI_Testall changes none
+  // until all are done), and the receives among them are found by their handles.
   handles_.assign(requests, requests + n);
   statuses_.resize(static_cast<std::size_t>(n));
-  watchdog().wait_all(n, requests, statuses_.data());
-  check_received();
-}
-
-bool Transport::test_all(std::vector<MPI_Request>& requests) const {
-  const int n = static_cast<int>(requests.size());
-  handles_ = requests;
-  statuses_.resize(requests.size());
   int done = 0;
-  watchdog().check_completion(MPI_Testall(n, requests.data(), &done, statuses_.data()), n, statuses_.data(),
-                              "MPI_Testall");
+  const int code = MPI_Testall(n, requests, &done, statuses_.data());
+  if (code != MPI_SUCCESS) {
+    for (std::size_t i = 0; i < handles_.size(); ++i) {  // MPI_ERR_IN_STATUS: each request's own error
+      int error_class = MPI_SUCCESS;
+      MPI_Error_class(code == MPI_ERR_IN_STATUS ? statuses_[i].MPI_ERROR : code, &error_class);
+      if (error_class != MPI_ERR_TRUNCATE) continue;
+      auto receive = std::find_if(posted_.begin(), posted_.end(),
+                                  [&](const PostedReceive& p) { return p.request == handles_[i]; });
+      if (receive != posted_.end()) report_other_size(*receive, statuses_[i], true);
+    }
+    watchdog().check_completion(code, n, statuses_.data(), "MPI_Testall");  // any other error
+  }
   if (!done) return false;
-  check_received();
-  requests.clear();
-  return true;
-}
-
-void Transport::check_received() const {
   for (std::size_t i = 0; i < handles_.size(); ++i) {
     auto receive = std::find_if(posted_.begin(), posted_.end(),
                                 [&](const PostedReceive& p) { return p.request == handles_[i]; });
     if (receive == posted_.end()) continue;  // a send
-    int received = 0;
-    MPI_Get_count(&statuses_[i], MPI_BYTE, &received);
-    if (static_cast<std::size_t>(received) != receive->bytes)
-      watchdog().sizes_disagree(statuses_[i].MPI_SOURCE, receive->bytes, static_cast<std::size_t>(received));
+    MPI_Count bytes = 0;
+    MPI_Get_elements_x(&statuses_[i], MPI_BYTE, &bytes);
+    if (static_cast<std::size_t>(bytes) != receive->count * size_of(receive->type))
+      report_other_size(*receive, statuses_[i], false);
     posted_.erase(receive);
   }
+  return true;
+}
+
+void Transport::report_other_size(const PostedReceive& receive, const MPI_Status& status, bool longer) const {
+  // The sender by its world rank (this transport's communicator may be a subset: shm's ring
+  // across nodes), for the watchdog to name it in the call's own ranks.
+  MPI_Group mine, world;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int world_rank = MPI_UNDEFINED;
+  MPI_Group_translate_ranks(mine, 1, &status.MPI_SOURCE, world, &world_rank);
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  const std::size_t expected = receive.count * size_of(receive.type);
+  MPI_Count bytes = 0;
+  MPI_Get_elements_x(&status, MPI_BYTE, &bytes);
+  watchdog().sizes_disagree(world_rank, longer ? fmt::format("more than {} bytes", expected)
+                                               : fmt::format("{} bytes", static_cast<long long>(bytes)),
+                            expected);
+}
+
+void Transport::wait(int n, MPI_Request* requests) const {
+  if (n > 0) watchdog().wait_until([&] { return poll(n, requests); });
+}
+
+bool Transport::test_all(std::vector<MPI_Request>& requests) const {
+  if (!poll(static_cast<int>(requests.size()), requests.data())) return false;
+  requests.clear();
+  return true;
 }
 
 void Transport::wait_all(std::vector<MPI_Request>& requests) const {

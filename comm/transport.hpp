@@ -43,20 +43,23 @@ class Transport {
                  int source, DataType type) const;
 
  private:
-  // A receive posted and not yet waited for: its request and the bytes it expects.
+  // A receive posted and not yet completed: its request, and what it expects.
   struct PostedReceive {
     MPI_Request request;
-    std::size_t bytes;
+    std::size_t count;
+    DataType type;
   };
-  // Waits for n requests, then holds each posted receive among them to its size.
+  // One look at n requests: true once all are done. Inside a collective a receive that got a
+  // longer message (MPI's truncation error) or a shorter one than it was posted for ends the
+  // job with the watchdog's report (report_other_size).
+  bool poll(int n, MPI_Request* requests) const;
+  // Polls until all n are done (watched).
   void wait(int n, MPI_Request* requests) const;
-  // Holds each posted receive among the requests just completed (handles_, as they were before
-  // completion; their statuses_) to its size, and forgets it.
-  void check_received() const;
+  void report_other_size(const PostedReceive& receive, const MPI_Status& status, bool longer) const;
 
   // (mutable: a Transport is one algorithm's view for one call; these are its bookkeeping)
   mutable std::vector<PostedReceive> posted_;  // receives posted, not yet completed
-  mutable std::vector<MPI_Request> handles_;   // the last wait's or test's requests, and their statuses
+  mutable std::vector<MPI_Request> handles_;   // the last poll's requests as posted, and their statuses
   mutable std::vector<MPI_Status> statuses_;
   MPI_Comm comm_;
   int rank_;

@@ -293,12 +293,11 @@ std::vector<std::size_t> counts_of(const std::vector<at::Tensor>& parts, const a
 }
 
 // `in`'s blocks (send_counts, end to end) to the ranks, theirs into `out`'s (recv_counts): both
-// movable buffers. Equal blocks take comm's all-to-all (shm: through its areas when small),
-// others its alltoallv.
+// movable buffers. `equal`: every rank's blocks are equal by the call's contract (no split sizes
+// given) — comm's all-to-all (shm: through its areas when small); otherwise its alltoallv. (Not
+// decided from one rank's own counts: another rank with uneven splits would call the other.)
 void exchange_blocks(comm::Communicator& c, const at::Tensor& in, const std::vector<std::size_t>& send_counts,
-                     const at::Tensor& out, const std::vector<std::size_t>& recv_counts) {
-  const bool equal = std::all_of(send_counts.begin(), send_counts.end(), [&](std::size_t n) { return n == send_counts[0]; }) &&
-                     send_counts == recv_counts;
+                     const at::Tensor& out, const std::vector<std::size_t>& recv_counts, bool equal) {
   with_element_type(in.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     if (equal)
@@ -316,7 +315,7 @@ void exchange_all(comm::Communicator& c, const std::vector<at::Tensor>& send_par
   const at::Tensor in = joined(send_parts);
   at::Tensor out = joined(recv_parts);
   const std::vector<std::size_t> recv_counts = counts_of(recv_parts, out);
-  exchange_blocks(c, in, counts_of(send_parts, in), out, recv_counts);
+  exchange_blocks(c, in, counts_of(send_parts, in), out, recv_counts, false);
   std::int64_t start = 0;  // the blocks back into their parts
   for (std::size_t i = 0; i < recv_parts.size(); ++i) {
     const auto length = static_cast<std::int64_t>(recv_counts[i]);
@@ -343,6 +342,9 @@ std::vector<at::Tensor> split_by(const at::Tensor& t, const std::vector<int64_t>
     parts.push_back(rows.narrow(0, start, length));
     start += length;
   }
+  // (as PyTorch's own backends: the splits cover the first dimension exactly)
+  TORCH_CHECK(start == rows.size(0), "nanodist: all_to_all: the ", what, " split sizes add up to ", start,
+              ", not its first dimension (", rows.size(0), ")");
   return parts;
 }
 
@@ -360,14 +362,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNanodist::alltoall_base(at::Tensor& o
   const auto me = static_cast<std::size_t>(getRank());
   TORCH_CHECK(ins[me].numel() == outs[me].numel(), "nanodist: all_to_all: this rank sends itself ", ins[me].numel(),
               " elements but expects ", outs[me].numel());
-  if (input.is_contiguous() && output.is_contiguous()) {
+  if (input.is_contiguous() && output.is_contiguous() && !input.storage().is_alias_of(output.storage())) {
     // The parts are consecutive stretches of one buffer each: they move in place, without the
-    // copy into one buffer and back (16 MB on 2 ranks: 12 ms → 2).
+    // copy into one buffer and back (16 MB on 2 ranks: 12 ms → 3). (Input and output in one
+    // storage, all_to_all_single(t, t): through the copies, as comm refuses overlapping buffers.)
     const at::Tensor in = movable(input), out = movable(output);
+    const bool equal = input_split_sizes.empty() && output_split_sizes.empty();
     return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {output},
-                   [in, out, output, send_counts = counts_of(ins, in), recv_counts = counts_of(outs, out)](
+                   [in, out, output, equal, send_counts = counts_of(ins, in), recv_counts = counts_of(outs, out)](
                        comm::Communicator& c) {
-                     exchange_blocks(c, in, send_counts, out, recv_counts);
+                     exchange_blocks(c, in, send_counts, out, recv_counts, equal);
                      put_back(output, out);  // (nothing to do: out is output, or its bytes)
                    });
   }

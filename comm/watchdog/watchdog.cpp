@@ -219,22 +219,18 @@ void Watchdog::wait_all(int n, MPI_Request* requests, MPI_Status* statuses) {
 
 void Watchdog::check_completion(int code, int n, const MPI_Status* statuses, const char* call) {
   if (code == MPI_SUCCESS) return;
-  // MPI_ERR_IN_STATUS: each request's own error is in its status.
+  int error = code;  // under MPI_ERR_IN_STATUS, the first failed request's own error
   for (int i = 0; i < n && statuses != MPI_STATUSES_IGNORE; ++i) {
+    const int own = code == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : code;
     int error_class = MPI_SUCCESS;
-    MPI_Error_class(code == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : code, &error_class);
-    if (error_class == MPI_ERR_TRUNCATE) sizes_disagree(-1, 0, 0);
+    MPI_Error_class(own, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE) sizes_disagree(-1, {}, 0);
+    if (error == MPI_ERR_IN_STATUS && own != MPI_SUCCESS && own != MPI_ERR_PENDING) error = own;
   }
   // Any other error inside a collective: the report, whose diagnosis says what the other ranks
   // called (Open MPI's nonblocking collectives can fail a schedule after a truncation elsewhere
   // in it without saying so). A send or receive the program posts: its error, thrown.
   if (inside_ && !is_point_to_point(call_.kind)) {
-    int error = code;  // the first request's own error, under MPI_ERR_IN_STATUS
-    for (int i = 0; i < n && code == MPI_ERR_IN_STATUS && statuses != MPI_STATUSES_IGNORE; ++i)
-      if (statuses[i].MPI_ERROR != MPI_SUCCESS && statuses[i].MPI_ERROR != MPI_ERR_PENDING) {
-        error = statuses[i].MPI_ERROR;
-        break;
-      }
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
     if (MPI_Error_string(error, text, &length) != MPI_SUCCESS) length = 0;
@@ -242,16 +238,24 @@ void Watchdog::check_completion(int code, int n, const MPI_Status* statuses, con
                         : fmt::format("{} failed (MPI error code {})", call, error))
                 .c_str());
   }
-  check_mpi(code, call);
+  check_mpi(error, call);
 }
 
-void Watchdog::sizes_disagree(int peer, std::size_t bytes, std::size_t received) {
-  if (!inside_ || is_point_to_point(call_.kind)) return;
-  // (peer < 0: MPI said only that a message was longer than its receive, not whose)
+void Watchdog::sizes_disagree(int peer_world_rank, std::string_view received, std::size_t expected_bytes) {
+  std::string from = "a rank";
+  if (inside_ && call_.members) {
+    const auto& members = *call_.members;
+    const auto at = std::find(members.begin(), members.end(), peer_world_rank);
+    if (at != members.end()) from = fmt::format("rank {}", at - members.begin());
+  }
   const std::string what =
-      peer >= 0 ? fmt::format("received {} bytes from rank {} where this rank's call expects {} (the sizes disagree)",
-                              received, peer, bytes)
-                : std::string("received a message longer than this rank's call expects (the sizes disagree)");
+      expected_bytes > 0 || !received.empty()
+          ? fmt::format("received {} from {} where this rank's call expects {} bytes (the sizes disagree)", received,
+                        from, expected_bytes)
+          : std::string("received a message longer than this rank's call expects (the sizes disagree)");
+  // Outside any operation (an asynchronous collective polled by Work::test): an error, thrown.
+  if (!inside_) fail("{}", what);
+  if (is_point_to_point(call_.kind)) return;  // a send or recv: its sizes are the program's to choose
   give_up(what.c_str());
 }
 

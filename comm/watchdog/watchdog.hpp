@@ -65,12 +65,13 @@ class Watchdog {
   // collective, a message longer than its receive (MPI_ERR_TRUNCATE) means the ranks passed
   // different sizes: the report at once (sizes_disagree), not at the deadline.
   void wait_all(int n, MPI_Request* requests, MPI_Status* statuses = MPI_STATUSES_IGNORE);
-  // In a collective, a receive of `bytes` got `received` from rank `peer` (-1: a message longer
-  // than its receive, from a rank MPI does not name):
-  // the ranks called it with different sizes (or types). Ends the job now, as give_up, with the
-  // report whose diagnosis names each rank's count and type. Outside a collective (a send or
-  // recv the program posts, whose sizes are its own to choose) it returns.
-  void sizes_disagree(int peer, std::size_t bytes, std::size_t received);
+  // In a collective, a receive that expects `expected_bytes` got `received` ("16 bytes", "more
+  // than 32 bytes") from the rank of world rank `peer_world_rank`: the ranks called it with
+  // different sizes (or types). Ends the job now, as give_up, with the report whose diagnosis
+  // names each rank's count and type. (expected 0 and received empty: MPI said only that some
+  // message was longer than its receive.) In a send or recv the program posts, whose sizes are
+  // its own to choose, it returns; outside any operation (a poll by Work::test) it throws.
+  void sizes_disagree(int peer_world_rank, std::string_view received, std::size_t expected_bytes);
   // After MPI_Test/MPI_Testall of n requests returned `code`: a truncated message is
   // sizes_disagree; any other error in a collective is the report now (give_up), in a send or
   // receive it throws (naming `call`).

@@ -258,9 +258,9 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
     // The block's dK, dV travel with it; after the last block one more hop brings each home.
     std::vector<float> dkv(static_cast<std::size_t>(L.B * L.S * 2 * L.C), 0.0f), incoming(dkv.size());
     const int c = cp.size();
-    const float* operands = operands_of(*rounded_qkv);
-    round_the_ring(cp, keys_and_values(L, operands), overlap, [&](const std::vector<float>& kv, int source) {
-      backward_block(L, operands, kv.data(), dy, lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
+    const float* qkv_operands = operands_of(*rounded_qkv);
+    round_the_ring(cp, keys_and_values(L, qkv_operands), overlap, [&](const std::vector<float>& kv, int source) {
+      backward_block(L, qkv_operands, kv.data(), dy, lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
                      dq.data(), dkv.data());
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
         start_hop(cp, dkv, incoming).wait();
