@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "run_command.hpp"
 #include "trainer_test_util.hpp"
@@ -80,9 +81,14 @@ TEST_CASE("every demo across the two hosts, with every backend, prints the textb
       {"barrier", "", "first departure after the last arrival: the barrier held"},
       {"model_parallel", "", "y = 50 (computed on one rank: 50)"},  // Σ (r+1)(2r+1), r = 0..3
   };
+#ifdef NANODIST_SANITIZER_BUILD
+  const std::vector<const char*> backends = {"shm"};  // (the others' code is the same as on one host: CMakeLists.txt)
+#else
+  const std::vector<const char*> backends = {"mpi", "ring", "naive", "shm"};
+#endif
   for (const Demo& d : demos) {
     // shm: the allreduce is hierarchical (shared memory in each host, a ring between them)
-    for (const char* backend : {"mpi", "ring", "naive", "shm"}) {
+    for (const char* backend : backends) {
       auto r = across_hosts(demo(d.name), fmt::format("{} --backend {}", d.args, backend));
       CHECK(r.status == 0);
       CHECK_THAT(r.output, Catch::Contains(d.expected));
