@@ -77,6 +77,10 @@ MPI_Request Transport::irecv(void* data, std::size_t count, DataType type, int s
   return request;
 }
 
+std::vector<Transport::PostedReceive>::iterator Transport::posted_receive(MPI_Request handle) const {
+  return std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) { return p.request == handle; });
+}
+
 bool Transport::poll(int n, MPI_Request* requests) const {
   // The handles as posted: completion sets each to MPI_REQUEST_NULL (MPI_Testall changes none
   // until all are done), and the receives among them are found by their handles.
@@ -89,16 +93,14 @@ bool Transport::poll(int n, MPI_Request* requests) const {
       int error_class = MPI_SUCCESS;
       MPI_Error_class(code == MPI_ERR_IN_STATUS ? statuses_[i].MPI_ERROR : code, &error_class);
       if (error_class != MPI_ERR_TRUNCATE) continue;
-      auto receive = std::find_if(posted_.begin(), posted_.end(),
-                                  [&](const PostedReceive& p) { return p.request == handles_[i]; });
+      auto receive = posted_receive(handles_[i]);
       if (receive != posted_.end()) report_other_size(*receive, statuses_[i], true);
     }
     watchdog().check_completion(code, n, statuses_.data(), "MPI_Testall");  // any other error
   }
   if (!done) return false;
   for (std::size_t i = 0; i < handles_.size(); ++i) {
-    auto receive = std::find_if(posted_.begin(), posted_.end(),
-                                [&](const PostedReceive& p) { return p.request == handles_[i]; });
+    auto receive = posted_receive(handles_[i]);
     if (receive == posted_.end()) continue;  // a send
     MPI_Count bytes = 0;
     MPI_Get_elements_x(&statuses_[i], MPI_BYTE, &bytes);

@@ -56,6 +56,8 @@ class Transport {
   // Polls until all n are done (watched).
   void wait(int n, MPI_Request* requests) const;
   void report_other_size(const PostedReceive& receive, const MPI_Status& status, bool longer) const;
+  // The posted receive of this handle (posted_.end(): a send).
+  std::vector<PostedReceive>::iterator posted_receive(MPI_Request handle) const;
 
   // (mutable: a Transport is one algorithm's view for one call; these are its bookkeeping)
   mutable std::vector<PostedReceive> posted_;  // receives posted, not yet completed
