@@ -79,11 +79,10 @@ void collect_by_name(nn::GPT& mine, nn::AdamW& optimizer, comm::Communicator& gr
       for (auto t : tensors_of(*whole, whole_optimizer, name)) group.recv(t, r);
 }
 
-// The way back: rank 0 of `group` takes its tensors from `whole` and hands each other rank every
-// tensor it holds; the optimizer's step count from rank 0 to all.
-void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& group, nn::GPT* whole,
-                      nn::AdamW* whole_optimizer) {
-  const Takes all = [](const nn::NamedTensor&) { return true; };
+// The way back: rank 0 of `group` takes its tensors from `whole` and hands each other rank the
+// tensors `takes` names of those it holds; the optimizer's step count from rank 0 to all.
+void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& group, const Takes& takes,
+                      nn::GPT* whole, nn::AdamW* whole_optimizer) {
   std::array<int64_t, 1> steps{0};
   if (group.rank() == 0) {
     nn::AdamW* source_optimizer = optimizer ? whole_optimizer : nullptr;
@@ -94,9 +93,10 @@ void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& g
         for (auto t : tensors_of(*whole, source_optimizer, name)) group.send(std::span<const float>(t), r);
     if (source_optimizer) steps[0] = source_optimizer->steps();
   } else {
-    send_names(mine, group, 0, all);
+    send_names(mine, group, 0, takes);
     for (std::size_t i = 0; i < mine.parameters().size(); ++i)
-      for (auto t : tensors_of(mine, optimizer, i)) group.recv(t, 0);
+      if (takes(mine.parameters()[i]))
+        for (auto t : tensors_of(mine, optimizer, i)) group.recv(t, 0);
   }
   group.broadcast(std::span<int64_t>(steps), 0);
   if (optimizer) optimizer->set_steps(steps[0]);
@@ -105,7 +105,10 @@ void hand_out_by_name(nn::GPT& mine, nn::AdamW* optimizer, comm::Communicator& g
 // ---- over the tensor-parallel group: a stage made whole --------------------------------------
 
 // The stage whole, on tp rank 0: its parameters and moments gathered over the tp group into a
-// copy; or, with one tp rank, the stage itself (nothing is cut: no copy is made).
+// copy; or, with one tp rank, the stage itself (nothing is cut: no copy is made). The copy holds
+// the experts the stage holds (the same dispatcher): the same parameters, in the same order.
+// (With tp folded into the experts' group each tp rank holds other experts: they are not cut,
+// so no collective of the tp group touches them, and each goes by name with the ep ranks'.)
 class WholeStage {
  public:
   WholeStage(nn::GPT& stage, nn::AdamW* optimizer, const nn::AdamWConfig& config, const Grid& grid) {
@@ -113,7 +116,8 @@ class WholeStage {
       model_ = &stage;
       optimizer_ = optimizer;
     } else if (grid.tp_rank == 0) {
-      copy_.emplace(stage.config(), 0, stage.part());
+      copy_.emplace(stage.config(), 0, stage.part(), nn::ComputeModes{},
+                    nn::GPTLayers{.dispatcher = stage.layers().dispatcher});
       copy_optimizer_.emplace(copy_->parameters(), config);
       model_ = &*copy_;
       optimizer_ = optimizer ? &*copy_optimizer_ : nullptr;
@@ -143,8 +147,11 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
         if (grid.tp_rank == 0) std::ranges::copy(whole, tensors_of(stage.model(), stage.optimizer(), i)[k].begin());
       }
     }
-  if (grid.tp_rank != 0) return;
-  stage.optimizer()->set_steps(optimizer.steps());
+  // tp rank 0 sends from the stage made whole; the other tp ranks their own experts (the ones
+  // the checkpoint takes from them: Grid::checkpoint_takes).
+  nn::GPT& source = grid.tp_rank == 0 ? stage.model() : model;
+  nn::AdamW& source_optimizer = grid.tp_rank == 0 ? *stage.optimizer() : optimizer;
+  source_optimizer.set_steps(optimizer.steps());
   std::optional<nn::GPT> whole;
   std::optional<nn::AdamW> whole_optimizer;
   const bool writes = grid.checkpoint_group.rank() == 0;
@@ -155,7 +162,7 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
   }
   // Each parameter from the rank whose copy the checkpoint takes, by its role.
   const Takes takes = [&grid](const nn::NamedTensor& p) { return grid.checkpoint_takes(p.role); };
-  collect_by_name(stage.model(), *stage.optimizer(), grid.checkpoint_group, takes, whole ? &*whole : nullptr,
+  collect_by_name(source, source_optimizer, grid.checkpoint_group, takes, whole ? &*whole : nullptr,
                   whole_optimizer ? &*whole_optimizer : nullptr);
   if (writes) writer.save(dir, *whole, *whole_optimizer, train_state);
 }
@@ -163,12 +170,23 @@ void save_checkpoint(const std::filesystem::path& dir, nn::GPT& model, nn::AdamW
 void distribute_checkpoint(nn::GPT& model, nn::AdamW* optimizer, Grid& grid, nn::GPT* whole,
                            nn::AdamW* whole_optimizer) {
   WholeStage stage(model, optimizer, optimizer ? optimizer->config() : nn::AdamWConfig{}, grid);
+  // tp rank 0 takes the stage's tensors; the other tp ranks their own experts.
+  const Takes takes = [&grid](const nn::NamedTensor& p) {
+    return grid.tp_rank == 0 || p.role == nn::ParameterRole::expert;
+  };
   if (grid.tp_rank == 0)
-    hand_out_by_name(stage.model(), stage.optimizer(), grid.checkpoint_group, whole, whole_optimizer);
+    hand_out_by_name(stage.model(), stage.optimizer(), grid.checkpoint_group, takes, whole, whole_optimizer);
+  else
+    hand_out_by_name(model, optimizer, grid.checkpoint_group, takes, whole, whole_optimizer);
   if (grid.tp == 1) return;  // one tp rank: the stage took its tensors itself
-  // tp rank 0 broadcasts each whole tensor over the group; every rank keeps its cut.
+  // tp rank 0 broadcasts each whole tensor over the group; every rank keeps its cut. (Experts
+  // are whole, and each tp rank's own: tp rank 0 keeps the copy's, the others have theirs.)
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     const nn::NamedTensor& p = model.parameters()[i];
+    if (p.role == nn::ParameterRole::expert) {
+      if (grid.tp_rank == 0) copy_all(tensors_of(stage.model(), stage.optimizer(), i), tensors_of(model, optimizer, i));
+      continue;
+    }
     const nn::Shape whole_shape = model.layers().weights->whole_shape(p.role, p.tensor.shape());
     const auto mine = tensors_of(model, optimizer, i);
     for (std::size_t k = 0; k < mine.size(); ++k) {

@@ -15,6 +15,10 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
   const auto [dp, pp, cp, tp, ep] = std::array{layout.dp, layout.pp, layout.cp, layout.tp, layout.ep};
   const auto [d, p, k, t] = layout.place_of(world.rank());
   const int place = (p * cp + k) * tp + t;  // the (pp, cp, tp) coordinates the dp ranks share
+  // The experts' group: ep consecutive dp ranks with all their tp ranks folded in (the tp ranks
+  // of a replica hold different experts: parallel/ep/tensor_parallel_folding.hpp), dp rank then
+  // tp rank; expert-dp: the same place in every other such group.
+  const int ep_rank = (d % ep) * tp + t;
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
   // initialisation runs the (collective) splits in this order on every rank.
   return Grid{dp,
@@ -30,10 +34,10 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
               world.split((d * cp + k) * tp + t, p),   // pp_group: same (dp, cp, tp)
               world.split(p * tp + t, d * cp + k),     // dp_group: same (pp, tp)
               ep,
-              d % ep,
-              world.split(place * (dp / ep) + d / ep, d % ep),  // ep_group
-              world.split(place * ep + d % ep, d / ep),          // expert_dp_group
-              world.split(t == 0 && d < ep && k == 0 ? 0 : 1, p * ep + d)};  // checkpoint_group
+              ep_rank,
+              world.split((p * cp + k) * (dp / ep) + d / ep, ep_rank),  // ep_group: same (pp, cp)
+              world.split(place * ep + d % ep, d / ep),                // expert_dp_group
+              world.split(d < ep && k == 0 ? 0 : 1, p * ep * tp + ep_rank)};  // checkpoint_group
 }
 
 std::string Grid::describe(int world_rank) const {
@@ -41,7 +45,7 @@ std::string Grid::describe(int world_rank) const {
   std::string text = fmt::format("rank {} = dp {} · pp {}", world_rank, d, p);
   if (cp > 1) text += fmt::format(" · cp {}", k);
   if (tp > 1) text += fmt::format(" · tp {}", t);
-  if (ep > 1) text += fmt::format(" · ep {}", d % ep);  // (its experts: parallel/ep/)
+  if (ep > 1) text += fmt::format(" · ep {}", (d % ep) * tp + t);  // (its experts: parallel/ep/)
   return text;
 }
 

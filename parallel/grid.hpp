@@ -22,8 +22,12 @@
 // consecutive dp ranks (dp ranks 0…ep−1, ep…2ep−1, …), which share one copy of every expert
 // among them (each holds E/ep, parallel/ep/), and expert_dp_group, the dp ranks holding the
 // same experts (dp ranks r, r+ep, r+2ep, …), over which those experts' gradients are averaged.
+// With tp > 1 the tp ranks are folded in (Megatron core's MoE parallel folding): an ep group
+// is those dp ranks with all their tp ranks, ep·tp ranks holding E/(ep·tp) experts each
+// (parallel/ep/tensor_parallel_folding.hpp); its rank order is dp rank, then tp rank.
 //
-//   --dp 4 --ep 2:   ep groups {dp 0, dp 1} {dp 2, dp 3}    expert-dp groups {dp 0, dp 2} {dp 1, dp 3}
+//   --dp 4 --ep 2:         ep groups {dp 0, dp 1} {dp 2, dp 3}    expert-dp groups {dp 0, dp 2} {dp 1, dp 3}
+//   --dp 2 --ep 1 --tp 2:  ep groups {tp 0, tp 1} of each dp rank  expert-dp groups {dp 0, dp 1} of each tp rank
 #pragma once
 #include <string>
 
@@ -40,11 +44,12 @@ struct Grid {
   comm::Communicator cp_group;
   comm::Communicator pp_group;
   comm::Communicator dp_group;  // dp × cp ranks: the same parameters (but for the experts, with ep > 1)
-  int ep = 1, ep_rank = 0;      // expert parallelism: ep divides dp; ep_rank = dp_rank mod ep
-  comm::Communicator ep_group;         // same (pp, cp, tp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1
+  int ep = 1, ep_rank = 0;      // expert parallelism: ep divides dp; ep_rank = (dp_rank mod ep)·tp + tp_rank
+  comm::Communicator ep_group;         // same (pp, cp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1, every tp rank
   comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts (ep 1: dp's ranks)
-  // The tp rank 0 of every stage of the first copy (in_first_copy), pp stage 0 / ep rank 0 first:
-  // the ranks a checkpoint collects the whole model from (the others: a group of their own, unused).
+  // Every stage's ep group of the first copy (in_first_copy), pp stage 0 / ep rank 0 first: the
+  // ranks a checkpoint collects the whole model from — each stage's tp rank 0 the stage, every
+  // rank its own experts (the others: a group of their own, unused).
   comm::Communicator checkpoint_group;
 
   // Throws comm::UsageError with the layout's own line (Layout::why_not) when its degrees cannot
@@ -59,11 +64,13 @@ struct Grid {
     return role == nn::ParameterRole::expert && ep > 1 ? expert_dp_group : dp_group;  // (ep 1: the same ranks)
   }
   // How many ranks' losses its gradient already sums before that average: an expert's gradient
-  // comes back from the dispatch's backward summed over the ep ranks whose tokens it computed,
-  // so the mean over all dp ranks is the expert-dp mean × 1/ep.
+  // comes back from the dispatch's backward summed over the ep replicas whose tokens it computed
+  // (with tp folded in, each replica's tp ranks sent a share of its tokens), so the mean over
+  // all dp ranks is the expert-dp mean × 1/ep.
   int summed_before_averaging(nn::ParameterRole role) const { return role == nn::ParameterRole::expert ? ep : 1; }
   // Whether this rank's copy of it is the one a checkpoint takes (each ep rank holds its own
-  // experts; the rest is the same on every rank of an ep group: its rank 0's).
+  // experts; the rest is the same on every dp rank of an ep group: its rank 0's, made whole
+  // over tp).
   bool checkpoint_takes(nn::ParameterRole role) const { return role == nn::ParameterRole::expert || ep_rank == 0; }
   // Whether a forward needs ranks of other replicas with it (the ep group's dispatch): then
   // evaluation and sampling keep them in step.

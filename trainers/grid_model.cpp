@@ -15,6 +15,7 @@
 #include "parallel/pp/stage.hpp"
 #include "parallel/pp/tied_embedding.hpp"
 #include "parallel/cp/context_parallel_layers.hpp"
+#include "parallel/ep/tensor_parallel_folding.hpp"
 #include "parallel/tp/tensor_parallel_layers.hpp"
 #include "parallel/dp/gradient_averaging.hpp"
 #include "parallel/dp/replicas_by_role.hpp"
@@ -39,12 +40,16 @@ GridModel::Pieces GridModel::build_pieces(parallel::Grid& grid, const GridShape&
   p.context = parallel::with_context_parallel(p.tensor ? p.tensor : std::make_shared<nn::WholeSequence>(),
                                               grid.cp_group, shape.cp_attention, shape.cp_overlap,
                                               faults.skip_ring_at_step);
+  if (config.n_experts == 0) return p;
   p.experts = parallel::with_expert_parallel(grid.ep_group, faults.skip_dispatch_at_step);
+  if (grid.tp > 1)  // the tp ranks folded into the experts' group: each sends its share of the rows
+    p.dispatcher = std::make_shared<parallel::TensorParallelFolding>(p.experts, grid.tp_group);
   return p;
 }
 
 nn::GPTLayers GridModel::Pieces::layers() const {
   nn::GPTLayers l{.weights = tensor, .sequence = tensor, .dispatcher = experts};
+  if (dispatcher) l.dispatcher = dispatcher;
   if (context) l.sequence = context;
   return l;
 }
@@ -63,6 +68,11 @@ void GridModel::begin_step(int64_t step) {
 
 nn::RoutingStats& GridModel::routing_stats() {
   nn::RoutingStats& stats = model_.routing_stats();
+  if (grid.tp_rank != 0) {  // every tp rank routes the same tokens (the experts folded): tp rank 0 counts them
+    const double seconds = stats.dispatch_seconds;
+    stats.clear();
+    stats.dispatch_seconds = seconds;
+  }
   if (pieces_.experts) stats.dispatch_seconds += pieces_.experts->take_dispatch_seconds();
   return stats;
 }

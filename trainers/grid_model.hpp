@@ -105,6 +105,7 @@ class GridModel {
     std::shared_ptr<parallel::TensorParallelLayers> tensor;
     std::shared_ptr<parallel::ContextParallelSequence> context;
     std::shared_ptr<parallel::ExpertParallelDispatcher> experts;
+    std::shared_ptr<nn::TokenDispatcher> dispatcher;  // experts, or (tp > 1) their folding over tp
     nn::GPTLayers layers() const;
   };
   static Pieces build_pieces(parallel::Grid& grid, const GridShape& shape, const nn::GPTConfig& config,

@@ -76,12 +76,17 @@ class ThreeDParallel final : public PipelineStrategy {
                        pieces);
   }
 
-  // " (ep 2: each rank 2 of the 4 experts, its tokens sent to their experts' ranks)", or nothing.
+  // " (ep 2: each rank 2 of the 4 experts, its tokens sent to their experts' ranks)"; with tp
+  // folded into the experts' group " (ep 1 × tp 2 folded: …)"; or nothing.
   std::string ep_note() const {
-    if (grid_.ep == 1) return "";
-    const int E = run_.start.config.n_experts;
-    return fmt::format(" (ep {}: each rank {} of the {} experts, tokens sent to their experts' ranks and back)",
-                       grid_.ep, E / grid_.ep, E);
+    const int E = run_.start.config.n_experts, ranks = grid_.ep * grid_.tp;
+    if (E == 0 || ranks == 1) return "";
+    if (grid_.tp == 1)
+      return fmt::format(" (ep {}: each rank {} of the {} experts, tokens sent to their experts' ranks and back)",
+                         grid_.ep, E / grid_.ep, E);
+    return fmt::format(" (ep {} × tp {} folded: each rank {} of the {} experts, each tp rank's share of the tokens "
+                       "sent to their experts' ranks and back)",
+                       grid_.ep, grid_.tp, E / ranks, E);
   }
 };
 
