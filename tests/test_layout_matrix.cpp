@@ -5,8 +5,9 @@
 // also shows its own line (cp's positions, ep's experts) and, under ZeRO, each rank's memory
 // beside the paper's formula by role (parallel/dp/zero_by_role.hpp).
 //
-// Experts beside tp or cp are still refused (parallel/layout.cpp), so no layout here has all
-// five dimensions; the largest, pp × cp × tp with ZeRO-2, has four.
+// Experts beside cp are still refused (parallel/layout.cpp), so no layout here has all five
+// dimensions; the largest have four: pp × cp × tp with ZeRO-2, dp × pp × tp × ep with ZeRO-1
+// (the tp ranks folded into the experts' group).
 #include <regex>
 #include <vector>
 
@@ -105,7 +106,7 @@ TEST_CASE("layout matrix, dense: every pair of dp, pp, cp and tp, ZeRO 1 and 2 w
   run_against(dense(), "dense_ref", layouts);
 }
 
-TEST_CASE("layout matrix, mixture of experts: with dp, pp and ep, ZeRO 1 and 2 with each, end where one process ends") {
+TEST_CASE("layout matrix, mixture of experts: with dp, pp, tp and ep, ZeRO 1 and 2 with each, end where one process ends") {
   auto reference = train_dp(1, tiny_moe() + " --batch-size 4 --out-dir " + out("moe_ref"));
   REQUIRE(reference.status == 0);
   const std::string routing = first_routing_line(reference.output);
@@ -119,8 +120,12 @@ TEST_CASE("layout matrix, mixture of experts: with dp, pp and ep, ZeRO 1 and 2 w
       // the experts' shards over their expert-dp pair, the rest over all four
       {"moe_dp4_ep2_zero2", 4, "--dp 4 --ep 2 --zero 2 --batch-size 1 --micro-batches 1",
        " (experts, then × 1/2)"},
-      {"moe_dp2_ep2_pp2_zero1", 4, "--dp 2 --ep 2 --pp 2 --zero 1 --batch-size 2 --micro-batches 2",
-       "(ep 2: each rank 2 of the 4 experts"},
+      // the tp ranks folded into the experts' group: 2 ranks share the 4 experts …
+      {"moe_dp2_tp2_zero2", 4, "--dp 2 --tp 2 --zero 2 --batch-size 2",
+       "(ep 1 × tp 2 folded: each rank 2 of the 4 experts"},
+      // … and four: every dimension but cp, ZeRO-1
+      {"moe_dp2_ep2_pp2_tp2_zero1", 8, "--dp 2 --ep 2 --pp 2 --tp 2 --zero 1 --batch-size 2 --micro-batches 2",
+       "(ep 2 × tp 2 folded: each rank 1 of the 4 experts"},
   };
   for (const std::string& output : run_against(tiny_moe(), "moe_ref", layouts))
     CHECK(first_routing_line(output) == routing);  // the same tokens per expert, dropped, balancing loss
@@ -135,10 +140,12 @@ TEST_CASE("layout matrix: a ZeRO checkpoint is the one whole file, resumed byte-
   CHECK(same_bytes(checkpoint("zero_straight") / "model.safetensors", checkpoint("zero_split") / "model.safetensors"));
   CHECK(same_bytes(checkpoint("zero_straight") / "optimizer.safetensors",
                    checkpoint("zero_split") / "optimizer.safetensors"));
-  // The same two steps from a replicated run's checkpoint (dp 4 × ep 2, no ZeRO) end alike.
+  // The same two steps from a replicated run's checkpoint (dp 2 × tp 2, its experts folded over
+  // tp: each tp rank's two in the file, no ZeRO) end alike.
   const std::string other = tiny_moe() + " --ckpt-interval 2 --lr-decay-iters 4 --max-iters 2";
-  REQUIRE(train_3d(4, other + " --dp 4 --ep 2 --batch-size 1 --micro-batches 1 --out-dir " + out("zero_from_dp")).status == 0);
-  REQUIRE(train_3d(4, run + " --max-iters 4 --resume --out-dir " + out("zero_from_dp")).status == 0);
+  REQUIRE(train_3d(4, other + " --dp 2 --tp 2 --batch-size 2 --out-dir " + out("zero_from_dp")).status == 0);
+  // (a resume keeps the checkpoint's layout but for the flags typed again: --tp 1)
+  REQUIRE(train_3d(4, run + " --tp 1 --max-iters 4 --resume --out-dir " + out("zero_from_dp")).status == 0);
   CHECK(max_difference(checkpoint("zero_straight"), checkpoint("zero_from_dp")) <= kTolerance);
 }
 
