@@ -37,6 +37,9 @@ struct Layout {
   int micro_batch = 1;  // sequences per micro-batch
 
   int64_t ranks() const { return static_cast<int64_t>(dp) * tp * pp * cp; }
+  // The ranks one copy of the experts is spread over: ep dp ranks with their tp ranks folded in
+  // (parallel/grid.hpp), E/(ep·tp) experts each.
+  int expert_ranks() const { return ep * tp; }
   // The ranks that average each weight's gradient: the replicas and their cp ranks.
   int64_t gradient_group() const { return static_cast<int64_t>(dp) * cp; }
   // Positions of a sequence one rank holds.

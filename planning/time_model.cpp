@@ -43,7 +43,9 @@ Groups groups_of(const Layout& l, const Machine& m) {
   };
   const int64_t tp_cp = static_cast<int64_t>(l.tp) * l.cp;
   Groups g{shape(l.tp, 1), shape(l.cp, l.tp), shape(l.pp, tp_cp), shape(l.dp, tp_cp * l.pp)};
-  g.ep = shape(l.ep, tp_cp * l.pp);
+  // ep dp ranks with their tp ranks folded in: the tp ranks side by side, the dp ranks apart.
+  const GroupShape ep_dp = shape(l.ep, tp_cp * l.pp);
+  g.ep = GroupShape{l.expert_ranks(), g.tp.per_node * ep_dp.per_node};
   g.expert_dp = shape(l.dp / l.ep, tp_cp * l.pp * l.ep);
   g.dp = GroupShape{l.dp * l.cp, g.dp.per_node * g.cp.per_node};
   g.pp_inside_a_node = g.pp.nodes() == 1;
@@ -149,14 +151,20 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   if (l.cp > 1) t.cp_algorithm = name_of(cp_mb.algorithm);
   // Expert parallelism: per mixture block, the dispatch and the combine of the rank's k rows a
   // token, forward and backward (and the replay's forward), and the counts before each dispatch.
+  // With tp folded in each tp rank sends 1/tp of the rows, and the outputs come back to every tp
+  // rank in an all-reduce forward (g), the rows' gradient in one backward (f):
+  // parallel/ep/tensor_parallel_folding.hpp.
   double ep_mb = 0;
-  if (l.ep > 1) {
+  if (c.n_experts > 0 && l.expert_ranks() > 1) {
     const double moe_blocks = moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages);
     const double rows = rank_tokens * c.experts_per_token * c.n_embd * 4;
-    const CollectiveCost trade = alltoall_cost(groups.ep, rows, machine);
+    const CollectiveCost trade = alltoall_cost(groups.ep, rows / l.tp, machine);
     const double forwards = l.recompute == nn::Recompute::full ? 2 : 1;
     ep_mb = moe_blocks * (2 * (forwards + 1) * trade.seconds +
                           forwards * alltoall_cost(groups.ep, 8.0 * c.n_experts, machine).seconds);
+    if (l.tp > 1)
+      ep_mb += moe_blocks * (forwards * allreduce_cost(groups.tp, rows, machine).seconds +
+                             allreduce_cost(groups.tp, rank_tokens * c.n_embd * 4, machine).seconds);
     t.ep_algorithm = name_of(trade.algorithm);
   }
   const double stage_mb = compute_mb + tp_mb + cp_mb.exposed + ep_mb + pp_mb;
@@ -176,7 +184,8 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     // the rest over dp; all but each group's last 1 MB bucket can hide behind the last
     // micro-batch's backward.
     const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0);
-    const double experts = moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (c.n_experts / l.ep) * expert;
+    const double experts =
+        moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (c.n_experts / l.expert_ranks()) * expert;
     const CollectiveCost rest = allreduce_cost(groups.dp, 4 * (P - experts), machine);
     const double expert_s = l.dp > l.ep ? allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds : 0.0;
     const double last_buckets = allreduce_cost(groups.dp, std::min(4 * (P - experts), 1e6), machine).seconds +

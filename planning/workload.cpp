@@ -91,9 +91,11 @@ double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, i
   // biases) whole; c_attn's and c_fc's biases (3C, 4C) split, the two projections' (C each) whole.
   const double block = 12 * C * C / t + 2 * C * (1 + bias) + bias * (7 * C / t + 2 * C);
   double count = block * c.n_layer / pp;
-  // A mixture block on this stage: E/ep MLPs (the 8C² and 5C of biases above counted one) and the router's E·C.
-  const double mlp = 8 * C * C + bias * 5 * C;
-  count += moe_blocks_on_stage(c, pp, stage, virtual_stages) * ((c.n_experts / ep - 1) * mlp + c.n_experts * C);
+  // A mixture block on this stage: E/(ep·tp) whole MLPs (the tp ranks folded into the experts'
+  // group) in place of the block's cut one (8C²/t and its biases above), and the router's E·C.
+  const double mlp = 8 * C * C + bias * 5 * C, cut_mlp = 8 * C * C / t + bias * (4 * C / t + C);
+  count += moe_blocks_on_stage(c, pp, stage, virtual_stages) *
+           (static_cast<double>(c.n_experts / (ep * tp)) * mlp - cut_mlp + c.n_experts * C);
   const double vocabulary_rows = std::ceil(V / t);  // the first tp rank's share when t does not divide V
   if (stage == 0) count += vocabulary_rows * C + T * C;                            // wte (vocab-parallel), wpe
   if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? vocabulary_rows * C : 0);  // ln_f; the tied lm_head's copy
