@@ -465,11 +465,11 @@ std::pair<Tensor, Tensor> GPT::block_forward(const BlockWeights& b, int layer, c
     x = add(x, h);
     h = layernorm(x, b.ln_2_weight, b.ln_2_bias);
   }
-  if (b.moe.router_weight.defined()) {  // a mixture of experts (nn/moe_mlp.hpp) on whole sequences
+  if (b.moe.router_weight.defined()) {  // a mixture of experts (nn/moe_mlp.hpp), capacity over whole sequences
     // Its routing counted once per training forward: not again in --recompute full's replay.
     const bool replay = modes_.recompute == Recompute::full && autograd::grad_enabled();
     h = moe_mlp(h, b.moe, config_.moe(), precision, modes_.fusion == Fusion::fused, loss_scale_,
-                training && !replay ? &routing_stats_ : nullptr, layer, *layers_.dispatcher);
+                training && !replay ? &routing_stats_ : nullptr, layer, *layers_.dispatcher, sequence, training);
     return {x, maybe_dropout(h, batch, DropoutSite::mlp_output, layer)};
   }
   // The MLP (nn/mlp.hpp): [B,S,C] → [B,T,4C/W] → the stream [B,S,C]

@@ -48,6 +48,20 @@ std::vector<Tensor> LocalDispatcher::run_experts(const Tensor& tokens, std::span
   return outputs;
 }
 
+void SequenceLayout::count_choices(std::span<const int64_t> mine, int64_t G, int runs, int E,
+                                   std::span<int64_t> before, std::span<int64_t> whole, bool) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int e = 0; e < E; ++e) {
+      int64_t sum = 0;  // the runs in sequence order
+      for (int r = 0; r < runs; ++r) {
+        const auto at = static_cast<std::size_t>((g * runs + r) * E + e);
+        before[at] = sum;
+        sum += mine[at];
+      }
+      whole[static_cast<std::size_t>(g * E + e)] = sum;
+    }
+}
+
 GPTLayers GPTLayers::filled() const {
   return {weights ? weights : std::make_shared<WholeWeights>(),
           sequence ? sequence : std::make_shared<WholeSequence>(),

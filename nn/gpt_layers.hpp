@@ -140,6 +140,13 @@ class SequenceLayout {
   // heads' weights' mask at their place in the whole [H,T,T].
   virtual Tensor attention(const Tensor& qkv, int heads, const DropoutMask& dropout, AttentionKernel kernel,
                            Precision precision, bool training) = 0;
+  // A mixture's routing (nn/moe_mlp.hpp) counts each expert's capacity over a whole sequence,
+  // position by position. `mine` [G,runs,E]: the choices per expert of each run of positions
+  // the stream holds (1 run, or 2: stream_place) → `before` [G,runs,E], the choices of all the
+  // sequence's positions before each run, and `whole` [G,E], the whole sequence's. Here: every
+  // run is this rank's (context parallelism gathers the other ranks' counts).
+  virtual void count_choices(std::span<const int64_t> mine, int64_t G, int runs, int E, std::span<int64_t> before,
+                             std::span<int64_t> whole, bool training);
 };
 
 // Every position on every process: the stream is the whole sequence.

@@ -26,6 +26,7 @@
 // attach_loss (nn/ops.hpp): its gradient flows in backward on whichever stage holds the block.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -65,6 +66,17 @@ struct Routing {
 };
 Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const MoESettings& settings);
 
+// The same, when the T positions held here are `runs` runs of T/runs positions of each sequence
+// (context parallelism: two, from both ends) and the rest of each sequence lies elsewhere: the
+// capacity still counts the whole sequence position by position, so each run starts from what
+// the sequence's earlier positions chose. `count` ([G,runs,E] this rank's runs' choices per
+// expert → before [G,runs,E], the choices of every position before each run, and whole [G,E],
+// the whole sequence's: SequenceLayout::count_choices) fills them in.
+using CountChoices = std::function<void(std::span<const int64_t> mine, std::span<int64_t> before,
+                                        std::span<int64_t> whole)>;
+Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const MoESettings& settings, int runs,
+                     const CountChoices& count);
+
 // What the routing did, summed over a run of forwards (the training log's columns).
 struct RoutingStats {
   std::map<int, std::vector<int64_t>> tokens_per_expert;  // block number → kept choices per expert
@@ -81,7 +93,10 @@ struct RoutingStats {
 // loss is attached with weight aux_loss_weight · loss_scale (loss_scale: what the training loss
 // is multiplied by before backward, 1/micro-batches when they are averaged). `stats` (may be
 // null) gains this call's, under block number `layer`.
+// `sequence`: where h's positions lie in their sequences (SequenceLayout::stream_place: one run,
+// or context parallelism's two) and the count of the choices made elsewhere (count_choices).
 Tensor moe_mlp(const Tensor& h, const MoEWeights& weights, const MoESettings& settings, Precision precision,
-               bool fused_bias_gelu, float loss_scale, RoutingStats* stats, int layer, TokenDispatcher& dispatcher);
+               bool fused_bias_gelu, float loss_scale, RoutingStats* stats, int layer, TokenDispatcher& dispatcher,
+               SequenceLayout& sequence, bool training);
 
 }  // namespace nn

@@ -14,10 +14,10 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
   layout.check(world.size());
   const auto [dp, pp, cp, tp, ep] = std::array{layout.dp, layout.pp, layout.cp, layout.tp, layout.ep};
   const auto [d, p, k, t] = layout.place_of(world.rank());
-  const int place = (p * cp + k) * tp + t;  // the (pp, cp, tp) coordinates the dp ranks share
   // The experts' group: ep consecutive dp ranks with all their tp ranks folded in (the tp ranks
   // of a replica hold different experts: parallel/ep/tensor_parallel_folding.hpp), dp rank then
-  // tp rank; expert-dp: the same place in every other such group.
+  // tp rank, one per cp rank; expert-dp: the same place in every other such group, every cp
+  // rank's too (the cp ranks of a replica hold the same experts, as they hold the same weights).
   const int ep_rank = (d % ep) * tp + t;
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
   // initialisation runs the (collective) splits in this order on every rank.
@@ -36,7 +36,7 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
               ep,
               ep_rank,
               world.split((p * cp + k) * (dp / ep) + d / ep, ep_rank),  // ep_group: same (pp, cp)
-              world.split(place * ep + d % ep, d / ep),                // expert_dp_group
+              world.split((p * tp + t) * ep + d % ep, (d / ep) * cp + k),  // expert_dp_group
               world.split(d < ep && k == 0 ? 0 : 1, p * ep * tp + ep_rank)};  // checkpoint_group
 }
 

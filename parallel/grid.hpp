@@ -21,7 +21,8 @@
 // Expert parallelism carves two more groups out of the dp ranks (DeepSpeed-MoE): ep_group, ep
 // consecutive dp ranks (dp ranks 0…ep−1, ep…2ep−1, …), which share one copy of every expert
 // among them (each holds E/ep, parallel/ep/), and expert_dp_group, the dp ranks holding the
-// same experts (dp ranks r, r+ep, r+2ep, …), over which those experts' gradients are averaged.
+// same experts (dp ranks r, r+ep, r+2ep, …, with their cp ranks), over which those experts'
+// gradients are averaged.
 // With tp > 1 the tp ranks are folded in (Megatron core's MoE parallel folding): an ep group
 // is those dp ranks with all their tp ranks, ep·tp ranks holding E/(ep·tp) experts each
 // (parallel/ep/tensor_parallel_folding.hpp); its rank order is dp rank, then tp rank.
@@ -46,7 +47,7 @@ struct Grid {
   comm::Communicator dp_group;  // dp × cp ranks: the same parameters (but for the experts, with ep > 1)
   int ep = 1, ep_rank = 0;      // expert parallelism: ep divides dp; ep_rank = (dp_rank mod ep)·tp + tp_rank
   comm::Communicator ep_group;         // same (pp, cp), dp ranks ep·⌊dp_rank/ep⌋ … +ep−1, every tp rank
-  comm::Communicator expert_dp_group;  // same (pp, cp, tp) and ep_rank: the same experts (ep 1: dp's ranks)
+  comm::Communicator expert_dp_group;  // same (pp, tp) and ep_rank, every cp rank: the same experts (ep 1: dp's ranks)
   // Every stage's ep group of the first copy (in_first_copy), pp stage 0 / ep rank 0 first: the
   // ranks a checkpoint collects the whole model from — each stage's tp rank 0 the stage, every
   // rank its own experts (the others: a group of their own, unused).

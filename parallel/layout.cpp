@@ -23,11 +23,6 @@ std::string Layout::why_not(int world_size) const {
   if (dp % ep != 0)
     return fmt::format("--ep {} does not divide --dp {}: expert-parallel groups are carved from the data-parallel ranks",
                        ep, dp);
-  // (Its groups route whole sequences: the capacity of a cp rank's positions would hang on the
-  // choices of earlier positions held by other cp ranks.)
-  if (ep > 1 && cp > 1)
-    return fmt::format("--ep {} with --cp {}: expert parallelism routes whole sequences (dp, pp and tp compose with it)",
-                       ep, cp);
   if (zero < 0 || zero > 3) return fmt::format("--zero {}: ZeRO's stage is 0 to 3", zero);
   // (torchtitan composes FSDP2 with tp and cp, but not gathers that follow a pipeline's schedule.)
   if (zero == 3 && (pp > 1 || cp > 1 || tp > 1 || ep > 1))
@@ -82,13 +77,10 @@ std::string Layout::why_not(const LayoutJob& job) const {
     return fmt::format("--sequence-parallel: --block-size {} is not divisible by --tp {}", c.block_size, tp);
   if (cp > 1)
     if (std::string why = context_parallel_why_not(*this, job); !why.empty()) return why;
-  // A mixture routes whole sequences (its capacity counts position by position): not under cp,
-  // nor under sequence parallelism, whose tp ranks hold T/tp positions of each. Beside tp its
+  // A mixture counts capacity over whole sequences, position by position: under cp each rank
+  // learns the choices of the positions before its chunks (ContextParallelSequence::
+  // count_choices); sequence parallelism's T/tp positions a tp rank are refused. Beside tp its
   // experts are folded, not cut: the tp ranks join the experts' group (parallel/grid.hpp).
-  if (c.n_experts > 0 && cp > 1)
-    return fmt::format("--n-experts {} with --cp {}: a mixture of experts routes whole sequences (dp, pp and tp "
-                       "compose with it)",
-                       c.n_experts, cp);
   if (c.n_experts > 0 && sequence_parallel)
     return fmt::format("--n-experts {} with --sequence-parallel: a mixture of experts routes whole sequences, and "
                        "sequence parallelism holds T/tp positions of each on a tp rank (run --tp without it)",

@@ -40,6 +40,9 @@ struct Layout {
   // The ranks one copy of the experts is spread over: ep dp ranks with their tp ranks folded in
   // (parallel/grid.hpp), E/(ep·tp) experts each.
   int expert_ranks() const { return ep * tp; }
+  // The ranks holding the same experts, over which their gradients average: the other ep
+  // groups' dp ranks and every cp rank (parallel/grid.hpp's expert_dp_group).
+  int64_t expert_replicas() const { return static_cast<int64_t>(dp / ep) * cp; }
   // The ranks that average each weight's gradient: the replicas and their cp ranks.
   int64_t gradient_group() const { return static_cast<int64_t>(dp) * cp; }
   // Positions of a sequence one rank holds.

@@ -80,7 +80,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, int stage, double ra
   // another rank — the experts only when another ep group holds them too (dp > ep).
   if (l.ep > 1 && l.zero == 0 && l.dp > 1) {
     const double experts_here = expert_parameters_on_stage(c, l.pp, stage, l.virtual_stages, l.expert_ranks());
-    bytes += 4 * (rank_parameters - (l.dp == l.ep ? experts_here : 0.0));
+    bytes += 4 * (rank_parameters - (l.expert_replicas() == 1 ? experts_here : 0.0));
   }
   // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
   if (l.zero == 3 && l.dp > 1) bytes += 4 * rank_parameters;
@@ -97,7 +97,7 @@ parallel::HeldBytes zero_held_by_role(const Workload& w, const Layout& l, int st
   const double experts = expert_parameters_on_stage(w.model, l.pp, stage, l.virtual_stages, l.expert_ranks());
   const auto dense_ranks = static_cast<int>(l.gradient_group());
   parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P - experts, dense_ranks);
-  held += parallel::zero_formula_held(l.zero, experts, l.ep > 1 ? l.dp / l.ep : dense_ranks);
+  held += parallel::zero_formula_held(l.zero, experts, l.ep > 1 ? static_cast<int>(l.expert_replicas()) : dense_ranks);
   return held;
 }
 

@@ -46,7 +46,7 @@ Groups groups_of(const Layout& l, const Machine& m) {
   // ep dp ranks with their tp ranks folded in: the tp ranks side by side, the dp ranks apart.
   const GroupShape ep_dp = shape(l.ep, tp_cp * l.pp);
   g.ep = GroupShape{l.expert_ranks(), g.tp.per_node * ep_dp.per_node};
-  g.expert_dp = shape(l.dp / l.ep, tp_cp * l.pp * l.ep);
+  g.expert_dp = shape(static_cast<int>(l.expert_replicas()), l.tp * l.pp * l.ep);  // (cp ranks among them: approximate)
   g.dp = GroupShape{l.dp * l.cp, g.dp.per_node * g.cp.per_node};
   g.pp_inside_a_node = g.pp.nodes() == 1;
   g.cp_inside_a_node = g.cp.nodes() == 1;
@@ -187,9 +187,9 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     const double experts =
         moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (c.n_experts / l.expert_ranks()) * expert;
     const CollectiveCost rest = allreduce_cost(groups.dp, 4 * (P - experts), machine);
-    const double expert_s = l.dp > l.ep ? allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds : 0.0;
+    const double expert_s = l.expert_replicas() > 1 ? allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds : 0.0;
     const double last_buckets = allreduce_cost(groups.dp, std::min(4 * (P - experts), 1e6), machine).seconds +
-                                (l.dp > l.ep ? allreduce_cost(groups.expert_dp, std::min(4 * experts, 1e6), machine).seconds : 0.0);
+                                (l.expert_replicas() > 1 ? allreduce_cost(groups.expert_dp, std::min(4 * experts, 1e6), machine).seconds : 0.0);
     t.dp_algorithm = name_of(rest.algorithm);
     t.dp_overlapped = std::clamp(rest.seconds + expert_s - last_buckets, 0.0, compute_mb * 2.0 / 3.0);
     t.dp_exposed = rest.seconds + expert_s - t.dp_overlapped;

@@ -28,6 +28,30 @@ nn::SequenceLayout::StreamPlace ContextParallelSequence::stream_place(int64_t S,
   return {shard.position(local), -1};
 }
 
+void ContextParallelSequence::count_choices(std::span<const int64_t> mine, int64_t G, int runs, int E,
+                                            std::span<int64_t> before, std::span<int64_t> whole, bool training) {
+  if (!training) return inner_->count_choices(mine, G, runs, E, before, whole, training);  // whole sequences here
+  if (runs != 2) comm::fail("context parallelism: a mixture's routing got {} runs of positions, not 2", runs);
+  const int c = cp_.size(), me = cp_.rank();
+  std::vector<int64_t> all(mine.size() * static_cast<std::size_t>(c));  // [c][G,2,E]
+  cp_.allgather(mine, std::span(all));
+  // Chunk q of 2c: rank q's first (q < c) or rank 2c−1−q's second; the counts before each chunk.
+  const auto chunk_count = [&](int64_t g, int q, int e) {
+    const int rank = q < c ? q : 2 * c - 1 - q, run = q < c ? 0 : 1;
+    return all[static_cast<std::size_t>(((rank * G + g) * 2 + run) * E + e)];
+  };
+  for (int64_t g = 0; g < G; ++g)
+    for (int e = 0; e < E; ++e) {
+      int64_t sum = 0;
+      for (int q = 0; q < 2 * c; ++q) {
+        if (q == me) before[static_cast<std::size_t>((g * 2 + 0) * E + e)] = sum;
+        if (q == 2 * c - 1 - me) before[static_cast<std::size_t>((g * 2 + 1) * E + e)] = sum;
+        sum += chunk_count(g, q, e);
+      }
+      whole[static_cast<std::size_t>(g * E + e)] = sum;
+    }
+}
+
 int64_t ContextParallelSequence::sequence_length(int64_t rows, bool training) const {
   return training ? rows * cp_.size() : rows;
 }

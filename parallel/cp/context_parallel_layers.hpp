@@ -42,6 +42,11 @@ class ContextParallelSequence final : public nn::SequenceLayout {
   int64_t picked_length(int64_t T, bool training) const override;
   nn::Tensor attention(const nn::Tensor& qkv, int heads, const nn::DropoutMask& dropout, nn::AttentionKernel kernel,
                        nn::Precision precision, bool training) override;
+  // A mixture's capacity over the whole sequence: every cp rank's choices per expert for its two
+  // chunks gathered (k expert ids a token, counted: [G,2,E] a rank), and each of this rank's
+  // chunks starts from the choices of the chunks before it, wherever they are.
+  void count_choices(std::span<const int64_t> mine, int64_t G, int runs, int E, std::span<int64_t> before,
+                     std::span<int64_t> whole, bool training) override;
 
   // The trainer's step, for the testing fault above.
   void begin_step(int64_t step) { skip_ring_ = step == skip_ring_at_step_; }
