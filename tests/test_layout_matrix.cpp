@@ -5,9 +5,8 @@
 // also shows its own line (cp's positions, ep's experts) and, under ZeRO, each rank's memory
 // beside the paper's formula by role (parallel/dp/zero_by_role.hpp).
 //
-// Experts beside cp are still refused (parallel/layout.cpp), so no layout here has all five
-// dimensions; the largest have four: pp × cp × tp with ZeRO-2, dp × pp × tp × ep with ZeRO-1
-// (the tp ranks folded into the experts' group).
+// The largest layout has all five: dp × ep × pp × cp × tp with ZeRO-1 on 16 ranks (the tp ranks
+// folded into the experts' group, each cp rank's chunks routed from the earlier chunks' choices).
 #include <regex>
 #include <vector>
 
@@ -106,7 +105,7 @@ TEST_CASE("layout matrix, dense: every pair of dp, pp, cp and tp, ZeRO 1 and 2 w
   run_against(dense(), "dense_ref", layouts);
 }
 
-TEST_CASE("layout matrix, mixture of experts: with dp, pp, tp and ep, ZeRO 1 and 2 with each, end where one process ends") {
+TEST_CASE("layout matrix, mixture of experts: with dp, pp, cp, tp and ep, ZeRO 1 and 2 with each, all five, end where one process ends") {
   auto reference = train_dp(1, tiny_moe() + " --batch-size 4 --out-dir " + out("moe_ref"));
   REQUIRE(reference.status == 0);
   const std::string routing = first_routing_line(reference.output);
@@ -123,8 +122,12 @@ TEST_CASE("layout matrix, mixture of experts: with dp, pp, tp and ep, ZeRO 1 and
       // the tp ranks folded into the experts' group: 2 ranks share the 4 experts …
       {"moe_dp2_tp2_zero2", 4, "--dp 2 --tp 2 --zero 2 --batch-size 2",
        "(ep 1 × tp 2 folded: each rank 2 of the 4 experts"},
-      // … and four: every dimension but cp, ZeRO-1
-      {"moe_dp2_ep2_pp2_tp2_zero1", 8, "--dp 2 --ep 2 --pp 2 --tp 2 --zero 1 --batch-size 2 --micro-batches 2",
+      // capacity over whole sequences split over cp: each cp rank's chunks start from the earlier ones' choices
+      {"moe_dp2_ep2_cp2_zero2", 4, "--dp 2 --ep 2 --cp 2 --zero 2 --batch-size 2 --micro-batches 1",
+       "ring attention, 8 of 16 positions per cp rank"},
+      // all five, with ZeRO-1: each of 16 ranks one of the 4 experts
+      {"moe_all_five_zero1", 16,
+       "--dp 2 --ep 2 --pp 2 --cp 2 --tp 2 --zero 1 --batch-size 2 --micro-batches 2",
        "(ep 2 × tp 2 folded: each rank 1 of the 4 experts"},
   };
   for (const std::string& output : run_against(tiny_moe(), "moe_ref", layouts))

@@ -91,8 +91,7 @@ TEST_CASE("bad mixture-of-experts input: one line, exit status 2") {
                 "--n-experts 2 with --sequence-parallel: a mixture of experts routes whole sequences");
   usage_failure(train_tp(2, run + " --n-experts 3 --experts-per-token 1"),
                 "--n-experts 3 is not divisible by --ep 1 × --tp 2 = 2: the tp ranks are folded into the experts' group");
-  usage_failure(train_3d(2, run + " --n-experts 2 --cp 2"),
-                "--n-experts 2 with --cp 2: a mixture of experts routes whole sequences (dp, pp and tp compose with it)");
+
 }
 
 // ---- expert parallelism: train_3d --ep ----------------------------------------------------------
