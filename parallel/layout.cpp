@@ -1,6 +1,7 @@
 #include "parallel/layout.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -166,6 +167,10 @@ Layout::Moved Layout::on(int ranks, int64_t replica_batch) const {
     return moved;
   }
   moved.layout.dp = new_dp;
+  // Fewer replicas than ep: the largest ep left (a divisor of ep, so it still divides the
+  // experts). Otherwise ep stays (each rank keeps E/ep experts: no more memory), and a dp it does
+  // not divide is refused by why_not: the launcher then tries fewer ranks.
+  if (new_dp < ep) moved.layout.ep = std::gcd(ep, new_dp);
   moved.layout.micro_batches = static_cast<int>(micro / new_dp);
   moved.replica_batch = global / new_dp;
   return moved;

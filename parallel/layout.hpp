@@ -78,7 +78,9 @@ struct Layout {
 
   // This layout on `ranks` ranks with the global batch kept: the model-parallel part as it is,
   // dp = ranks / (pp·cp·tp), each replica's batch and micro-batches scaled by the old dp over the
-  // new. `why` (when it cannot) names the rule; a shrunk layout must still pass why_not.
+  // new; ep kept, or, with fewer replicas than ep, the largest that divides them (a checkpoint
+  // holds every expert whole, so any ep resumes it). `why` (when it cannot) names the rule; a
+  // shrunk layout must still pass why_not.
   struct Moved;
   Moved on(int ranks, int64_t replica_batch) const;
 };

@@ -132,10 +132,15 @@ TEST_CASE("train_3d with --ep 2: a rank holding half the experts killed, restart
   CHECK_THAT(shrunk.output, Catch::Contains("now 2 ranks: 2 replica(s) of 1 rank(s) (pp 1 × cp 1 × tp 1, ep 2)"));
   CHECK(nn::read_checkpoint_info(checkpoint("ep_shrunk")).train_state.at("step") == kSteps);
   CHECK(max_difference(checkpoint("ep_straight"), checkpoint("ep_shrunk")) <= 2e-5f);
-  // Where no layout is left, the launcher says why in the trainer's words before it starts.
-  usage_failure(launcher("-n 4 --min-ranks 3", TRAIN_3D, run_settings("ep_min") + " --dp 4 --ep 4 --n-experts 4 --batch-size 3 --micro-batches 3"),
-                "--min-ranks 3: train_3d has no layout on fewer than 4 ranks (--ep 4 does not divide --dp 3: "
-                "expert-parallel groups are carved from the data-parallel ranks)");
+  // Fewer replicas than ep: the restart's layout takes the largest ep left (dp 4 × ep 4 on 3
+  // ranks: ep 1; the checkpoint holds every expert whole). Where no layout is left, the launcher
+  // says why in the trainer's words before it starts.
+  const std::string ep4 = std::string(TRAIN_3D) + " --n-experts 4 --dp 4 --ep 4 --batch-size 3 --micro-batches 3";
+  CHECK_THAT(run_command(ep4 + " --layout-query 4:3").output,
+             Catch::Contains(R"("--dp":"3")") && Catch::Contains(R"("--ep":"1")") && Catch::Contains(R"("ok":true)"));
+  usage_failure(launcher("-n 4 --min-ranks 3", TRAIN_3D, run_settings("ep_min") + " --dp 2 --pp 2 --batch-size 2"),
+                "--min-ranks 3: train_3d has no layout on fewer than 4 ranks (3 ranks is not a multiple of the 2 "
+                "ranks of one replica (pp 2 × cp 1 × tp 1))");
 }
 
 TEST_CASE("ZeRO-3: the writer killed half-way through a checkpoint, the previous one serves: byte-identical") {

@@ -152,7 +152,7 @@ TEST_CASE("layout matrix: a ZeRO checkpoint is the one whole file, resumed byte-
   CHECK(max_difference(checkpoint("zero_straight"), checkpoint("zero_from_dp")) <= kTolerance);
 }
 
-TEST_CASE("layout matrix: ZeRO-3 beside another dimension is refused in one line, exit status 2") {
+TEST_CASE("layout matrix: ZeRO-3 beside another dimension is refused in one line, exit status 2, and what a restart keeps") {
   const std::string run = dense() + " --batch-size 4 --out-dir " + out("zero_bad");
   usage_failure(train_3d(2, run + " --pp 2 --zero 3"), "--zero 3 runs with pure data parallelism (train_dp)");
   usage_failure(train_3d(2, run + " --dp 2 --zero 3"), "--zero 3 runs with pure data parallelism (train_dp)");
@@ -160,4 +160,13 @@ TEST_CASE("layout matrix: ZeRO-3 beside another dimension is refused in one line
   // What nanodist-run asks before a launch or a restart says the same (no MPI: the query alone).
   const CommandResult query = run_command(std::string(TRAIN_3D) + " --dp 2 --zero 3 --layout-query 2:2");
   CHECK_THAT(query.output, Catch::Contains("--zero 3 runs with pure data parallelism (train_dp)"));
+  // … and what the trainer refuses of a mixture; a restart on fewer ranks keeps the largest ep
+  // that still divides dp (all five on 16 ranks → 8: dp 1, so ep 1; the checkpoint holds every expert).
+  const std::string mixture = std::string(TRAIN_3D) + " --n-experts 4 --batch-size 2";
+  CHECK_THAT(run_command(mixture + " --tp 2 --sequence-parallel --layout-query 2:2").output,
+             Catch::Contains("--n-experts 4 with --sequence-parallel: a mixture of experts routes whole sequences"));
+  const CommandResult shrunk =
+      run_command(mixture + " --dp 2 --ep 2 --pp 2 --cp 2 --tp 2 --zero 1 --layout-query 16:8");
+  CHECK_THAT(shrunk.output, Catch::Contains(R"("--dp":"1")") && Catch::Contains(R"("--ep":"1")") &&
+                                Catch::Contains(R"("ok":true)"));
 }
