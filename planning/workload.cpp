@@ -52,6 +52,22 @@ const std::vector<NamedModel>& models() {
       {"switch-base-8",
        {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 512, .vocab_size = 32128, .n_experts = 8,
         .moe_every = 2}},
+      // The recipes of docs/3d_parallelism.md, GPT-shaped (a 4C GELU MLP, full multi-head
+      // attention, no biases): Llama 3 405B (Dubey et al. 2024: 126 layers, 16,384 wide, 128
+      // heads, T 8192, 128,256 tokens; its SwiGLU and grouped queries make 405B, this shape 408B);
+      // Mixtral 8×7B (Jiang et al. 2024: 32 layers, 4096 wide, 8 experts, top-2, T 4096; its
+      // SwiGLU experts of 14,336 make 46.7B, this shape 36.5B); DeepSeek-V3 (DeepSeek-AI 2024: 61
+      // layers, 7168 wide, 128 heads, T 4096, 129,280 tokens) whose 256 experts of 3·7168·2048 are
+      // each 1/9.3 of a GPT-shaped expert: 32 GPT-shaped experts, one a token, hold about as much
+      // (13.2B a layer against 11.3B) and use about as much (411M against 8 routed + 1 shared,
+      // 396M); its MLA attention counted as plain multi-head (DeepSeek's 671B, this shape 818B).
+      {"llama3-405b", {.n_layer = 126, .n_head = 128, .n_embd = 16384, .block_size = 8192, .vocab_size = 128256}},
+      {"mixtral-8x7b",
+       {.n_layer = 32, .n_head = 32, .n_embd = 4096, .block_size = 4096, .vocab_size = 32000, .n_experts = 8,
+        .experts_per_token = 2}},
+      {"deepseek-v3-shaped",
+       {.n_layer = 61, .n_head = 128, .n_embd = 7168, .block_size = 4096, .vocab_size = 129280, .n_experts = 32,
+        .experts_per_token = 1}},
   };
   return all;
 }

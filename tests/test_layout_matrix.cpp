@@ -98,8 +98,10 @@ TEST_CASE("layout matrix, dense: every pair of dp, pp, cp and tp, ZeRO 1 and 2 w
       // each cp rank's positions cut again over tp
       {"cp2_tp2_ulysses_sp_zero1", 4, "--cp 2 --tp 2 --cp-attention ulysses --sequence-parallel --zero 1 --batch-size 4",
        ", 4 in each tp rank's stream"},
-      {"pp2_cp2_tp2_ring_sp_zero2", 8,
-       "--pp 2 --cp 2 --tp 2 --cp-attention ring --sequence-parallel --zero 2 --batch-size 4 --micro-batches 2",
+      // the recipe of Llama 3 405B at toy size (docs/3d_parallelism.md, "The recipes"): tp × cp × pp
+      // × sharded dp, 16 ranks
+      {"recipe_llama3", 16,
+       "--dp 2 --pp 2 --cp 2 --tp 2 --cp-attention ring --sequence-parallel --zero 2 --batch-size 2 --micro-batches 2",
        "rank 5 = dp 0 · pp 1 · cp 0 · tp 1"},
   };
   run_against(dense(), "dense_ref", layouts);
@@ -114,8 +116,12 @@ TEST_CASE("layout matrix, mixture of experts: with dp, pp, cp, tp and ep, ZeRO 1
       {"moe_pp2_zero2", 2, "--pp 2 --zero 2 --batch-size 4 --micro-batches 2", ""},
       {"moe_dp2_ep2_zero2", 2, "--dp 2 --ep 2 --zero 2 --batch-size 2 --micro-batches 1",
        "(ep 2: each rank 2 of the 4 experts"},
-      {"moe_dp4_ep4_zero1", 4, "--dp 4 --ep 4 --zero 1 --batch-size 1 --micro-batches 1",
+      // the recipes of DeepSeek-V3 (pp × ep × ZeRO-1 dp, no tp) and of Mixtral on Megatron core
+      // (ep × pp with the distributed optimizer, tp added at 8×22B) at toy size
+      {"recipe_deepseek_v3", 8, "--dp 4 --ep 4 --pp 2 --zero 1 --batch-size 1 --micro-batches 1",
        "(ep 4: each rank 1 of the 4 experts"},
+      {"recipe_mixtral", 8, "--dp 2 --ep 2 --pp 2 --tp 2 --zero 1 --batch-size 2 --micro-batches 2",
+       "(ep 2 × tp 2 folded: each rank 1 of the 4 experts"},
       // the experts' shards over their expert-dp pair, the rest over all four
       {"moe_dp4_ep2_zero2", 4, "--dp 4 --ep 2 --zero 2 --batch-size 1 --micro-batches 1",
        " (experts, then × 1/2)"},
