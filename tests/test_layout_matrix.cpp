@@ -141,20 +141,22 @@ TEST_CASE("layout matrix, mixture of experts: with dp, pp, cp, tp and ep, ZeRO 1
 }
 
 TEST_CASE("layout matrix: a ZeRO checkpoint is the one whole file, resumed byte-exact, and under another layout") {
-  const std::string run =
-      tiny_moe() + " --dp 2 --ep 2 --pp 2 --zero 2 --batch-size 2 --micro-batches 2 --ckpt-interval 2 --lr-decay-iters 4";
-  REQUIRE(train_3d(4, run + " --max-iters 4 --out-dir " + out("zero_straight")).status == 0);
-  REQUIRE(train_3d(4, run + " --max-iters 2 --out-dir " + out("zero_split")).status == 0);
-  REQUIRE(train_3d(4, run + " --max-iters 4 --resume --out-dir " + out("zero_split")).status == 0);
+  // The experts folded over tp, across a pipeline, each rank's moments sharded (ZeRO-2): 8 ranks.
+  const std::string run = tiny_moe() + " --dp 2 --ep 2 --pp 2 --tp 2 --zero 2 --batch-size 2 --micro-batches 2 "
+                                       "--ckpt-interval 2 --lr-decay-iters 4";
+  REQUIRE(train_3d(8, run + " --max-iters 4 --out-dir " + out("zero_straight")).status == 0);
+  REQUIRE(train_3d(8, run + " --max-iters 2 --out-dir " + out("zero_split")).status == 0);
+  REQUIRE(train_3d(8, run + " --max-iters 4 --resume --out-dir " + out("zero_split")).status == 0);
   CHECK(same_bytes(checkpoint("zero_straight") / "model.safetensors", checkpoint("zero_split") / "model.safetensors"));
   CHECK(same_bytes(checkpoint("zero_straight") / "optimizer.safetensors",
                    checkpoint("zero_split") / "optimizer.safetensors"));
-  // The same two steps from a replicated run's checkpoint (dp 2 × tp 2, its experts folded over
-  // tp: each tp rank's two in the file, no ZeRO) end alike.
+  // The same two steps from a replicated run's checkpoint (dp 2 × ep 2 × cp 2: the experts of
+  // cp rank 0's ep group in the file, no ZeRO) end alike.
   const std::string other = tiny_moe() + " --ckpt-interval 2 --lr-decay-iters 4 --max-iters 2";
-  REQUIRE(train_3d(4, other + " --dp 2 --tp 2 --batch-size 2 --out-dir " + out("zero_from_dp")).status == 0);
-  // (a resume keeps the checkpoint's layout but for the flags typed again: --tp 1)
-  REQUIRE(train_3d(4, run + " --tp 1 --max-iters 4 --resume --out-dir " + out("zero_from_dp")).status == 0);
+  REQUIRE(train_3d(4, other + " --dp 2 --ep 2 --cp 2 --batch-size 2 --micro-batches 1 --out-dir " + out("zero_from_dp"))
+              .status == 0);
+  // (a resume keeps the checkpoint's layout but for the flags typed again: --cp 1)
+  REQUIRE(train_3d(8, run + " --cp 1 --max-iters 4 --resume --out-dir " + out("zero_from_dp")).status == 0);
   CHECK(max_difference(checkpoint("zero_straight"), checkpoint("zero_from_dp")) <= kTolerance);
 }
 
