@@ -12,7 +12,9 @@ std::string Layout::describe(const Workload& w) const {
   std::string pipeline = pp > 1 ? fmt::format(" {}", name_of(schedule)) : "";
   if (virtual_stages > 1) pipeline += fmt::format(" v{}", virtual_stages);
   if (cp > 1) pipeline += fmt::format(" · cp {} {}", cp, kCpAttentionNames[static_cast<std::size_t>(cp_attention)]);
-  return fmt::format("dp {}{}{} · tp {}{} · pp {}{} · {} · {} × {}", dp, ep > 1 ? fmt::format(" ep {}", ep) : "",
+  return fmt::format("dp {}{}{} · tp {}{} · pp {}{} · {} · {} × {}", dp,
+                     ep > 1 || expert_tensor_parallel ? fmt::format(" ep {}{}", ep, expert_tensor_parallel ? " etp" : "")
+                                                      : "",
                      zero > 0 ? fmt::format(" zero{}", zero) : "",
                      tp, sequence_parallel ? " sp" : "", pp, pipeline, nn::name_of(recompute), micro_batch,
                      micro_batches(w));
@@ -44,8 +46,14 @@ std::string Layout::impossible(const Workload& w) const {
     if (cp > 1)
       return "the megatron implementation is planned without context parallelism (its 2021-22 papers had none)";
   }
-  // The trainers' rules, in their words.
-  const std::string why = grid(w).why_not({.model = c,
+  if (expert_tensor_parallel && (tp == 1 || c.n_experts == 0 || sequence_parallel))
+    return "--expert-tensor-parallel cuts a mixture's experts over tp: it needs --n-experts, --tp 2 or more, and no "
+           "sequence parallelism";
+  // The trainers' rules, in their words. (With the experts cut rather than folded, E need only
+  // split over ep: the rule E % (ep·tp) is asked of E·tp.)
+  nn::GPTConfig rules = c;
+  if (expert_tensor_parallel) rules.n_experts *= tp;
+  const std::string why = grid(w).why_not({.model = rules,
                                            .world_size = w.devices,
                                            .replica_batch = w.global_batch / dp,
                                            .precision = w.precision,
@@ -62,7 +70,7 @@ std::string Layout::impossible(const Workload& w) const {
 
 std::string Layout::trainer_command(const Workload& w) const {
   const auto& c = w.model;
-  if (c.vocab_size != kTrainersVocabulary) return "";
+  if (c.vocab_size != kTrainersVocabulary || expert_tensor_parallel) return "";
   std::string model = fmt::format("--n-layer {} --n-head {} --n-embd {} --block-size {}{}", c.n_layer, c.n_head,
                                   c.n_embd, c.block_size, c.bias ? " --bias 1" : "");
   if (c.dropout > 0) model += fmt::format(" --dropout {}", c.dropout);

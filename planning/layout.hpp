@@ -28,6 +28,10 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1;
   int cp = 1;  // context-parallel ranks per sequence (train_3d --cp), each with T/cp positions
   int ep = 1;  // expert-parallel ranks (train_3d --ep): ep of the dp ranks share the experts, E/ep each
+  // Beside tp, each expert cut over the tp ranks (Megatron's expert tensor parallelism) instead
+  // of the tp ranks folded into the experts' group (what the trainers run): planned only, to
+  // compare the two (docs/3d_parallelism.md, "Experts beside tensor parallelism").
+  bool expert_tensor_parallel = false;
   CpAttention cp_attention = CpAttention::ring;
   int virtual_stages = 1;  // chunks of blocks per stage (interleaved 1F1B when > 1)
   Schedule schedule = Schedule::one_f_one_b;
@@ -37,9 +41,11 @@ struct Layout {
   int micro_batch = 1;  // sequences per micro-batch
 
   int64_t ranks() const { return static_cast<int64_t>(dp) * tp * pp * cp; }
-  // The ranks one copy of the experts is spread over: ep dp ranks with their tp ranks folded in
-  // (parallel/grid.hpp), E/(ep·tp) experts each.
-  int expert_ranks() const { return ep * tp; }
+  // The ranks of one dispatch (the all-to-all's group): ep dp ranks with their tp ranks folded
+  // in (parallel/grid.hpp), E/(ep·tp) whole experts each; with the experts cut over tp instead,
+  // the ep ranks of one tp rank, each holding a 1/tp slice of E/ep experts. Either way a rank
+  // holds E/(ep·tp) experts' worth of parameters.
+  int expert_ranks() const { return expert_tensor_parallel ? ep : ep * tp; }
   // The ranks holding the same experts, over which their gradients average: the other ep
   // groups' dp ranks and every cp rank (parallel/grid.hpp's expert_dp_group).
   int64_t expert_replicas() const { return static_cast<int64_t>(dp / ep) * cp; }

@@ -79,7 +79,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, int stage, double ra
   // gradients apart, overlapped with backward: a flat copy of every parameter whose group has
   // another rank — the experts only when another ep group holds them too (dp > ep).
   if (l.ep > 1 && l.zero == 0 && l.dp > 1) {
-    const double experts_here = expert_parameters_on_stage(c, l.pp, stage, l.virtual_stages, l.expert_ranks());
+    const double experts_here = expert_parameters_on_stage(c, l.pp, stage, l.virtual_stages, l.ep * l.tp);
     bytes += 4 * (rank_parameters - (l.expert_replicas() == 1 ? experts_here : 0.0));
   }
   // ZeRO-3: the whole parameters of the groups in use (gathered, prefetched) or their gradients.
@@ -94,7 +94,7 @@ double nanodist_buffers(const Workload& w, const Layout& l, int stage, double ra
 parallel::HeldBytes zero_held_by_role(const Workload& w, const Layout& l, int stage) {
   const double P = rank_parameter_count(w.model, l.tp, l.pp, stage, l.virtual_stages, l.ep);
   if (l.zero == 0 || l.zero == 3) return parallel::zero_formula_held(l.zero, P, l.dp);  // stage 3: pure dp only
-  const double experts = expert_parameters_on_stage(w.model, l.pp, stage, l.virtual_stages, l.expert_ranks());
+  const double experts = expert_parameters_on_stage(w.model, l.pp, stage, l.virtual_stages, l.ep * l.tp);
   const auto dense_ranks = static_cast<int>(l.gradient_group());
   parallel::HeldBytes held = parallel::zero_formula_held(l.zero, P - experts, dense_ranks);
   held += parallel::zero_formula_held(l.zero, experts, l.ep > 1 ? static_cast<int>(l.expert_replicas()) : dense_ranks);

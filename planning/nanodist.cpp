@@ -39,6 +39,7 @@ struct PlanOptions {
   int devices = 1;
   LayoutChoices choices;
   int dp = 0, tp = 0, pp = 0, cp = 0, ep = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
+  bool expert_tensor_parallel = false;
   Schedule schedule = Schedule::one_f_one_b;
   CpAttention cp_attention = CpAttention::ring;
   nn::Recompute recompute = nn::Recompute::none;
@@ -62,6 +63,7 @@ nlohmann::json to_json(const Workload& w, const PlannedLayout& p) {
   const RankMemory& m = p.memory;
   const StepTime& t = p.time;
   return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"ep", l.ep},
+          {"expert_tensor_parallel", l.expert_tensor_parallel},
           {"cp_attention", l.cp > 1 ? nlohmann::json(kCpAttentionNames[static_cast<std::size_t>(l.cp_attention)])
                                     : nlohmann::json(nullptr)},
           {"virtual_stages", l.virtual_stages},
@@ -121,7 +123,9 @@ void print_table(const Workload& w, const Machine& machine, const std::vector<Pl
   }
   if (layouts.empty()) return;
   const std::string command = layouts.front().layout.trainer_command(w);
-  if (command.empty())
+  if (layouts.front().layout.expert_tensor_parallel)
+    fmt::print("(experts cut over tp: planned to compare with the folding the trainers run; no command)\n");
+  else if (command.empty())
     fmt::print("(nanodist's trainers learn tiny Shakespeare's 65 characters: no command for a vocabulary of {})\n",
                c.vocab_size);
   else
@@ -159,6 +163,9 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--pp", o.pp, "fix the pipeline stages")->check(whole(1));
   app.add_option("--cp", o.cp, "fix the context-parallel degree (ranks per sequence)")->check(whole(1));
   app.add_option("--ep", o.ep, "fix the expert-parallel degree (dp ranks sharing a mixture's experts)")->check(whole(1));
+  app.add_flag("--expert-tensor-parallel", o.expert_tensor_parallel,
+               "plan a mixture's experts cut over tp (Megatron's expert tensor parallelism) instead of the tp ranks "
+               "folded into the experts' group, as the trainers run them: to compare the two");
   comm::cli::add_choice(app, "--cp-attention", o.cp_attention, kCpAttentionNames,
                         "fix how attention crosses the cp ranks: ring or ulysses");
   app.add_option("--virtual-stages", o.virtual_stages, "fix the chunks per stage (> 1: interleaved)")->check(whole(1, 64));
@@ -208,6 +215,7 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
   if (given("--pp")) ch.pp = o.pp;
   if (given("--cp")) ch.cp = o.cp;
   if (given("--ep")) ch.ep = o.ep;
+  ch.expert_tensor_parallel = o.expert_tensor_parallel;
   if (given("--cp-attention")) ch.cp_attention = o.cp_attention;
   if (given("--virtual-stages")) ch.virtual_stages = o.virtual_stages;
   if (given("--schedule")) ch.schedule = o.schedule;
@@ -226,6 +234,7 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
                               cp > 1 ? fmt::format(" × cp {}", cp) : "", w.devices));
     const Layout example{.dp = ch.dp ? dp : static_cast<int>(w.devices / tp_pp_cp), .tp = tp, .pp = pp, .cp = cp,
                          .ep = ch.ep.value_or(1),
+                         .expert_tensor_parallel = ch.expert_tensor_parallel,
                          .cp_attention = ch.cp_attention.value_or(CpAttention::ring),
                          .virtual_stages = ch.virtual_stages.value_or(1),
                          .schedule = ch.schedule.value_or(ch.virtual_stages.value_or(1) > 1 ? Schedule::interleaved

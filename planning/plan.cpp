@@ -70,7 +70,8 @@ std::vector<PlannedLayout> sweep(const Workload& w, const Machine& machine, cons
               for (nn::Recompute r : either(ch.recompute, std::vector<nn::Recompute>{nn::Recompute::none, nn::Recompute::selective,
                                                                                      nn::Recompute::full}))
                 for (int b : either(ch.micro_batch, divisors(w.global_batch / dp, ch.max_micro_batch))) {
-                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .cp_attention = attention,
+                  const Layout l{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep,
+                                 .expert_tensor_parallel = ch.expert_tensor_parallel, .cp_attention = attention,
                                  .virtual_stages = v, .schedule = schedule, .sequence_parallel = sp, .zero = zero,
                                  .recompute = r, .micro_batch = b};
                   if (l.impossible(w).empty()) all.push_back(evaluate(w, l, machine));

@@ -18,6 +18,7 @@ struct LayoutChoices {
   std::optional<Schedule> schedule;
   std::optional<CpAttention> cp_attention;
   std::optional<bool> sequence_parallel;
+  bool expert_tensor_parallel = false;  // plan the experts cut over tp (a comparison the trainers do not run)
   std::optional<nn::Recompute> recompute;
   int max_micro_batch = 64;  // the sweep's largest micro-batch (a fixed --micro-batch may exceed it)
 };

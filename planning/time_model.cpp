@@ -45,7 +45,7 @@ Groups groups_of(const Layout& l, const Machine& m) {
   Groups g{shape(l.tp, 1), shape(l.cp, l.tp), shape(l.pp, tp_cp), shape(l.dp, tp_cp * l.pp)};
   // ep dp ranks with their tp ranks folded in: the tp ranks side by side, the dp ranks apart.
   const GroupShape ep_dp = shape(l.ep, tp_cp * l.pp);
-  g.ep = GroupShape{l.expert_ranks(), g.tp.per_node * ep_dp.per_node};
+  g.ep = l.expert_tensor_parallel ? ep_dp : GroupShape{l.expert_ranks(), g.tp.per_node * ep_dp.per_node};
   g.expert_dp = shape(static_cast<int>(l.expert_replicas()), l.tp * l.pp * l.ep);  // (cp ranks among them: approximate)
   g.dp = GroupShape{l.dp * l.cp, g.dp.per_node * g.cp.per_node};
   g.pp_inside_a_node = g.pp.nodes() == 1;
@@ -153,19 +153,26 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
   // token, forward and backward (and the replay's forward), and the counts before each dispatch.
   // With tp folded in each tp rank sends 1/tp of the rows, and the outputs come back to every tp
   // rank in an all-reduce forward (g), the rows' gradient in one backward (f):
-  // parallel/ep/tensor_parallel_folding.hpp.
+  // parallel/ep/tensor_parallel_folding.hpp. With the experts cut over tp instead (planned
+  // only) every tp rank sends all the rows, over the ep ranks of its tp rank, and each expert's
+  // output is all-reduced over tp forward, its input's gradient backward.
   double ep_mb = 0;
-  if (c.n_experts > 0 && l.expert_ranks() > 1) {
+  if (c.n_experts > 0 && (l.expert_ranks() > 1 || l.expert_tensor_parallel)) {
     const double moe_blocks = moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages);
     const double rows = rank_tokens * c.experts_per_token * c.n_embd * 4;
-    const CollectiveCost trade = alltoall_cost(groups.ep, rows / l.tp, machine);
+    const double sent = l.expert_tensor_parallel ? rows : rows / l.tp;
     const double forwards = l.recompute == nn::Recompute::full ? 2 : 1;
-    ep_mb = moe_blocks * (2 * (forwards + 1) * trade.seconds +
-                          forwards * alltoall_cost(groups.ep, 8.0 * c.n_experts, machine).seconds);
-    if (l.tp > 1)
+    if (l.expert_ranks() > 1) {
+      const CollectiveCost trade = alltoall_cost(groups.ep, sent, machine);
+      ep_mb = moe_blocks * (2 * (forwards + 1) * trade.seconds +
+                            forwards * alltoall_cost(groups.ep, 8.0 * c.n_experts, machine).seconds);
+      t.ep_algorithm = name_of(trade.algorithm);
+    }
+    if (l.expert_tensor_parallel)
+      ep_mb += moe_blocks * (forwards + 1) * allreduce_cost(groups.tp, rows, machine).seconds;
+    else if (l.tp > 1)
       ep_mb += moe_blocks * (forwards * allreduce_cost(groups.tp, rows, machine).seconds +
                              allreduce_cost(groups.tp, rank_tokens * c.n_embd * 4, machine).seconds);
-    t.ep_algorithm = name_of(trade.algorithm);
   }
   const double stage_mb = compute_mb + tp_mb + cp_mb.exposed + ep_mb + pp_mb;
   t.compute = m * compute_mb;
@@ -185,7 +192,8 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     // micro-batch's backward.
     const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0);
     const double experts =
-        moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (c.n_experts / l.expert_ranks()) * expert;
+        moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (static_cast<double>(c.n_experts) / (l.ep * l.tp)) *
+        expert;
     const CollectiveCost rest = allreduce_cost(groups.dp, 4 * (P - experts), machine);
     const double expert_s = l.expert_replicas() > 1 ? allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds : 0.0;
     const double last_buckets = allreduce_cost(groups.dp, std::min(4 * (P - experts), 1e6), machine).seconds +

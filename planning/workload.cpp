@@ -98,7 +98,8 @@ int moe_blocks_on_stage(const nn::GPTConfig& c, int pp, int stage, int virtual_s
 double expert_parameters_on_stage(const nn::GPTConfig& c, int pp, int stage, int virtual_stages, int ep) {
   if (c.n_experts == 0) return 0;
   const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0.0);
-  return static_cast<double>(moe_blocks_on_stage(c, pp, stage, virtual_stages)) * (c.n_experts / ep) * expert;
+  return static_cast<double>(moe_blocks_on_stage(c, pp, stage, virtual_stages)) * (static_cast<double>(c.n_experts) / ep) *
+         expert;
 }
 
 double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, int virtual_stages, int ep) {
@@ -111,7 +112,7 @@ double rank_parameter_count(const nn::GPTConfig& c, int tp, int pp, int stage, i
   // group) in place of the block's cut one (8C²/t and its biases above), and the router's E·C.
   const double mlp = 8 * C * C + bias * 5 * C, cut_mlp = 8 * C * C / t + bias * (4 * C / t + C);
   count += moe_blocks_on_stage(c, pp, stage, virtual_stages) *
-           (static_cast<double>(c.n_experts / (ep * tp)) * mlp - cut_mlp + c.n_experts * C);
+           (static_cast<double>(c.n_experts) / (ep * tp) * mlp - cut_mlp + c.n_experts * C);
   const double vocabulary_rows = std::ceil(V / t);  // the first tp rank's share when t does not divide V
   if (stage == 0) count += vocabulary_rows * C + T * C;                            // wte (vocab-parallel), wpe
   if (stage == pp - 1) count += C * (1 + bias) + (pp > 1 ? vocabulary_rows * C : 0);  // ln_f; the tied lm_head's copy
