@@ -123,7 +123,8 @@ void add_3d_flags(CLI::App& app, GridShape& shape, ScheduleOptions& s) {
   add_schedule_flags(app, s, shape);
   app.add_option("--ep", shape.ep,
                  "expert-parallel ranks: each of ep consecutive dp ranks holds n_experts / ep of a mixture's "
-                 "experts, tokens go to their expert's rank and back (must divide --dp and --n-experts)")
+                 "experts (with --tp, n_experts / (ep·tp): the tp ranks are folded in), tokens go to their expert's "
+                 "rank and back (must divide --dp; ep·tp must divide --n-experts)")
       ->check(comm::cli::whole(1))
       ->capture_default_str();
   app.add_option("--zero", shape.zero,
