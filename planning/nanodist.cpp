@@ -24,6 +24,7 @@
 #include "nn/memory_estimate.hpp"
 #include "planning/error.hpp"
 #include "planning/plan.hpp"
+#include "planning/thresholds.hpp"
 
 namespace {
 
@@ -40,6 +41,7 @@ struct PlanOptions {
   LayoutChoices choices;
   int dp = 0, tp = 0, pp = 0, cp = 0, ep = 0, virtual_stages = 0, zero = 0, micro_batch = 0;
   bool expert_tensor_parallel = false;
+  bool explain = false;
   Schedule schedule = Schedule::one_f_one_b;
   CpAttention cp_attention = CpAttention::ring;
   nn::Recompute recompute = nn::Recompute::none;
@@ -175,6 +177,9 @@ void add_flags(CLI::App& app, PlanOptions& o) {
   comm::cli::add_choice(app, "--recompute", o.recompute, nn::kRecomputeNames, "fix what is recomputed");
   app.add_option("--micro-batch", o.micro_batch, "fix the micro-batch (sequences)")->check(whole(1));
   app.add_option("--top", o.top, "layouts printed")->check(whole(1))->capture_default_str();
+  app.add_flag("--explain", o.explain,
+               "after the table, the first layout against each dimension's threshold (when its communication "
+               "hides or pays, docs/thresholds.md) and the term that bounds its step");
   app.add_flag("--all", o.all, "print every layout, fitting or not");
   app.add_flag("--json", o.json, "one JSON document: the workload, the machine and every layout");
 }
@@ -263,6 +268,8 @@ int run_plan(CLI::App& plan, PlanOptions& o) {
     fmt::print("{}\n", out.dump());
   } else {
     print_table(w, machine, layouts, counts, o.all ? static_cast<int>(layouts.size()) : o.top);
+    if (o.explain)  // the first layout against each dimension's threshold (docs/thresholds.md)
+      for (const std::string& line : explain(w, layouts.front().layout, machine)) fmt::print("{}\n", line);
   }
   return counts.fit > 0 ? 0 : 1;  // none fits: a result, not an error (as grep finding nothing)
 }

@@ -27,15 +27,8 @@ double replay_flops(const nn::GPTConfig& c, nn::Recompute recompute) {
   return 0;
 }
 
-// How the ranks of each group sit on the nodes (the grid: tp fastest, then cp, then pp, then
-// dp): a group of `size` ranks `stride` apart has devices_per_node / stride of them on a node
-// (at least 1), so it spans more than one node as soon as size × stride exceeds a node. The
-// gradients' group is the replicas and their cp ranks (dp × cp).
-struct Groups {
-  GroupShape tp, cp, pp, dp;
-  GroupShape ep, expert_dp;  // ep consecutive dp ranks; the dp/ep of them holding the same experts
-  bool pp_inside_a_node = true, cp_inside_a_node = true;
-};
+}  // namespace
+
 Groups groups_of(const Layout& l, const Machine& m) {
   auto shape = [&](int size, int64_t stride) {
     if (m.ranks_share_devices) return GroupShape{size, size};  // a CPU: one node
@@ -52,6 +45,8 @@ Groups groups_of(const Layout& l, const Machine& m) {
   g.cp_inside_a_node = g.cp.nodes() == 1;
   return g;
 }
+
+namespace {
 
 // Context parallelism's transfers for one micro-batch on a stage of `blocks` blocks: those
 // hidden behind attention's compute (`attention_s`: the stage's attention core) and the rest.

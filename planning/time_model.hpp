@@ -59,4 +59,15 @@ double model_flops_per_step(const Workload& w);
 
 StepTime step_time(const Workload& w, const Layout& layout, const Machine& machine);
 
+// How the ranks of each group sit on the nodes (the grid: tp fastest, then cp, then pp, then
+// dp): a group of `size` ranks `stride` apart has devices_per_node / stride of them on a node
+// (at least 1), so it spans more than one node as soon as size × stride exceeds a node. The
+// gradients' group is the replicas and their cp ranks (dp × cp).
+struct Groups {
+  GroupShape tp, cp, pp, dp;
+  GroupShape ep, expert_dp;  // one dispatch's ranks (tp folded in); the ranks holding the same experts
+  bool pp_inside_a_node = true, cp_inside_a_node = true;
+};
+Groups groups_of(const Layout& l, const Machine& m);
+
 }  // namespace planning
