@@ -124,13 +124,16 @@ TEST_CASE("a resume under another layout compares replicas and global batches, n
 
 TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (--dp 2, GPipe, 2 micro-batches)",
           "[alone]") {
+  const int steps = steps_outlasting_ctrl_c(1000);
   const std::string run = common() +
-                          " --dp 2 --schedule gpipe --micro-batches 2 --batch-size 4 --max-iters 1000 "
-                          "--lr-decay-iters 1000 --ckpt-interval 2 --log-interval 100";
+                          fmt::format(" --dp 2 --schedule gpipe --micro-batches 2 --batch-size 4 --max-iters {} "
+                                      "--lr-decay-iters {} --ckpt-interval 2 --log-interval 100",
+                                      steps, steps);
   auto resumed = ctrl_c_then_printed_resume(TRAIN_PP, 4, run, "pp_uninterrupted", "pp_ctrl_c");
   CHECK_THAT(resumed.output, Catch::Contains("2 pipeline(s) × 2 stages, schedule gpipe, 2 micro-batches of 2"));
   // A layout flag typed again wins, and the log names the change.
-  auto changed = train_pp(4, common() + " --resume --max-iters 1002 --micro-batches 4 --out-dir " + out("pp_ctrl_c"));
+  auto changed = train_pp(4, common() + fmt::format(" --resume --max-iters {} --micro-batches 4 --out-dir ", steps + 2) +
+                                out("pp_ctrl_c"));
   REQUIRE(changed.status == 0);
   CHECK_THAT(changed.output, Catch::Contains("micro_batches 2 → 4"));
   CHECK_THAT(changed.output, Catch::Contains("2 pipeline(s) × 2 stages, schedule gpipe, 4 micro-batches of 1"));
@@ -139,7 +142,7 @@ TEST_CASE("Ctrl-C, then the printed command as it is: the run goes on exactly (-
   nlohmann::json state = nlohmann::json::parse(std::ifstream(state_file));
   state["train_state"]["options"]["dp"] = "0";
   std::ofstream(state_file) << state.dump(2);
-  usage_failure(train_pp(4, common() + " --resume --max-iters 1004 --out-dir " + out("pp_ctrl_c")),
+  usage_failure(train_pp(4, common() + fmt::format(" --resume --max-iters {} --out-dir ", steps + 4) + out("pp_ctrl_c")),
                 state_file.string() + ": options.dp (what --dp sets) must be a whole number ≥ 1, got 0");
 }
 

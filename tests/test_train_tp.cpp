@@ -124,9 +124,11 @@ TEST_CASE(
 
 TEST_CASE("train_3d: Ctrl-C, then the printed command as it is: the run goes on exactly (1×2×2, SP, dropout)",
           "[alone]") {
+  const int steps = steps_outlasting_ctrl_c(600);
   const std::string run = common() +
-                          " --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 "
-                          "--max-iters 600 --lr-decay-iters 600 --ckpt-interval 2 --log-interval 100";
+                          fmt::format(" --dp 1 --pp 2 --tp 2 --sequence-parallel --batch-size 4 --micro-batches 2 "
+                                      "--max-iters {} --lr-decay-iters {} --ckpt-interval 2 --log-interval 100",
+                                      steps, steps);
   auto resumed = ctrl_c_then_printed_resume(TRAIN_3D, 4, run, "3d_uninterrupted", "3d_ctrl_c");
   CHECK_THAT(resumed.output, Catch::Contains("dp 1 × pp 2 × tp 2 (sequence parallel), schedule 1f1b, 2 micro-batches"));
   // Another rank count: the layout comes from the command line, and a refusal says so.

@@ -199,6 +199,15 @@ inline std::string printed_resume_command(const std::string& output) {
   return output.substr(at + marker.size(), end == std::string::npos ? std::string::npos : end - at - marker.size());
 }
 
+// Steps a run must last for a Ctrl-C sent after its first checkpoint to land inside it: under
+// the sanitizers a step is about 3× slower, so a third of the steps last as long (and the
+// [alone] cases that run them twice, with nothing beside them, take a third of the time).
+#if defined(__SANITIZE_ADDRESS__)
+inline int steps_outlasting_ctrl_c(int release_steps) { return release_steps / 3; }
+#else
+inline int steps_outlasting_ctrl_c(int release_steps) { return release_steps; }
+#endif
+
 // `run` on `ranks` ranks of `program` twice: once to the end (into out(straight)), once
 // interrupted with Ctrl-C after its first checkpoint (into out(stopped)) and then continued by
 // the resume command it printed, run as it is. Both must end with byte-identical model and
