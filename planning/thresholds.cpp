@@ -23,8 +23,9 @@ std::vector<Threshold> thresholds(const Workload& w, const Layout& l, const Mach
   const nn::GPTConfig& c = w.model;
   const Groups g = groups_of(l, m);
   const double F = m.achieved_flops(w.precision), C = c.n_embd;
-  const double bytes = w.precision == nn::Precision::bf16 ? 2 : 4;
-  const double gradient_bytes = w.implementation == Implementation::megatron ? 2 : 4;
+  // Bytes on the wire, as the time model counts them: nanodist's trainers send activations and
+  // gradients in fp32 whatever the products' precision (4); Megatron's in bf16 (2).
+  const double bytes = w.implementation == Implementation::megatron ? 2 : 4, gradient_bytes = bytes;
   std::vector<Threshold> out;
   if (l.gradient_group() > 1) {
     const double N = static_cast<double>(l.gradient_group());
@@ -87,9 +88,11 @@ std::string duration(double s) {
 std::vector<std::string> explain(const Workload& w, const Layout& l, const Machine& m) {
   const auto number = [](double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.3g}", x); };
   std::vector<std::string> lines = {fmt::format(
-      "explain: {} on {}: F = {:.3g} FLOP/s a device ({}), β {:.3g} B/s inside a node, {:.3g} B/s between nodes",
+      "explain: {} on {}: F = {:.3g} FLOP/s a device ({}), β {:.3g} B/s inside a node, {:.3g} B/s between nodes, {} "
+      "bytes a number on the wire ({})",
       l.describe(w), m.name, m.achieved_flops(w.precision), nn::kPrecisionNames[static_cast<std::size_t>(w.precision)],
-      m.intra_node.bytes_per_s, m.inter_node.bytes_per_s)};
+      m.intra_node.bytes_per_s, m.inter_node.bytes_per_s, w.implementation == Implementation::megatron ? 2 : 4,
+      w.implementation == Implementation::megatron ? "Megatron's bf16" : "nanodist's trainers send fp32")};
   for (const Threshold& t : thresholds(w, l, m))
     lines.push_back(fmt::format("  {}  {} = {}; pays from {} = {} ({}{}): ×{:.2g}, {}", t.dimension, t.quantity,
                                 number(t.value), t.formula, number(t.threshold), t.given,

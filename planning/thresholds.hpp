@@ -2,7 +2,8 @@
 // set against the compute it runs beside, as a threshold on the one quantity the layout sets —
 // the condition "How to Scale Your Model" builds its chapters on. With F a device's achieved
 // FLOP/s, β the bandwidth of the link the group's collective crosses (inside a node or
-// between nodes) and `bytes` 4 in fp32, 2 in bf16:
+// between nodes) and `bytes` a number's size on the wire (nanodist's trainers send fp32: 4;
+// Megatron's implementation bf16: 2):
 //
 //   dp  tokens a step per replica and cp rank, n   ≥ (N−1)/N · bytes·F/(2β)   backward (4 FLOPs a
 //       parameter a token) outlasts the gradients' all-reduce over N = d·c ranks, so it can hide it

@@ -122,13 +122,15 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     compute_mb += rank_tokens * blocks * elementwise_bytes_per_token(w, l) / machine.memory_bytes_per_s;
 
   // Tensor parallelism: per block 2 forward + 2 backward (+ 2 replayed) all-reduces of the
-  // activation; the embedding's and lm_head's input gradient: 2 more.
+  // activation, half of them the MLP's (a mixture block's are its experts', counted with ep
+  // below); the embedding's and lm_head's input gradient: 2 more.
   double tp_mb = 0;
   StepTime t;
   if (l.tp > 1) {
     const CollectiveCost one = allreduce_cost(groups.tp, message, machine);
     const double per_block = l.recompute == nn::Recompute::full ? 6 : 4;
-    tp_mb = (blocks * per_block + 2) * one.seconds;
+    const double mixtures = c.n_experts > 0 ? moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) : 0.0;
+    tp_mb = ((blocks - mixtures) * per_block + mixtures * per_block / 2 + 2) * one.seconds;
     t.tp_algorithm = name_of(one.algorithm);
   }
   // The pipeline: each micro-batch's chunk sends its activation on and its gradient back.

@@ -212,7 +212,7 @@ std::vector<std::pair<std::string, const comm::Communicator*>> GridStrategy::gri
   if (grid_.cp > 1) groups.emplace_back("cp", &grid_.cp_group);
   groups.emplace_back("pp", &grid_.pp_group);
   groups.emplace_back("dp", &grid_.dp_group);
-  if (grid_.ep > 1) {  // the dispatch's all-to-alls; the experts' gradients
+  if (run_.start.config.n_experts > 0 && grid_.ep_group.size() > 1) {  // the dispatch's all-to-alls (tp folded in); the experts' gradients
     groups.emplace_back("ep", &grid_.ep_group);
     groups.emplace_back("expert dp", &grid_.expert_dp_group);
   }

@@ -43,7 +43,7 @@ class TensorParallelLayers final : public nn::WeightCut, public nn::WholeSequenc
   TensorParallelLayers(const nn::GPTConfig& config, comm::Communicator& tp, bool sequence_parallel);
 
   nn::Tensor keep(const nn::Tensor& whole, nn::ParameterRole role) override;
-  bool is_cut(nn::ParameterRole role) const override {  // (an expert is whole: a mixture is refused under tp)
+  bool is_cut(nn::ParameterRole role) const override {  // (an expert is whole: folded, not cut, parallel/ep/)
     return role != nn::ParameterRole::replicated && role != nn::ParameterRole::expert;
   }
   std::vector<float> shard(nn::ParameterRole role, const nn::Shape& whole_shape,
