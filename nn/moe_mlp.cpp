@@ -78,10 +78,10 @@ Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const M
 }
 
 Routing route_tokens(std::span<const float> probs, int64_t G, int64_t T, const MoESettings& s) {
-  return route_tokens(probs, G, T, s, 1, [](std::span<const int64_t> mine, std::span<int64_t> before,
-                                            std::span<int64_t> whole) {
-    std::fill(before.begin(), before.end(), 0);  // one run: the sequence's start
-    std::copy(mine.begin(), mine.end(), whole.begin());
+  WholeSequence here;  // one run, the whole sequence
+  return route_tokens(probs, G, T, s, 1, [&](std::span<const int64_t> mine, std::span<int64_t> before,
+                                             std::span<int64_t> whole) {
+    here.count_choices(mine, G, 1, s.n_experts, before, whole, false);
   });
 }
 

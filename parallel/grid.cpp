@@ -9,6 +9,12 @@
 #include "comm/runtime.hpp"
 
 namespace parallel {
+namespace {
+
+// A rank's place in its ep group: dp rank within the group, then tp rank (the tp ranks folded in).
+int ep_rank_of(int dp_rank, int tp_rank, int ep, int tp) { return (dp_rank % ep) * tp + tp_rank; }
+
+}  // namespace
 
 Grid Grid::make(comm::Communicator& world, const Layout& layout) {
   layout.check(world.size());
@@ -18,7 +24,7 @@ Grid Grid::make(comm::Communicator& world, const Layout& layout) {
   // of a replica hold different experts: parallel/ep/tensor_parallel_folding.hpp), dp rank then
   // tp rank, one per cp rank; expert-dp: the same place in every other such group, every cp
   // rank's too (the cp ranks of a replica hold the same experts, as they hold the same weights).
-  const int ep_rank = (d % ep) * tp + t;
+  const int ep_rank = ep_rank_of(d, t, ep, tp);
   // split(color, key): ranks with the same color form a group, ordered by key. Braced
   // initialisation runs the (collective) splits in this order on every rank.
   return Grid{dp,
@@ -45,7 +51,7 @@ std::string Grid::describe(int world_rank) const {
   std::string text = fmt::format("rank {} = dp {} · pp {}", world_rank, d, p);
   if (cp > 1) text += fmt::format(" · cp {}", k);
   if (tp > 1) text += fmt::format(" · tp {}", t);
-  if (ep > 1) text += fmt::format(" · ep {}", (d % ep) * tp + t);  // (its experts: parallel/ep/)
+  if (ep > 1) text += fmt::format(" · ep {}", ep_rank_of(d, t, ep, tp));  // (its experts: parallel/ep/)
   return text;
 }
 

@@ -187,10 +187,7 @@ StepTime step_time(const Workload& w, const Layout& l, const Machine& machine) {
     // it (parallel/dp/replicas_by_role.hpp): the experts' over expert_dp (none when dp = ep),
     // the rest over dp; all but each group's last 1 MB bucket can hide behind the last
     // micro-batch's backward.
-    const double C = c.n_embd, expert = 8 * C * C + (c.bias ? 5 * C : 0);
-    const double experts =
-        moe_blocks_on_stage(c, l.pp, l.pp - 1, l.virtual_stages) * (static_cast<double>(c.n_experts) / (l.ep * l.tp)) *
-        expert;
+    const double experts = expert_parameters_on_stage(c, l.pp, l.pp - 1, l.virtual_stages, l.ep * l.tp);
     const CollectiveCost rest = allreduce_cost(groups.dp, 4 * (P - experts), machine);
     const double expert_s = l.expert_replicas() > 1 ? allreduce_cost(groups.expert_dp, 4 * experts, machine).seconds : 0.0;
     const double last_buckets = allreduce_cost(groups.dp, std::min(4 * (P - experts), 1e6), machine).seconds +
