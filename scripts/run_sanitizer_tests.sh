@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test again under AddressSanitizer + UndefinedBehaviorSanitizer but those labelled
 # release_only (CMake's install, the batch schedulers' scripts, collectives on 4 and 5 ranks,
-# tensor_parallel on 4, the planner's memory rows), the debug preset: a
+# tensor_parallel on 4, the planner's memory rows, the trace pictures), the debug preset: a
 # build in build-debug/; any UB report or any leak in the project's code fails a test; Open
 # MPI's own once-per-process allocations are suppressed by tests/sanitizers/lsan.supp).
 # CI runs it after the README's test command; it prints how long the build and the tests

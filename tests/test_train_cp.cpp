@@ -41,7 +41,14 @@ TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, end where one process en
   };
   // (cp 4 ring with --progress thread: the ring's hops run on the communication thread.)
   // (cp with dp, pp and tp, each with ZeRO: the layout matrix, tests/test_layout_matrix.cpp.)
-  for (Layout l : {Layout{1, 1, 2, 1, "ring"}, Layout{1, 1, 2, 1, "ulysses"},
+  // (cp 2 traced: the layers' spans, checked below.)
+  const fs::path ring_trace = work_dir() / "runs" / "cp_ring_trace.json";
+  const fs::path ulysses_trace = work_dir() / "runs" / "cp_ulysses_trace.json";
+  fs::create_directories(ring_trace.parent_path());
+  const std::string ring_traced = " --trace-steps 2 --trace " + ring_trace.string();
+  const std::string ulysses_traced = " --trace-steps 2 --trace " + ulysses_trace.string();
+  for (Layout l : {Layout{1, 1, 2, 1, "ring", false, ring_traced.c_str()},
+                   Layout{1, 1, 2, 1, "ulysses", false, ulysses_traced.c_str()},
                    Layout{1, 1, 4, 1, "ring", false, " --progress thread"}, Layout{1, 1, 4, 1, "ulysses"}}) {
     const std::string name =
         fmt::format("cp_d{}p{}c{}t{}{}_{}", l.dp, l.pp, l.cp, l.tp, l.sequence_parallel ? "sp" : "", l.attention);
@@ -58,6 +65,43 @@ TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, end where one process en
                                                      16 / l.cp)));
     if (l.sequence_parallel)  // each tp rank's stream holds its piece of the cp rank's positions
       CHECK_THAT(r.output, Catch::Contains(fmt::format(", {} in each tp rank's stream", 16 / l.cp / l.tp)));
+  }
+  // The traces (scripts/plot_trace.py draws them; docs/context_parallel.md shows them): per rank,
+  // layer (4), micro-batch (2) and step (2), inside the forward and the backward spans —
+  const int per_pass = 4 * 2 * 2;
+  const auto ring = trace_spans(ring_trace);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("ring, rank " << rank);
+    // the ring's 2 blocks, own first; the one hop between them, whose wait is on the rank's row
+    CHECK(spans_inside(ring, rank, "attention", fmt::format("K,V of rank {}", rank), "forward") == per_pass);
+    CHECK(spans_inside(ring, rank, "attention", fmt::format("K,V of rank {}", 1 - rank), "forward") == per_pass);
+    CHECK(spans_inside(ring, rank, "attention", "K,V of rank", "backward") == 2 * per_pass);
+    CHECK(spans_inside(ring, rank, "wait", "waiting for the hop", "forward") == per_pass);
+    CHECK(spans_inside(ring, rank, "exchange", "dK,dV hop", "backward") == 2 * per_pass);  // after each block
+    // Each K,V hop on the communication row, posted before the block it hides behind: some
+    // attention block runs inside it (the overlap, --cp-overlap on).
+    int hops = 0, overlapped = 0;
+    for (const auto& hop : ring)
+      if (hop.tid == 10000 + rank && hop.cat == "exchange") {
+        ++hops;
+        for (const auto& block : ring)
+          if (block.tid == rank && block.cat == "attention" && block.start >= hop.start && block.end <= hop.end) {
+            ++overlapped;
+            break;
+          }
+      }
+    CHECK(hops == 2 * per_pass);  // forward and backward
+    CHECK(overlapped == hops);
+  }
+  const auto ulysses = trace_spans(ulysses_trace);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("Ulysses, rank " << rank);
+    // forward: positions → heads, the local heads over every position, heads → positions;
+    // backward: the two trades the other way (their gradients)
+    CHECK(spans_inside(ulysses, rank, "exchange", "all-to-all: positions → heads", "forward") == per_pass);
+    CHECK(spans_inside(ulysses, rank, "attention", "attention: 2 of 4 heads, every position", "forward") == per_pass);
+    CHECK(spans_inside(ulysses, rank, "exchange", "all-to-all: heads → positions", "forward") == per_pass);
+    CHECK(spans_inside(ulysses, rank, "exchange", "all-to-all: ", "backward") == 2 * per_pass);
   }
   SECTION("the comparison has teeth: another seed ends far away") {
     REQUIRE(train_3d(2, common() + " --cp 2 --seed 7 --out-dir " + out("cp_seed7")).status == 0);

@@ -119,10 +119,31 @@ TEST_CASE("expert parallelism ends where one process ends: ep < dp, bucketed as 
       // The experts' gradients average over their own group, bucket by bucket during backward
       // (parallel/dp/replicas_by_role.hpp): the same as one blocking call per group after it.
       CHECK_THAT(r.output, Catch::Contains("dp averaging: ") && Catch::Contains("over 2 rank(s), then × 1/2: bucketed"));
+      // (traced: the dispatch and combine around the experts, checked below)
+      const fs::path trace = work_dir() / "runs" / "ep_trace.json";
+      fs::create_directories(trace.parent_path());
       auto naive = train_3d(4, tiny_moe() + " --dp 4 --ep 2 --batch-size 1 --micro-batches 1 --ddp naive --out-dir " +
-                                   out("ep_naive"));
+                                   out("ep_naive") + " --trace-steps 2 --trace " + trace.string());
       REQUIRE(naive.status == 0);
       CHECK(max_difference(checkpoint(name), checkpoint("ep_naive")) <= 1e-6f);
+      // Per rank, mixture block (2) and step (2): counts, dispatch, the held experts, combine in
+      // forward; the combine's and the dispatch's gradients in backward, in that order.
+      const auto spans = trace_spans(trace);
+      for (int rank = 0; rank < 4; ++rank) {
+        INFO("ep trace, rank " << rank);
+        CHECK(spans_inside(spans, rank, "exchange", "dispatch's counts", "forward") == 4);
+        CHECK(spans_inside(spans, rank, "exchange", "dispatch", "forward") == 2 * 4);  // (the counts' too)
+        CHECK(spans_inside(spans, rank, "experts", fmt::format("experts {}-{}: ", rank % 2 * 2, rank % 2 * 2 + 1),
+                           "forward") == 4);
+        CHECK(spans_inside(spans, rank, "exchange", "combine", "forward") == 4);
+        CHECK(spans_inside(spans, rank, "exchange", "combine's gradient", "backward") == 4);
+        CHECK(spans_inside(spans, rank, "exchange", "dispatch's gradient", "backward") == 4);
+        double last_combine_gradient = 0, last_dispatch_gradient = 0;
+        for (const auto& s : spans)
+          if (s.tid == rank && s.name == "combine's gradient") last_combine_gradient = s.start;
+          else if (s.tid == rank && s.name == "dispatch's gradient") last_dispatch_gradient = s.start;
+        CHECK(last_combine_gradient < last_dispatch_gradient);  // the tape runs backward
+      }
     }
   }
 }

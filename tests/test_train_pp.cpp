@@ -214,6 +214,6 @@ TEST_CASE("trace: one row per rank with every micro-batch's forward and backward
     INFO("rank " << rank);
     CHECK(buckets[10000 + rank].size() >= 3);  // ≥ 3 buckets of ≤ 0.1 MB
     CHECK(bucket_spans[10000 + rank] == 3 * static_cast<int>(buckets[10000 + rank].size()));  // each, every step
-    CHECK(row_names[10000 + rank] == fmt::format("rank {} · allreduce", rank));
+    CHECK(row_names[10000 + rank] == fmt::format("rank {} · communication", rank));
   }
 }

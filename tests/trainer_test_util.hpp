@@ -75,6 +75,38 @@ inline std::string tiny_moe() {
          " --dropout 0.1 --n-experts 4 --experts-per-token 2 --capacity-factor 1 --aux-loss-weight 0.1 --max-iters 3";
 }
 
+// A --trace file's spans (trainers/trace.hpp): tid is the rank, or 10000 + rank for the
+// communication row below it; times in µs.
+struct TraceSpan {
+  int tid;
+  std::string name, cat;
+  double start, end;
+  bool inside(const TraceSpan& outer) const { return tid == outer.tid && start >= outer.start && end <= outer.end; }
+};
+inline std::vector<TraceSpan> trace_spans(const fs::path& file) {
+  std::vector<TraceSpan> spans;
+  const auto trace = nlohmann::json::parse(nn::read_whole_file(file));  // (kept: the loop reads into it)
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "X")
+      spans.push_back({e.at("tid").get<int>(), e.at("name").get<std::string>(), e.at("cat").get<std::string>(),
+                       e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>()});
+  return spans;
+}
+// Rank `tid`'s spans of category `cat` whose name starts with `name`, each inside one of its
+// `outer` spans (forward, backward): the layers' spans of the training steps.
+inline int spans_inside(const std::vector<TraceSpan>& spans, int tid, const std::string& cat, const std::string& name,
+                        const std::string& outer) {
+  int n = 0;
+  for (const auto& s : spans)
+    if (s.tid == tid && s.cat == cat && s.name.rfind(name, 0) == 0)
+      for (const auto& o : spans)
+        if (o.cat == outer && s.inside(o)) {
+          ++n;
+          break;
+        }
+  return n;
+}
+
 // The first step's routing line: "  experts: tokens per expert and step … dropped, balancing loss …".
 inline std::string first_routing_line(const std::string& output) {
   const auto at = output.find("  experts: ");

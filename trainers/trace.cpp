@@ -1,7 +1,6 @@
 #include "trainers/trace.hpp"
 
 #include <array>
-#include <chrono>
 #include <map>
 
 #include <fmt/format.h>
@@ -11,13 +10,16 @@
 
 namespace trainers {
 
-double Trace::now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 Trace::Trace(comm::Communicator& world) : world_(world) {
   world.barrier();
   t0_ = now_s();
+}
+
+Trace::~Trace() { set_on(false); }
+
+void Trace::set_on(bool on) {
+  on_ = on;
+  nn::timeline::install(on ? this : nullptr);
 }
 
 namespace {
@@ -27,7 +29,7 @@ constexpr int kCommunicationRow = 10000;
 }  // namespace
 
 void Trace::add(const std::string& name, const std::string& cat, double start_s, double end_s, Row row) {
-  if (on) spans_.push_back({name, cat, start_s, end_s, row});
+  if (on_) spans_.push_back({name, cat, start_s, end_s, row});
 }
 
 void Trace::write(const std::string& path, const std::vector<std::string>& row_names) {
@@ -38,7 +40,10 @@ void Trace::write(const std::string& path, const std::vector<std::string>& row_n
                                                             {"wait", "grey"},
                                                             {"comm", "olive"},
                                                             {"optimizer", "yellow"},
-                                                            {"eval", "white"}};
+                                                            {"eval", "white"},
+                                                            {"attention", "bad"},
+                                                            {"experts", "terrible"},
+                                                            {"exchange", "rail_animation"}};
   const auto row_name = [&](int r) {
     return r < static_cast<int>(row_names.size()) ? row_names[static_cast<std::size_t>(r)] : fmt::format("rank {}", r);
   };
@@ -59,7 +64,7 @@ void Trace::write(const std::string& path, const std::vector<std::string>& row_n
                       {"ph", "M"},
                       {"pid", 0},
                       {"tid", kCommunicationRow + world_.rank()},
-                      {"args", {{"name", row_name(world_.rank()) + " · allreduce"}}}});
+                      {"args", {{"name", row_name(world_.rank()) + " · communication"}}}});
   const std::string mine = events.dump();
   std::vector<int64_t> sizes(static_cast<std::size_t>(world_.size()));
   const std::array<int64_t, 1> my_size{static_cast<int64_t>(mine.size())};

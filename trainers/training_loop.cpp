@@ -76,11 +76,11 @@ void StepClock::add(Phase phase, double start_s, double end_s, int micro, const 
       window.optimizer += seconds;
       break;
   }
-  if (trace_.on) trace_.add(name.empty() ? span_name(phase, micro) : name, category(phase), start_s, end_s);
+  if (trace_.on()) trace_.add(name.empty() ? span_name(phase, micro) : name, category(phase), start_s, end_s);
 }
 
 void StepClock::add_beside(const std::string& name, double start_s, double end_s) {
-  if (trace_.on) trace_.add(name, "comm", start_s, end_s, Trace::Row::communication);
+  if (trace_.on()) trace_.add(name, "comm", start_s, end_s, Trace::Row::communication);
 }
 
 namespace {
@@ -182,7 +182,7 @@ void Loop::train() {
   comm::set_failure_save([this] { save_on_failure(); }, kFailureSaveDeadlineSeconds);
   for (int64_t step = first_step_; step < o_.max_iters; ++step) {
     if (step == o_.crash_at_step && world_.rank() == o_.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
-    trace_.on = !o_.trace.empty() && step < first_step_ + o_.trace_steps;
+    trace_.set_on(!o_.trace.empty() && step < first_step_ + o_.trace_steps);
     if (o_.eval_interval > 0 && step > first_step_ && step % o_.eval_interval == 0) {
       const auto t0 = Clock::now();
       evaluate(step);
@@ -270,7 +270,7 @@ void Loop::after_step(int64_t done, float lr, float norm) {
   if (o_.ckpt_interval > 0 && done % o_.ckpt_interval == 0 && done != o_.max_iters) save(done);
   log_.update_interrupt_note(done);
   if (!o_.trace.empty() && done == first_step_ + o_.trace_steps) {
-    trace_.on = false;
+    trace_.set_on(false);
     trace_.write(o_.trace, facts_.trace_rows);
     comm::say("trace of steps {}-{} in {} (scripts/plot_trace.py draws it)", first_step_ + 1, done, o_.trace);
   }

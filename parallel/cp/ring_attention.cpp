@@ -6,10 +6,13 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "comm/error.hpp"
 #include "nn/autograd.hpp"
 #include "nn/gemm.hpp"
 #include "nn/profile.hpp"
+#include "nn/timeline.hpp"
 #include "numeric/bf16.hpp"
 
 namespace parallel {
@@ -181,6 +184,8 @@ comm::Work start_hop(comm::Communicator& cp, std::span<const float> out, std::sp
 // Goes round the ring once: calls visit(block, source) for every rank's block, starting with
 // this rank's own; the next block is posted before the current one is visited (`overlap`), or
 // exchanged after it.
+// Under --trace: each visit an "attention" span, each hop on the communication row from its
+// post to its end, and the wait for it on the rank's row (the part the visit did not hide).
 template <class Visit>
 void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overlap, Visit visit) {
   const int c = cp.size();
@@ -189,11 +194,26 @@ void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overl
     const int source = (cp.rank() - step + c) % c;
     const bool more = step + 1 < c;
     comm::Work hop;
-    if (more && overlap) hop = start_hop(cp, block, next);
-    visit(block, source);
-    if (more && !overlap) hop = start_hop(cp, block, next);
+    double posted_s = 0;
+    if (more && overlap) {
+      posted_s = nn::timeline::now_s();
+      hop = start_hop(cp, block, next);
+    }
+    {
+      nn::timeline::Span span(fmt::format("K,V of rank {}", source), "attention");
+      visit(block, source);
+    }
+    if (more && !overlap) {
+      posted_s = nn::timeline::now_s();
+      hop = start_hop(cp, block, next);
+    }
     if (more) {
-      hop.wait();
+      {
+        nn::timeline::Span span("waiting for the hop", "wait");
+        hop.wait();
+      }
+      nn::timeline::record(fmt::format("hop {}: K,V of rank {}", step + 1, (source - 1 + c) % c), "exchange",
+                           posted_s, nn::timeline::now_s(), nn::timeline::Row::communication);
       block.swap(next);
     }
   }
@@ -263,6 +283,7 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
       backward_block(L, qkv_operands, kv.data(), dy, lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
                      dq.data(), dkv.data());
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
+        nn::timeline::Span span("dK,dV hop", "exchange");
         start_hop(cp, dkv, incoming).wait();
         dkv.swap(incoming);
       }

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "comm/error.hpp"
 #include "nn/autograd.hpp"
+#include "nn/timeline.hpp"
 
 namespace parallel {
 namespace {
@@ -27,7 +30,10 @@ void to_heads(const float* x, float* out, const Trade& t, const ContextShard& sh
         for (int64_t g = 0; g < t.G; ++g)
           std::copy_n(x + (b * t.S + s) * t.G * t.C + g * t.C + j * t.share, t.share,
                       send.data() + j * t.block() + ((b * t.S + s) * t.G + g) * t.share);
-  cp.alltoall(std::span<const float>(send), std::span<float>(recv));
+  {
+    nn::timeline::Span span("all-to-all: positions → heads", "exchange");
+    cp.alltoall(std::span<const float>(send), std::span<float>(recv));
+  }
   for (int i = 0; i < c; ++i) {  // block i: rank i's positions, this rank's columns
     const ContextShard theirs = shard.of_rank(i);
     for (int64_t b = 0; b < t.B; ++b)
@@ -48,7 +54,10 @@ void to_positions(const float* y, float* out, const Trade& t, const ContextShard
         std::copy_n(y + (b * shard.T + theirs.position(s)) * t.G * t.share, t.G * t.share,
                     send.data() + i * t.block() + (b * t.S + s) * t.G * t.share);
   }
-  cp.alltoall(std::span<const float>(send), std::span<float>(recv));
+  {
+    nn::timeline::Span span("all-to-all: heads → positions", "exchange");
+    cp.alltoall(std::span<const float>(send), std::span<float>(recv));
+  }
   for (int j = 0; j < c; ++j)  // block j: this rank's positions, rank j's columns of each group
     for (int64_t b = 0; b < t.B; ++b)
       for (int64_t s = 0; s < t.S; ++s)
@@ -110,7 +119,12 @@ nn::Tensor ulysses_attention(const nn::Tensor& qkv, int n_head, const nn::Dropou
   const nn::Tensor mine = sequence_to_heads(qkv, 3, shard, cp);  // [B,T,3C/c]
   // This rank's heads start heads·rank heads into the caller's: their weights' mask is there.
   const nn::DropoutMask mask = dropout.shifted(0, int64_t{heads} * cp.rank() * shard.T * shard.T);
-  return heads_to_sequence(nn::attention(mine, heads, mask, kernel, precision), 1, shard, cp);  // [B,S,C]
+  nn::Tensor y;  // [B,T,C/c]
+  {
+    nn::timeline::Span span(fmt::format("attention: {} of {} heads, every position", heads, n_head), "attention");
+    y = nn::attention(mine, heads, mask, kernel, precision);
+  }
+  return heads_to_sequence(y, 1, shard, cp);  // [B,S,C]
 }
 
 }  // namespace parallel

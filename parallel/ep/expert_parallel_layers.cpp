@@ -3,9 +3,12 @@
 #include <chrono>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "comm/error.hpp"
 #include "nn/autograd.hpp"
 #include "nn/ops.hpp"
+#include "nn/timeline.hpp"
 #include "parallel/ep/row_exchange.hpp"
 
 namespace parallel {
@@ -43,7 +46,10 @@ std::vector<nn::Tensor> ExpertParallelDispatcher::run_experts(const nn::Tensor& 
   // (Timed while training: evaluation's and sampling's forwards record no backward.)
   double* clock = nn::autograd::grad_enabled() ? &dispatch_seconds_ : nullptr;
   const auto start = std::chrono::steady_clock::now();
-  ep_.alltoall(std::span<const int64_t>(sent_per_expert), std::span<int64_t>(received_per_expert));
+  {
+    nn::timeline::Span span("dispatch's counts", "exchange");
+    ep_.alltoall(std::span<const int64_t>(sent_per_expert), std::span<int64_t>(received_per_expert));
+  }
   if (clock) *clock += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<int64_t> send_rows(W, 0), recv_rows(W, 0);  // rows to and from each rank
   for (int e = 0; e < E; ++e) {
@@ -54,7 +60,7 @@ std::vector<nn::Tensor> ExpertParallelDispatcher::run_experts(const nn::Tensor& 
   // Dispatch: this rank's rows in expert order, [N_sent,C] → [N_received,C].
   std::vector<int32_t> order;
   for (const auto& r : rows) order.insert(order.end(), r.begin(), r.end());
-  const nn::Tensor received = exchange_rows(nn::gather_rows(tokens, order), send_rows, recv_rows, ep_, clock);
+  const nn::Tensor received = exchange_rows(nn::gather_rows(tokens, order), send_rows, recv_rows, ep_, "dispatch", clock);
 
   // Each held expert on its rows from every rank, rank by rank; each output row back in its place.
   std::vector<std::vector<int32_t>> places(static_cast<std::size_t>(per));  // expert j's rows of `received`
@@ -63,8 +69,11 @@ std::vector<nn::Tensor> ExpertParallelDispatcher::run_experts(const nn::Tensor& 
     for (int j = 0; j < per; ++j)
       for (int64_t m = 0; m < received_per_expert[i * per + j]; ++m) places[j].push_back(at++);
   std::vector<nn::Tensor> outputs(static_cast<std::size_t>(per));
-  for (int j = 0; j < per; ++j)
-    if (!places[j].empty()) outputs[j] = expert(first + j, nn::gather_rows(received, places[j]));  // [M_j,C]
+  {
+    nn::timeline::Span span(fmt::format("experts {}-{}: {} rows", first, first + per - 1, at), "experts");
+    for (int j = 0; j < per; ++j)
+      if (!places[j].empty()) outputs[j] = expert(first + j, nn::gather_rows(received, places[j]));  // [M_j,C]
+  }
   nn::Tensor answered = nn::Tensor::zeros({received.size(0), C});
   if (at > 0) {  // combine_rows with a gate of 1: a scatter of the outputs into their places
     const nn::Tensor one = nn::Tensor::from(std::vector<float>{1.0f}, {1});
@@ -75,7 +84,7 @@ std::vector<nn::Tensor> ExpertParallelDispatcher::run_experts(const nn::Tensor& 
 
   // Combine: the outputs back to the ranks that sent the rows, [N_received,C] → [N_sent,C], in
   // the order they left; expert e's are the next rows[e].size() of them.
-  const nn::Tensor back = exchange_rows(answered, recv_rows, send_rows, ep_, clock);
+  const nn::Tensor back = exchange_rows(answered, recv_rows, send_rows, ep_, "combine", clock);
   std::vector<nn::Tensor> results(rows.size());
   int32_t next = 0;
   for (int e = 0; e < E; ++e) {

@@ -20,8 +20,9 @@
 
 namespace parallel {
 
+// `name` labels the exchange in --trace ("dispatch"; its backward "dispatch's gradient");
 // `seconds` (may be null) gains the time of each exchange, forward and backward.
 nn::Tensor exchange_rows(const nn::Tensor& rows, std::span<const int64_t> send_rows, std::span<const int64_t> recv_rows,
-                         comm::Communicator& group, double* seconds = nullptr);
+                         comm::Communicator& group, const char* name, double* seconds = nullptr);
 
 }  // namespace parallel
