@@ -10,6 +10,8 @@ thread_local Recorder* current = nullptr;
 
 void install(Recorder* recorder) { current = recorder; }
 
+Recorder* installed() { return current; }
+
 bool recording() { return current != nullptr; }
 
 double now_s() {
@@ -20,14 +22,14 @@ void record(const std::string& name, const char* category, double start_s, doubl
   if (current) current->record(name, category, start_s, end_s, row);
 }
 
-Span::Span(std::string name, const char* category) : category_(category), on_(current != nullptr) {
-  if (!on_) return;
+Span::Span(std::string name, const char* category) : category_(category), recorder_(current) {
+  if (!recorder_) return;
   name_ = std::move(name);
   start_s_ = now_s();
 }
 
 Span::~Span() {
-  if (on_ && current) current->record(name_, category_, start_s_, now_s(), Row::rank);
+  if (recorder_ && recorder_ == current) recorder_->record(name_, category_, start_s_, now_s(), Row::rank);
 }
 
 }  // namespace nn::timeline

@@ -1,7 +1,8 @@
 // Spans for --trace from the layers under the trainers: ring attention's blocks and hops,
 // Ulysses' all-to-alls, the experts' dispatch and combine. The trainer's Trace
 // (trainers/trace.hpp) installs itself as the recorder while it traces, and draws these spans
-// inside its forward and backward ones; with no recorder a Span costs a load and a test.
+// inside its forward and backward ones; with no recorder a Span costs a test (and its name:
+// callers format one only while recording()).
 //
 //   { nn::timeline::Span span("dispatch", "exchange");  … the all-to-all … }   // on the rank's row
 //   nn::timeline::record("hop 1", "exchange", posted_s, done_s, Row::communication);  // beside it
@@ -23,6 +24,7 @@ class Recorder {
 
 // Where this thread's spans go from now on (null: nowhere).
 void install(Recorder* recorder);
+Recorder* installed();
 bool recording();
 // The steady clock, in seconds: what every span's times are read from.
 double now_s();
@@ -40,7 +42,7 @@ class Span {
  private:
   std::string name_;
   const char* category_;
-  bool on_;  // a recorder was there when the span began
+  Recorder* recorder_;  // the one there when the span began: only it gets the span
   double start_s_ = 0;
 };
 

@@ -15,7 +15,6 @@ it switches to Debian's when the one given lacks matplotlib.
 """
 import argparse
 import json
-import re
 import sys
 
 from pyplot import pyplot
@@ -23,7 +22,7 @@ from pyplot import pyplot
 COLOURS = {"data": "#c9a0dc", "forward": "#4c9f50", "backward": "#3b75af", "wait": "#d9d9d9", "comm": "#b5a642",
            "optimizer": "#e6b422", "eval": "#ffffff", "attention": "#c0504d", "experts": "#8c564b",
            "exchange": "#f28e2b"}
-LEGEND = {"data": "data", "forward": "forward", "backward": "backward", "wait": "waiting (bubble, hop)", "comm": "gradient sync",
+LEGEND = {"data": "data", "forward": "forward", "backward": "backward", "wait": "waiting (bubble)", "comm": "gradient sync",
           "optimizer": "optimizer", "eval": "evaluation", "attention": "attention (a block, or the local heads)",
           "experts": "experts (forward)", "exchange": "exchange (ring hop, all-to-all, dispatch/combine)"}
 
@@ -89,13 +88,14 @@ def main() -> int:
             ax.text(start + width / 2, y - 0.125, short_label(e["name"]), ha="center", va="center", fontsize=6,
                     color="white")
     ax.set_yticks(range(len(ranks)))
-    # (the rows' names without the stage's parts in brackets: "rank 0 = dp 0 · pp 0 · cp 0")
-    ax.set_yticklabels([re.sub(r" \([^)]*\)", "", names.get(r, f"rank {r}")) for r in reversed(ranks)])
+    # (a stage that holds the whole model says so of no row: "rank 0 = dp 0 · pp 0 · cp 0")
+    ax.set_yticklabels([names.get(r, f"rank {r}").replace(" (embedding) (head)", "") for r in reversed(ranks)])
     ax.set_xlabel("time (ms)")
     present = [c for c in COLOURS if any(e["cat"] == c for e in spans)]  # the legend: what this trace has
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLOURS[c], edgecolor="#888888", linewidth=0.5) for c in present]
     # Right of the plot, clear of the time axis and its label whatever the number of ranks.
-    ax.legend(handles, [LEGEND[c] for c in present], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+    labels = [LEGEND[c] if not (c == "wait" and nested) else "waiting (for a hop)" for c in present]
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
               frameon=False)
     ax.set_title(args.title or args.trace)
     fig.tight_layout()

@@ -79,7 +79,8 @@ TEST_CASE("train_3d --cp: ring and Ulysses, cp 2 and 4, end where one process en
     CHECK(spans_inside(ring, rank, "wait", "waiting for the hop", "forward") == per_pass);
     CHECK(spans_inside(ring, rank, "exchange", "dK,dV hop", "backward") == 2 * per_pass);  // after each block
     // Each K,V hop on the communication row, posted before the block it hides behind: some
-    // attention block runs inside it (the overlap, --cp-overlap on).
+    // attention block runs inside it (--cp-overlap, on by default, posts it first; with it off
+    // the hop would be posted after the block and hold none).
     int hops = 0, overlapped = 0;
     for (const auto& hop : ring)
       if (hop.tid == 10000 + rank && hop.cat == "exchange") {

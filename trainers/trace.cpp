@@ -19,7 +19,10 @@ Trace::~Trace() { set_on(false); }
 
 void Trace::set_on(bool on) {
   on_ = on;
-  nn::timeline::install(on ? this : nullptr);
+  if (on)
+    nn::timeline::install(this);
+  else if (nn::timeline::installed() == this)  // (another's recorder stays)
+    nn::timeline::install(nullptr);
 }
 
 namespace {

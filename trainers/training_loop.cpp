@@ -182,13 +182,14 @@ void Loop::train() {
   comm::set_failure_save([this] { save_on_failure(); }, kFailureSaveDeadlineSeconds);
   for (int64_t step = first_step_; step < o_.max_iters; ++step) {
     if (step == o_.crash_at_step && world_.rank() == o_.crash_rank) std::raise(SIGKILL);  // as `kill -9` would
-    trace_.set_on(!o_.trace.empty() && step < first_step_ + o_.trace_steps);
     if (o_.eval_interval > 0 && step > first_step_ && step % o_.eval_interval == 0) {
       const auto t0 = Clock::now();
       evaluate(step);
       strategy_.print_sample(step);
       log_.exclude(seconds_since(t0));  // kept out of the ETA and the throughput
     }
+    // (after the evaluation: the trace holds training steps, the layers' spans inside them)
+    trace_.set_on(!o_.trace.empty() && step < first_step_ + o_.trace_steps);
     const float lr = schedule_.at(static_cast<int>(step));
     const float norm = this->step(step, lr);
     after_step(step + 1, lr, norm);

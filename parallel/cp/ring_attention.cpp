@@ -181,11 +181,17 @@ comm::Work start_hop(comm::Communicator& cp, std::span<const float> out, std::sp
   return cp.send_recv_async(out, next, in, previous);
 }
 
+// The attention span of rank `source`'s block for --trace (named only while a trace records).
+nn::timeline::Span block_span(int source) {
+  return nn::timeline::Span(nn::timeline::recording() ? fmt::format("K,V of rank {}", source) : std::string(),
+                            "attention");
+}
+
 // Goes round the ring once: calls visit(block, source) for every rank's block, starting with
 // this rank's own; the next block is posted before the current one is visited (`overlap`), or
 // exchanged after it.
-// Under --trace: each visit an "attention" span, each hop on the communication row from its
-// post to its end, and the wait for it on the rank's row (the part the visit did not hide).
+// Under --trace: each hop on the communication row from its post to its end, and the wait for it
+// on the rank's row (the part the visit did not hide); the visits name their blocks themselves.
 template <class Visit>
 void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overlap, Visit visit) {
   const int c = cp.size();
@@ -199,10 +205,7 @@ void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overl
       posted_s = nn::timeline::now_s();
       hop = start_hop(cp, block, next);
     }
-    {
-      nn::timeline::Span span(fmt::format("K,V of rank {}", source), "attention");
-      visit(block, source);
-    }
+    visit(block, source);
     if (more && !overlap) {
       posted_s = nn::timeline::now_s();
       hop = start_hop(cp, block, next);
@@ -212,8 +215,9 @@ void round_the_ring(comm::Communicator& cp, std::vector<float> block, bool overl
         nn::timeline::Span span("waiting for the hop", "wait");
         hop.wait();
       }
-      nn::timeline::record(fmt::format("hop {}: K,V of rank {}", step + 1, (source - 1 + c) % c), "exchange",
-                           posted_s, nn::timeline::now_s(), nn::timeline::Row::communication);
+      if (nn::timeline::recording())
+        nn::timeline::record(fmt::format("hop {}: K,V of rank {}", step + 1, (source - 1 + c) % c), "exchange",
+                             posted_s, nn::timeline::now_s(), nn::timeline::Row::communication);
       block.swap(next);
     }
   }
@@ -243,6 +247,7 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
   std::vector<float> l(rows, 0.0f);
   const float* operands = operands_of(*rounded_qkv);
   round_the_ring(cp, keys_and_values(L, operands), overlap, [&](const std::vector<float>& kv, int source) {
+    const nn::timeline::Span span = block_span(source);
     forward_block(L, operands, kv.data(), shard, shard.of_rank(source), mask, lse->data(), l.data(), y.data());
   });
   for (int64_t b = 0; b < B; ++b)  // y = o / l, lse = m + log l
@@ -280,8 +285,11 @@ nn::Tensor ring_attention(const nn::Tensor& qkv, int n_head, const nn::DropoutMa
     const int c = cp.size();
     const float* qkv_operands = operands_of(*rounded_qkv);
     round_the_ring(cp, keys_and_values(L, qkv_operands), overlap, [&](const std::vector<float>& kv, int source) {
-      backward_block(L, qkv_operands, kv.data(), dy, lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
-                     dq.data(), dkv.data());
+      {
+        const nn::timeline::Span span = block_span(source);
+        backward_block(L, qkv_operands, kv.data(), dy, lse->data(), D.data(), shard, shard.of_rank(source), kept_mask,
+                       dq.data(), dkv.data());
+      }
       if (c > 1) {  // dK, dV of the block on to the rank that sees it next (home, after the last)
         nn::timeline::Span span("dK,dV hop", "exchange");
         start_hop(cp, dkv, incoming).wait();

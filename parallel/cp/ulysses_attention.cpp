@@ -121,7 +121,9 @@ nn::Tensor ulysses_attention(const nn::Tensor& qkv, int n_head, const nn::Dropou
   const nn::DropoutMask mask = dropout.shifted(0, int64_t{heads} * cp.rank() * shard.T * shard.T);
   nn::Tensor y;  // [B,T,C/c]
   {
-    nn::timeline::Span span(fmt::format("attention: {} of {} heads, every position", heads, n_head), "attention");
+    nn::timeline::Span span(
+        nn::timeline::recording() ? fmt::format("attention: {} of {} heads, every position", heads, n_head) : "",
+        "attention");
     y = nn::attention(mine, heads, mask, kernel, precision);
   }
   return heads_to_sequence(y, 1, shard, cp);  // [B,S,C]

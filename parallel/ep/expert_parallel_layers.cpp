@@ -70,7 +70,10 @@ std::vector<nn::Tensor> ExpertParallelDispatcher::run_experts(const nn::Tensor& 
       for (int64_t m = 0; m < received_per_expert[i * per + j]; ++m) places[j].push_back(at++);
   std::vector<nn::Tensor> outputs(static_cast<std::size_t>(per));
   {
-    nn::timeline::Span span(fmt::format("experts {}-{}: {} rows", first, first + per - 1, at), "experts");
+    nn::timeline::Span span(!nn::timeline::recording() ? std::string()
+                            : per == 1                    ? fmt::format("expert {}: {} rows", first, at)
+                                                          : fmt::format("experts {}-{}: {} rows", first, first + per - 1, at),
+                            "experts");
     for (int j = 0; j < per; ++j)
       if (!places[j].empty()) outputs[j] = expert(first + j, nn::gather_rows(received, places[j]));  // [M_j,C]
   }

@@ -97,7 +97,17 @@ class TestNanodistBackend(suite.TestDistBackend, suite.DistributedTest._DistTest
         # Forked, not spawned (PyTorch's default here): each child starts with torch and this
         # suite imported already instead of importing them again — about 3 s a test on 2 cores.
         # The parent never joins a group itself, so a child inherits no MPI or thread state.
+        # (docs/pytorch.md: a rank's exit runs the last meeting; _run below keeps that.)
         self._start_processes(torch.multiprocessing.get_context("fork").Process)
+
+    @classmethod
+    def _run(cls, rank, test_name, file_name, parent_pipe):
+        # A forked rank leaves by os._exit, past atexit: the backend's exit (the last meeting of
+        # all ranks, nanodist_torch._end) runs here instead, as it would at a spawned rank's exit.
+        try:
+            super()._run(rank, test_name, file_name, parent_pipe)
+        finally:
+            nanodist_torch._end()
 
 
 if __name__ == "__main__":
