@@ -180,7 +180,7 @@ TEST_CASE("resume continues the checkpoint's run: its schedule and settings, unl
   // The same run, stopped by a kill at step 5 (checkpoint at 4), resumed by a bare --resume.
   auto killed = train_dp(2, run + " --crash-at-step 5 --crash-rank 1 --out-dir " + out("settings_resumed"));
   REQUIRE(killed.status != 0);
-  auto resumed = train_dp(2, data + " --resume --out-dir " + out("settings_resumed"));
+  auto resumed = run_trainer_after_crash(TRAIN_DP, 2, data + " --resume --out-dir " + out("settings_resumed"));
   REQUIRE(resumed.status == 0);
   CHECK_THAT(resumed.output, Catch::Contains("at step 4 of 8, with the checkpoint's settings"));
   CHECK_THAT(resumed.output, !Catch::Contains("note: flags change"));

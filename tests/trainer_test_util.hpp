@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -119,6 +121,17 @@ inline CommandResult run_trainer(const char* program, int ranks, const std::stri
   CommandResult r = run_command(mpirun(ranks, program, args));
   UNSCOPED_INFO("$ mpiexec -n " << ranks << " " << program << " " << args << "\n" << r.output);
   return r;
+}
+
+// A run started right after a killed one: the killed job's survivor may still be leaving (its
+// failure save) a moment after mpiexec returned, holding the --out-dir lock. Waits for it (60 s
+// at most) instead of failing on "in use by another run" — seen once under the sanitizers.
+inline CommandResult run_trainer_after_crash(const char* program, int ranks, const std::string& args) {
+  for (int attempt = 1;; ++attempt) {
+    CommandResult r = run_trainer(program, ranks, args);
+    if (attempt == 120 || r.output.find("is in use by another run") == std::string::npos) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 inline std::string out(const std::string& name) { return (work_dir() / "runs" / name).string(); }
