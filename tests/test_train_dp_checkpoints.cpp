@@ -81,7 +81,7 @@ TEST_CASE("a rank killed mid-training: the others stop with the watchdog's repor
   // The last checkpoint (step 4) is intact and resumable.
   const nn::CheckpointInfo info = nn::read_checkpoint_info(checkpoint("killed"));
   CHECK(info.train_state.at("step") == 4);
-  auto resumed = train_dp(3, common + " --resume --out-dir " + out("killed"));
+  auto resumed = run_trainer_after_crash(TRAIN_DP, 3, common + " --resume --out-dir " + out("killed"));
   CHECK(resumed.status == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resuming from") && Catch::Contains("at step 4"));
   CHECK(nn::read_checkpoint_info(checkpoint("killed")).train_state.at("step") == 8);

@@ -189,7 +189,7 @@ TEST_CASE("a rank killed in a ZeRO-3 step is named by the watchdog, the gathered
   CHECK(r.seconds < 5 + 10);
   CHECK_THAT(r.output, Catch::Contains("rank 2 is dead"));
   CHECK(nn::read_checkpoint_info(checkpoint("zero3_killed")).train_state.at("step") == 2);
-  auto resumed = train_dp(3, common + " --resume --out-dir " + out("zero3_killed"));
+  auto resumed = run_trainer_after_crash(TRAIN_DP, 3, common + " --resume --out-dir " + out("zero3_killed"));
   CHECK(resumed.status == 0);
   CHECK(nn::read_checkpoint_info(checkpoint("zero3_killed")).train_state.at("step") == 5);
 }
